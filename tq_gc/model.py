@@ -1,0 +1,205 @@
+"""Pure data shared by the planner, the collector and the reports. No I/O here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+Tags = Mapping[str, Any]
+RowsByPartition = Mapping[str, list[str]]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RowId:
+    partition: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.partition}/{self.key}"
+
+
+def tags_digest(tags: Tags | None) -> str:
+    """A stable digest of a row's tags: part of the row's identity for the re-check."""
+    canonical = json.dumps(tags or {}, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What makes a row the same row: TQ recycles global indexes and keys can be recreated."""
+
+    tags_digest: str
+    global_index: int | None = None
+
+    def matches(self, other: Identity) -> bool:
+        if self.tags_digest != other.tags_digest:
+            return False
+        if self.global_index is None or other.global_index is None:
+            return True
+        return self.global_index == other.global_index
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A row as listed by the row store."""
+
+    row: RowId
+    tags_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class FirstSeen:
+    """When the collector first saw a row unreferenced (store clock, ms), and the row's identity then."""
+
+    at_ms: int
+    identity: Identity
+
+
+class Source(StrEnum):
+    ADMISSIONS = "admissions"
+    MANIFESTS = "manifests"
+    TAGS = "tags"
+
+
+@dataclass(frozen=True, slots=True)
+class References:
+    """A complete snapshot of every reference source, read in the order admissions, manifests, tags."""
+
+    admissions: frozenset[RowId] = frozenset()
+    manifests: frozenset[RowId] = frozenset()
+    tags: frozenset[RowId] = frozenset()
+
+    def source_of(self, row: RowId) -> Source | None:
+        if row in self.admissions:
+            return Source.ADMISSIONS
+        if row in self.manifests:
+            return Source.MANIFESTS
+        if row in self.tags:
+            return Source.TAGS
+        return None
+
+
+class Decision(StrEnum):
+    """The bucket each in-scope row lands in. Exactly one per row."""
+
+    DELETE = "delete"
+    KEEP_ADMISSION = "keep_admission"
+    KEEP_MANIFEST = "keep_manifest"
+    KEEP_TAG = "keep_tag"
+    KEEP_GRACE = "keep_grace"
+    KEEP_OVER_CAP = "keep_over_cap"
+
+
+KEEP_BY_SOURCE = {
+    Source.ADMISSIONS: Decision.KEEP_ADMISSION,
+    Source.MANIFESTS: Decision.KEEP_MANIFEST,
+    Source.TAGS: Decision.KEEP_TAG,
+}
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    DRY_RUN = "dry_run"
+    SKIPPED = "skipped"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedRow:
+    partition: str
+    key: str
+    unreferenced_s: float
+    global_index: int | None = None
+    tags_digest: str = ""
+    run_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "key": self.key,
+            "unreferenced_s": round(self.unreferenced_s, 3),
+            "global_index": self.global_index,
+            "tags_digest": self.tags_digest,
+            "run_id": self.run_id,
+        }
+
+
+@dataclass(slots=True)
+class Counts:
+    listed: int = 0
+    in_scope: int = 0
+    referenced: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Source})
+    within_grace: int = 0
+    eligible: int = 0
+    over_cap: int = 0
+    deleted: int = 0
+    recheck_saved: int = 0
+    failed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "in_scope": self.in_scope,
+            "referenced": dict(self.referenced),
+            "within_grace": self.within_grace,
+            "eligible": self.eligible,
+            "over_cap": self.over_cap,
+            "deleted": self.deleted,
+            "recheck_saved": self.recheck_saved,
+            "failed": self.failed,
+        }
+
+
+PHASES = ("lease", "list", "references", "plan", "delete")
+DELETED_SAMPLE_SIZE = 20
+
+
+@dataclass(slots=True)
+class SweepReport:
+    run_id: str
+    namespace: str
+    dry_run: bool
+    outcome: Outcome = Outcome.COMPLETED
+    reason: str | None = None
+    started_at: str = ""
+    finished_at: str = ""
+    counts: Counts = field(default_factory=Counts)
+    phases_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    deleted_sample: list[DeletedRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "namespace": self.namespace,
+            "dry_run": self.dry_run,
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "counts": self.counts.to_dict(),
+            "phases_ms": {k: round(v, 3) for k, v in self.phases_ms.items()},
+            "deleted_sample": [
+                {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_s, 3)}
+                for d in self.deleted_sample
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepReport:
+        counts = Counts(**{k: v for k, v in data.get("counts", {}).items() if k in Counts.__slots__})
+        return cls(
+            run_id=data["run_id"],
+            namespace=data["namespace"],
+            dry_run=data["dry_run"],
+            outcome=Outcome(data["outcome"]),
+            reason=data.get("reason"),
+            started_at=data.get("started_at", ""),
+            finished_at=data.get("finished_at", ""),
+            counts=counts,
+            phases_ms=dict(data.get("phases_ms", {})),
+            deleted_sample=[DeletedRow(**d) for d in data.get("deleted_sample", [])],
+        )

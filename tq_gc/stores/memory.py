@@ -1,0 +1,58 @@
+"""An in-memory row store for tests and the planner's scenarios. Same contract as TransferQueue."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tq_gc.model import Identity, Tags, tags_digest
+
+
+@dataclass(slots=True)
+class _Row:
+    global_index: int
+    tags: dict[str, Any]
+
+
+class MemoryRowStore:
+    def __init__(self) -> None:
+        self._partitions: dict[str, dict[str, _Row]] = {}
+        self._next_index = itertools.count()
+        self._lock = threading.Lock()
+
+    def put(self, partition: str, key: str, tags: Tags | None = None) -> int:
+        """Write (or overwrite) a row; like TQ, a new write gets a new global index."""
+        with self._lock:
+            index = next(self._next_index)
+            self._partitions.setdefault(partition, {})[key] = _Row(index, dict(tags or {}))
+            return index
+
+    def partitions(self) -> list[str]:
+        with self._lock:
+            return list(self._partitions)
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        with self._lock:
+            return {key: dict(row.tags) for key, row in self._partitions.get(partition, {}).items()}
+
+    def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
+        with self._lock:
+            rows = self._partitions.get(partition, {})
+            return {
+                key: Identity(tags_digest(rows[key].tags), rows[key].global_index)
+                for key in keys
+                if key in rows
+            }
+
+    def delete(self, partition: str, keys: Sequence[str]) -> None:
+        with self._lock:
+            rows = self._partitions.get(partition, {})
+            for key in keys:
+                rows.pop(key, None)
+
+    def keys(self, partition: str) -> set[str]:
+        with self._lock:
+            return set(self._partitions.get(partition, {}))
