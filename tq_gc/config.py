@@ -96,6 +96,9 @@ class Limits(_Frozen):
     max_delete_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
     delete_batch: int = Field(default=2000, ge=1)
     max_deletes_per_second: float = Field(default=0.0, ge=0.0)
+    # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small
+    # staging partition is legitimately all orphans.
+    fraction_min_rows: int = Field(default=100, ge=0)
 
 
 class Schedule(_Frozen):
