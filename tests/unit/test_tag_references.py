@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tq_gc.config import TagReference
+from tq_gc.errors import ReferenceSourceError, StoreUnavailable
+from tq_gc.model import Identity, RowId, Tags
+from tq_gc.references.base import ReferenceSource
+from tq_gc.references.tags import TagsSource
+from tq_gc.stores.memory import MemoryRowStore
+
+DATA, STAGING = "rollout_data", "rollout_staging"
+ROUTE_PLAN = TagReference(
+    partition=DATA, key_path="route_assembly_plan.cleanup_staging_keys", target_partition=STAGING
+)
+
+
+def store_with(rows: dict[str, dict[str, Tags | None]]) -> MemoryRowStore:
+    store = MemoryRowStore()
+    for partition, tagged in rows.items():
+        for key, tags in tagged.items():
+            store.put(partition, key, tags)
+    return store
+
+
+def staging(*keys: str) -> frozenset[RowId]:
+    return frozenset(RowId(STAGING, key) for key in keys)
+
+
+def plan(*keys: str, **extra: Any) -> dict[str, Any]:
+    return {"route_assembly_plan": {"cleanup_staging_keys": list(keys), **extra}, "weight_version": 3}
+
+
+class RecordingStore(MemoryRowStore):
+    """Counts list_rows calls, and fails them on the partitions it is told to."""
+
+    def __init__(self, failing: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.listed: list[str] = []
+        self._failing = set(failing)
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        self.listed.append(partition)
+        if partition in self._failing:
+            raise StoreUnavailable(f"kv_list({partition!r}) timed out")
+        return super().list_rows(partition)
+
+
+class BrokenStore(RecordingStore):
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        raise ConnectionResetError("controller actor died")
+
+    def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
+        raise AssertionError("a reference source only lists")
+
+
+def test_is_a_reference_source() -> None:
+    source: ReferenceSource = TagsSource([ROUTE_PLAN], MemoryRowStore())
+    assert source.name == "tags"
+    assert source.read() == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("data_rows", "expected"),
+    [
+        ({"g1_g0": plan("r1/c1", "r1/c2")}, staging("r1/c1", "r1/c2")),
+        ({"g1_g0": plan("a"), "g1_g1": plan("b", "a"), "g2_g0": plan()}, staging("a", "b")),
+        ({"g1_g0": {"weight_version": 3}, "g1_g1": {}, "g1_g2": None}, staging()),
+        ({"g1_g0": {"route_assembly_plan": None}}, staging()),
+        ({"g1_g0": {"route_assembly_plan": {"other": ["x"]}}}, staging()),
+        ({"g1_g0": {"route_assembly_plan": {"cleanup_staging_keys": "solo"}}}, staging("solo")),
+        (
+            {"g1_g0": {"route_assembly_plan": json.dumps({"cleanup_staging_keys": ["a", "b"]})}},
+            staging("a", "b"),
+        ),
+        ({"g1_g0": {"route_assembly_plan": {"cleanup_staging_keys": json.dumps(["a"])}}}, staging("a")),
+        ({"g1_g0": {"route_assembly_plan": {"cleanup_staging_keys": [["a"], ["b"]]}}}, staging("a", "b")),
+        ({"g1_g0": {"route_assembly_plan": [plan("a")["route_assembly_plan"], {}]}}, staging("a")),
+        ({}, staging()),
+    ],
+    ids=[
+        "one-row",
+        "many-rows-overlapping",
+        "rows-without-plan",
+        "null-plan",
+        "plan-without-keys",
+        "single-key-string",
+        "plan-as-json-string",
+        "keys-as-json-string",
+        "nested-lists",
+        "list-of-plans",
+        "empty-partition",
+    ],
+)
+def test_reads_route_plan_cleanup_keys(data_rows: dict[str, Tags | None], expected: frozenset[RowId]) -> None:
+    store = store_with({DATA: data_rows, STAGING: {"r1/c1": {"rollout_id": "r1"}}})
+    assert TagsSource([ROUTE_PLAN], store).read() == expected
+
+
+def test_only_the_configured_partition_is_read() -> None:
+    store = store_with({DATA: {"g1_g0": plan("a")}, "other": {"x": plan("not-me")}})
+    assert TagsSource([ROUTE_PLAN], store).read() == staging("a")
+
+
+def test_several_references_share_one_listing_per_partition() -> None:
+    store = RecordingStore()
+    store.put(DATA, "g1_g0", plan("a") | {"lineage": {"keys": ["b"]}})
+    store.put("scratch", "s1", {"needs": "c"})
+    lineage = TagReference(partition=DATA, key_path="lineage.keys", target_partition="archive")
+    scratch = TagReference(partition="scratch", key_path="needs", target_partition=STAGING)
+    assert TagsSource([ROUTE_PLAN, lineage, scratch], store).read() == staging("a", "c") | {
+        RowId("archive", "b")
+    }
+    assert sorted(store.listed) == ["rollout_data", "scratch"]
+
+
+def test_a_listing_from_the_collector_replaces_listing_again() -> None:
+    store = RecordingStore()
+    store.put(DATA, "g1_g0", plan("stale"))
+    store.put("scratch", "s1", {"needs": "c"})
+    scratch = TagReference(partition="scratch", key_path="needs", target_partition=STAGING)
+    source = TagsSource([ROUTE_PLAN, scratch], store)
+    assert source.partitions == [DATA, "scratch"]
+    assert source.read(listed={DATA: {"g1_g0": plan("fresh")}, STAGING: {}}) == staging("fresh", "c")
+    assert store.listed == ["scratch"]
+
+
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        (RecordingStore(failing=[DATA]), r"listing partition 'rollout_data' failed: StoreUnavailable"),
+        (
+            BrokenStore(),
+            r"listing partition 'rollout_data' failed: ConnectionResetError\('controller actor died'",
+        ),
+    ],
+    ids=["store-unavailable", "any-exception"],
+)
+def test_a_store_failure_fails_the_source(store: MemoryRowStore, message: str) -> None:
+    with pytest.raises(ReferenceSourceError, match=message) as caught:
+        TagsSource([ROUTE_PLAN], store).read()
+    assert caught.value.source == "tags"
+
+
+@pytest.mark.parametrize(
+    ("tags", "message"),
+    [
+        ({"route_assembly_plan": {"cleanup_staging_keys": 5}}, r"cleanup_staging_keys is int 5"),
+        ({"route_assembly_plan": {"cleanup_staging_keys": ["a", {"k": "b"}]}}, r"\[1\] is an object"),
+        ({"route_assembly_plan": {"cleanup_staging_keys": {"a": 1}}}, r"is an object, expected a key"),
+        ({"route_assembly_plan": "not json"}, r"\$\.route_assembly_plan is a string that is not valid JSON"),
+        ({"route_assembly_plan": 7}, r"\$\.route_assembly_plan is int 7, expected an object"),
+        ({"route_assembly_plan": {"cleanup_staging_keys": "[truncated"}}, r"not valid JSON"),
+    ],
+    ids=["number", "object-in-list", "object", "plan-not-json", "plan-number", "keys-truncated-json"],
+)
+def test_a_malformed_tag_fails_the_source_naming_the_row(tags: Tags, message: str) -> None:
+    store = store_with({DATA: {"g1_g0": plan("ok"), "g9_g3": tags}})
+    with pytest.raises(ReferenceSourceError, match=message) as caught:
+        TagsSource([ROUTE_PLAN], store).read()
+    assert caught.value.source == "tags"
+    assert (
+        "row rollout_data/g9_g3: tag path 'route_assembly_plan.cleanup_staging_keys'" in caught.value.detail
+    )
+
+
+def test_a_malformed_tag_in_a_pre_listed_partition_also_fails() -> None:
+    source = TagsSource([ROUTE_PLAN], BrokenStore())
+    with pytest.raises(ReferenceSourceError, match="g1_g0"):
+        source.read(listed={DATA: {"g1_g0": {"route_assembly_plan": {"cleanup_staging_keys": 1}}}})

@@ -1,0 +1,200 @@
+"""Recovery manifests: files on a shared filesystem naming the rows a restore will still need.
+
+Formats (DESIGN.md, "Native manifest format"):
+
+| format | one file is                        | rows                                            |
+|--------|------------------------------------|-------------------------------------------------|
+| native | a tq-gc/manifest/v1 JSON document  | `rows` {partition: [keys]}, none once `retired` |
+| json   | one JSON document                  | keys at `key_path`, in the source's `partition` |
+| jsonl  | JSON lines (blank lines ignored)   | keys at `key_path` of each line                 |
+
+Deleting a manifest releases its rows, so a file that vanishes between glob and open holds none. Any
+other failure (unreadable, not JSON, wrong schema, wrong type at the key path) fails the whole source:
+a manifest misread as empty would release every row it protects.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from tq_gc.config import ManifestSource
+from tq_gc.errors import ConfigError, ReferenceSourceError
+from tq_gc.model import RowId, Source
+from tq_gc.references.keypath import extract_keys, split_key_path
+
+NATIVE_FORMAT = "tq-gc/manifest/v1"
+NATIVE_STATES = ("active", "retired")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedFiles:
+    """The files one configured source's glob matches now, sorted."""
+
+    source: ManifestSource
+    files: tuple[Path, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSummary:
+    """What `tq-gc check` reports for one source: what it matched and whether it reads in full."""
+
+    glob: str
+    format: str
+    files: tuple[Path, ...]
+    rows: int
+    error: str | None = None
+
+
+class ManifestsSource:
+    """Every row named by the configured manifest files. Relative globs resolve against `root`."""
+
+    name: str = Source.MANIFESTS.value
+
+    def __init__(self, sources: Sequence[ManifestSource], root: Path | None = None) -> None:
+        for source in sources:
+            if source.key_path is not None:
+                try:
+                    split_key_path(source.key_path)
+                except ValueError as exc:
+                    raise ConfigError(f"manifests: glob {source.glob!r}: {exc}") from None
+        self._sources = tuple(sources)
+        self._root = root
+
+    def files(self) -> list[MatchedFiles]:
+        """The files each source matches, in config order. Never raises: a glob that fails matches nothing."""
+        return [MatchedFiles(source, self._glob(source.glob)) for source in self._sources]
+
+    def read(self) -> frozenset[RowId]:
+        rows: set[RowId] = set()
+        for matched in self.files():
+            rows.update(_read_matched(matched))
+        return frozenset(rows)
+
+    def describe(self) -> list[SourceSummary]:
+        """Read each source on its own and report instead of raising (for `tq-gc check`)."""
+        summaries = []
+        for matched in self.files():
+            source = matched.source
+            try:
+                rows, error = len(_read_matched(matched)), None
+            except ReferenceSourceError as exc:
+                rows, error = 0, exc.detail
+            summaries.append(SourceSummary(source.glob, source.format, matched.files, rows, error))
+        return summaries
+
+    def _glob(self, pattern: str) -> tuple[Path, ...]:
+        # root_dir instead of joining: a root path holding glob magic ("[", "*") must not be expanded.
+        root = None if os.path.isabs(pattern) else self._root
+        matches = glob.glob(pattern, root_dir=root, recursive=True)
+        return tuple(sorted(Path(root, match) if root else Path(match) for match in matches))
+
+
+def _read_matched(matched: MatchedFiles) -> set[RowId]:
+    source = matched.source
+    rows: set[RowId] = set()
+    for path in matched.files:
+        rows.update(read_manifest(path, source))
+    if source.expect_nonempty and not rows:
+        found = "matched no files"
+        if matched.files:
+            found = f"matched {len(matched.files)} file(s) holding no rows"
+        raise ReferenceSourceError(
+            Source.MANIFESTS.value,
+            f"glob {source.glob!r} {found}, but the source is expect_nonempty: check the path and that "
+            "the job writes its manifests there",
+        )
+    return rows
+
+
+def read_manifest(path: Path, source: ManifestSource) -> list[RowId]:
+    """The rows one manifest file references. Raises ReferenceSourceError naming the file."""
+    parse = _PARSERS[source.format]
+    try:
+        with path.open(encoding="utf-8") as stream:
+            return parse(stream, path, source)
+    except FileNotFoundError:
+        return []  # deleted since the glob: deleting a manifest releases its rows
+    except OSError as exc:
+        raise _file_error(path, f"cannot be read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise _file_error(path, f"is not UTF-8 text ({exc.reason})") from exc
+
+
+def _parse_native(stream: IO[str], path: Path, source: ManifestSource) -> list[RowId]:
+    document = _load_json(stream.read(), path)
+    if not isinstance(document, dict):
+        raise _file_error(path, f"must hold a JSON object, not {type(document).__name__}")
+    if document.get("format") != NATIVE_FORMAT:
+        raise _file_error(path, f"format is {document.get('format')!r}, expected {NATIVE_FORMAT!r}")
+    if not isinstance(document.get("manifest_id"), str):
+        raise _file_error(path, f"manifest_id is {document.get('manifest_id')!r}, expected a string")
+    state = document.get("state")
+    if state not in NATIVE_STATES:
+        raise _file_error(path, f"state is {state!r}, expected one of {', '.join(NATIVE_STATES)}")
+    if state == "retired" and "rows" not in document:
+        return []
+    rows = _native_rows(document.get("rows"), path)
+    return [] if state == "retired" else rows
+
+
+def _native_rows(table: Any, path: Path) -> list[RowId]:
+    if not isinstance(table, dict):
+        raise _file_error(path, "rows must be an object {partition: [keys]}")
+    rows: list[RowId] = []
+    for partition, keys in table.items():
+        if not isinstance(keys, list):
+            raise _file_error(path, f"rows[{partition!r}] must be a list of keys")
+        for index, key in enumerate(keys):
+            if not isinstance(key, str):
+                raise _file_error(path, f"rows[{partition!r}][{index}] is {key!r}, expected a key string")
+            rows.append(RowId(partition, key))
+    return rows
+
+
+def _parse_json(stream: IO[str], path: Path, source: ManifestSource) -> list[RowId]:
+    return _rows_at_key_path(_load_json(stream.read(), path), source, path)
+
+
+def _parse_jsonl(stream: IO[str], path: Path, source: ManifestSource) -> list[RowId]:
+    rows: list[RowId] = []
+    for line_number, line in enumerate(stream, start=1):
+        if line.strip():
+            record = _load_json(line, path, line_number)
+            rows.extend(_rows_at_key_path(record, source, path, line_number))
+    return rows
+
+
+def _rows_at_key_path(
+    document: Any, source: ManifestSource, path: Path, line_number: int | None = None
+) -> list[RowId]:
+    # The config guarantees both for json/jsonl; checked again so a hand-built source fails clearly.
+    if source.key_path is None or source.partition is None:
+        raise _file_error(path, f"format {source.format!r} needs key_path and partition in the config")
+    try:
+        keys = extract_keys(document, source.key_path)
+    except ValueError as exc:
+        raise _file_error(path, str(exc), line_number) from None
+    return [RowId(source.partition, key) for key in keys]
+
+
+def _load_json(text: str, path: Path, line_number: int | None = None) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"column {exc.colno}" if line_number is not None else f"line {exc.lineno} column {exc.colno}"
+        raise _file_error(path, f"is not valid JSON ({exc.msg} at {where})", line_number) from None
+
+
+def _file_error(path: Path, what: str, line_number: int | None = None) -> ReferenceSourceError:
+    place = f"{path} line {line_number}" if line_number is not None else str(path)
+    return ReferenceSourceError(Source.MANIFESTS.value, f"{place}: {what}")
+
+
+_Parser = Callable[[IO[str], Path, ManifestSource], list[RowId]]
+_PARSERS: dict[str, _Parser] = {"native": _parse_native, "json": _parse_json, "jsonl": _parse_jsonl}
