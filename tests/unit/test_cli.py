@@ -1,0 +1,208 @@
+"""The CLI's code path with memory stores handed in: exit codes, --json contract, human output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.scripted_store import ScriptedRowStore
+
+from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, Runtime, main
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.state.memory import ManualClock, MemoryState
+
+STAGING = "rollout_staging"
+REPORT_KEYS = {
+    "run_id", "namespace", "dry_run", "outcome", "reason", "started_at", "finished_at",
+    "counts", "phases_ms", "deleted_sample",
+}  # fmt: skip
+COUNT_KEYS = {
+    "listed",
+    "in_scope",
+    "referenced",
+    "within_grace",
+    "eligible",
+    "deleted",
+    "recheck_saved",
+    "failed",
+}
+
+
+class Cli:
+    def __init__(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.clock = ManualClock()
+        self.state = MemoryState("job-42", clock_ms=self.clock)
+        self.rows = ScriptedRowStore()
+        self.manifest_dir = tmp_path / "ckpt"
+        self.config_path = tmp_path / "gc.yaml"
+        self.write_config()
+
+    def write_config(self, **extra: Any) -> None:
+        config = {
+            "namespace": "job-42",
+            "scope": [{"partition": STAGING, "prefixes": ["__generation_cut__/", "r"]}],
+            "grace_seconds": 120,
+            "manifests": [{"glob": f"{self.manifest_dir}/**/gc-manifest.json"}],
+            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            **extra,
+        }
+        self.config_path.write_text(yaml.safe_dump(config))
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        code = main([*args[:1], "--config", str(self.config_path), *args[1:]], Runtime(self.state, self.rows))
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def run_json(self, *args: str) -> tuple[int, dict[str, Any]]:
+        code, out, _ = self.run(*args, "--json")
+        return code, json.loads(out)
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(tmp_path, capsys)
+
+
+def test_sweep_json_is_one_document_matching_the_contract(cli: Cli) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    code, out, _ = cli.run("sweep", "--json")
+    doc = json.loads(out)  # raises if there is anything but one JSON document
+    assert code == EXIT_OK
+    assert set(doc) == REPORT_KEYS and set(doc["counts"]) >= COUNT_KEYS
+    assert set(doc["counts"]["referenced"]) == {"admissions", "manifests", "tags"}
+    assert set(doc["phases_ms"]) == {"lease", "list", "references", "plan", "delete"}
+    assert doc["dry_run"] is True and doc["outcome"] == "dry_run" and doc["namespace"] == "job-42"
+
+
+def test_dry_run_by_default_execute_deletes(cli: Cli) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    cli.run("sweep")
+    cli.clock.advance(121)
+    code, doc = cli.run_json("sweep")
+    assert (code, doc["counts"]["eligible"], cli.rows.keys(STAGING)) == (EXIT_OK, 1, {"r1/c1"})
+    code, doc = cli.run_json("sweep", "--execute")
+    assert (code, doc["outcome"], doc["counts"]["deleted"]) == (EXIT_OK, "completed", 1)
+    assert doc["deleted_sample"] == [{"partition": STAGING, "key": "r1/c1", "unreferenced_s": 121.0}]
+    assert cli.rows.keys(STAGING) == set()
+
+
+def test_max_deletes_flag_caps_the_run(cli: Cli) -> None:
+    for i in range(3):
+        cli.rows.put(STAGING, f"r{i}/c")
+    cli.run("sweep")
+    cli.clock.advance(121)
+    code, doc = cli.run_json("sweep", "--execute", "--max-deletes", "1")
+    assert (code, doc["counts"]["deleted"], len(cli.rows.keys(STAGING))) == (EXIT_OK, 1, 2)
+
+
+def test_held_lease_exits_3(cli: Cli) -> None:
+    assert cli.state.acquire_lease("sidecar@node-1", 60_000)
+    code, doc = cli.run_json("sweep", "--execute")
+    assert (code, doc["outcome"]) == (EXIT_SKIPPED, "skipped")
+
+
+def test_fence_exits_3(cli: Cli) -> None:
+    AdmissionRegistry(cli.state).fence("checkpoint-9", 60)
+    assert cli.run_json("sweep")[0] == EXIT_SKIPPED
+
+
+def test_unparsable_manifest_exits_4_and_deletes_nothing(cli: Cli) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    cli.run("sweep")
+    cli.clock.advance(121)
+    bad = cli.manifest_dir / "step-3" / "gc-manifest.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{ not json")
+    code, doc = cli.run_json("sweep", "--execute")
+    assert (code, doc["outcome"]) == (EXIT_ABORTED, "aborted")
+    assert "gc-manifest.json" in doc["reason"]
+    assert cli.rows.keys(STAGING) == {"r1/c1"} and cli.rows.count("delete") == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ({"grace_seconds": 10}, "grace_seconds"),
+        ({"scope": [{"partition": "rollout_data", "all_keys": True}]}, "protected"),
+        ({"scope": [{"partition": STAGING, "prefixes": ["*"]}]}, "all_keys"),
+        ({"limits": {"delete_batch": 0}}, "limits.delete_batch"),
+        ({"state_url": "postgres://x"}, "state_url"),
+        ({"grace_seconds": "15m"}, "grace_seconds"),
+        ({"bogus_key": 1}, "bogus_key"),
+    ],
+)
+def test_bad_config_exits_2_with_the_field_named(cli: Cli, config: dict[str, Any], needle: str) -> None:
+    cli.write_config(**config)
+    code, out, err = cli.run("sweep", "--execute")
+    assert code == EXIT_USAGE and needle in err and out == ""
+    assert cli.rows.calls == []
+
+
+def test_missing_config_file_exits_2(cli: Cli, tmp_path: Path) -> None:
+    code = main(["sweep", "--config", str(tmp_path / "nope.yaml")], Runtime(cli.state, cli.rows))
+    assert code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--max-deletes", "-1"], ["sweep", "--bogus"], ["nonsense"]])
+def test_bad_usage_exits_2(cli: Cli, argv: list[str]) -> None:
+    assert main(argv, Runtime(cli.state, cli.rows)) == EXIT_USAGE
+
+
+def test_env_overrides_file_and_flags_override_env(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(3):
+        cli.rows.put(STAGING, f"r{i}/c")
+    monkeypatch.setenv("TQGC_LIMITS__MAX_DELETES_PER_RUN", "2")
+    cli.run("sweep")
+    cli.clock.advance(121)
+    code, doc = cli.run_json("sweep", "--execute", "--max-deletes", "1")
+    assert doc["counts"]["deleted"] == 1
+    _code, doc = cli.run_json("sweep", "--execute")
+    assert doc["counts"]["deleted"] == 2
+
+
+def test_status_admissions_audit_and_check(cli: Cli) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    cli.rows.put(STAGING, "r2/c1")
+    AdmissionRegistry(cli.state).admit("adm-1", {STAGING: ["r2/c1"]}, 600)
+    cli.run("sweep")
+    cli.clock.advance(121)
+    _, swept = cli.run_json("sweep", "--execute")
+
+    _, status = cli.run_json("status")
+    assert status["lease"] is None and status["runs"][0]["run_id"] == swept["run_id"]
+    assert status["waiting"][STAGING]["rows"] == 0
+    _, adm = cli.run_json("admissions")
+    assert adm["admissions"] == {"adm-1": {STAGING: ["r2/c1"]}}
+    _, audit = cli.run_json("audit", "--run", swept["run_id"])
+    assert [row["key"] for row in audit["deleted"]] == ["r1/c1"]
+    code, check = cli.run_json("check")
+    assert code == EXIT_OK and check["ok"], check
+
+
+def test_check_fails_on_a_broken_manifest_and_touches_nothing(cli: Cli) -> None:
+    bad = cli.manifest_dir / "gc-manifest.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("[")
+    cli.rows.put(STAGING, "r1/c1")
+    code, doc = cli.run_json("check")
+    assert code == EXIT_USAGE and not doc["ok"]
+    assert [c["name"] for c in doc["checks"] if not c["ok"]] == ["manifests"]
+    assert cli.rows.count("delete") == 0 and cli.state.load_first_seen(STAGING) == {}
+
+
+def test_human_output_is_a_readable_table(cli: Cli) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    code, out, _ = cli.run("sweep")
+    assert code == EXIT_OK
+    assert "in scope" in out and "within grace" in out and "dry run" in out
+
+
+def test_password_never_printed(cli: Cli) -> None:
+    cli.write_config(state_url="redis://:hunter2@127.0.0.1:1/0")
+    _code, out, err = cli.run("status", "--json")
+    assert "hunter2" not in out + err

@@ -1,0 +1,357 @@
+"""One sweep, end to end, on the memory row store and the memory state with a manual clock.
+
+Each test is a scenario written as steps; where a race matters, a write is slipped in between two
+steps of the sweep through the scripted store's hooks, and the test asserts what was (not) deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.scripted_store import ScriptedRowStore
+
+from tq_gc.collector import Collector
+from tq_gc.config import Config, parse_config
+from tq_gc.errors import StoreUnavailable
+from tq_gc.model import Outcome, RowId, SweepReport
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.state.memory import ManualClock, MemoryState
+
+STAGING = "rollout_staging"
+DATA = "rollout_data"
+GRACE_S = 60
+
+
+class World:
+    def __init__(self, tmp_path: Path, **config: Any) -> None:
+        self.tmp_path = tmp_path
+        self.clock = ManualClock()
+        self.state = MemoryState("job-42", clock_ms=self.clock)
+        self.rows = ScriptedRowStore()
+        self.registry = AdmissionRegistry(self.state)
+        values: dict[str, Any] = {
+            "namespace": "job-42",
+            "scope": [{"partition": STAGING, "all_keys": True}],
+            "grace_seconds": GRACE_S,
+            "manifests": [{"glob": str(tmp_path / "ckpt" / "**" / "gc-manifest.json")}],
+            "tag_references": [
+                {
+                    "partition": DATA,
+                    "key_path": "route_assembly_plan.cleanup_staging_keys",
+                    "target_partition": STAGING,
+                }
+            ],
+            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+        }
+        values.update(config)
+        self.config: Config = parse_config(values)
+
+    def sweep(self, execute: bool = True, holder: str = "test", **kwargs: Any) -> SweepReport:
+        return Collector(self.config, self.state, self.rows, holder=holder).sweep(
+            dry_run=not execute, **kwargs
+        )
+
+    def staging(self) -> set[str]:
+        return self.rows.keys(STAGING)
+
+    def write_manifest(self, keys: list[str], state: str = "active", name: str = "ckpt-1") -> Path:
+        path = self.tmp_path / "ckpt" / name / "gc-manifest.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"format": "tq-gc/manifest/v1", "manifest_id": name, "state": state, "rows": {STAGING: keys}}
+        path.write_text(json.dumps(doc))
+        return path
+
+    def age(self, seconds: float = GRACE_S + 1) -> None:
+        self.clock.advance(seconds)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def test_orphan_is_kept_within_grace_then_deleted(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    first = world.sweep()
+    assert first.outcome is Outcome.COMPLETED
+    assert first.counts.within_grace == 1 and world.staging() == {"r1/c1"}
+    world.age(GRACE_S - 1)
+    assert world.sweep().counts.deleted == 0
+    world.age(2)
+    report = world.sweep()
+    assert report.counts.deleted == 1
+    assert world.staging() == set()
+    assert [d.key for d in report.deleted_sample] == ["r1/c1"]
+    assert report.deleted_sample[0].unreferenced_s == pytest.approx(GRACE_S + 1)
+
+
+@pytest.mark.parametrize("source", ["admission", "manifest", "tag"])
+def test_referenced_row_survives_any_number_of_sweeps(world: World, source: str) -> None:
+    world.rows.put(STAGING, "held/c1")
+    world.rows.put(STAGING, "orphan/c1")
+    if source == "admission":
+        world.registry.admit("adm-1", {STAGING: ["held/c1"]}, ttl_seconds=10_000)
+    elif source == "manifest":
+        world.write_manifest(["held/c1"])
+    else:
+        world.rows.put(DATA, "g1_g0", {"route_assembly_plan": {"cleanup_staging_keys": ["held/c1"]}})
+    for _ in range(3):
+        world.sweep()
+        world.age()
+    assert world.staging() == {"held/c1"}
+    assert (
+        world.sweep().counts.referenced[
+            {"admission": "admissions", "manifest": "manifests"}.get(source, "tags")
+        ]
+        == 1
+    )
+
+
+def test_canonical_partition_is_never_touched(world: World) -> None:
+    world.rows.put(DATA, "g1_g0")
+    world.sweep()
+    world.age()
+    world.sweep()
+    assert world.rows.keys(DATA) == {"g1_g0"}
+
+
+def test_referenced_again_restarts_the_clock(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.sweep()
+    world.age(GRACE_S - 10)
+    world.registry.admit("adm-1", {STAGING: ["r1/c1"]}, ttl_seconds=10_000)
+    world.sweep()
+    world.registry.release("adm-1")
+    world.age(20)
+    assert world.sweep().counts.deleted == 0, "unreferenced for 20 s since release; grace is 60 s"
+    world.age(GRACE_S)
+    assert world.sweep().counts.deleted == 1
+
+
+def test_retired_manifest_releases_its_rows(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.write_manifest(["r1/c1"])
+    world.sweep()
+    world.age()
+    world.sweep()
+    world.write_manifest(["r1/c1"], state="retired")
+    world.sweep()
+    world.age()
+    assert world.sweep().counts.deleted == 1
+
+
+def test_dry_run_deletes_nothing_and_says_what_it_would(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.sweep(execute=False)
+    world.age()
+    report = world.sweep(execute=False)
+    assert report.outcome is Outcome.DRY_RUN and report.dry_run
+    assert report.counts.eligible == 1 and report.counts.deleted == 0
+    assert world.rows.count("delete") == 0
+    assert world.staging() == {"r1/c1"}
+
+
+def test_unparsable_manifest_aborts_with_nothing_deleted(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.sweep()
+    world.age()
+    path = world.write_manifest(["other"])
+    path.write_text('{"format": "tq-gc/manifest/v1", "rows": ')
+    report = world.sweep()
+    assert report.outcome is Outcome.ABORTED
+    assert "manifests" in (report.reason or "")
+    assert world.staging() == {"r1/c1"} and world.rows.count("delete") == 0
+
+
+def test_admissions_expected_but_empty_abort(tmp_path: Path) -> None:
+    world = World(tmp_path, admissions={"expect_nonempty": True})
+    world.rows.put(STAGING, "r1/c1")
+    assert world.sweep().outcome is Outcome.ABORTED
+
+
+def test_held_lease_skips_a_second_sweeper(world: World) -> None:
+    lease = world.state.acquire_lease("sidecar", 30_000)
+    assert lease is not None
+    report = world.sweep(holder="cronjob")
+    assert report.outcome is Outcome.SKIPPED and "sidecar" in (report.reason or "")
+    assert world.rows.count("list_rows") == 0
+
+
+def test_fence_up_skips_the_sweep(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.sweep()
+    world.age()
+    world.registry.fence("checkpoint-7", ttl_seconds=300)
+    report = world.sweep()
+    assert report.outcome is Outcome.SKIPPED and "checkpoint-7" in (report.reason or "")
+    world.registry.unfence("checkpoint-7")
+    assert world.sweep().counts.deleted == 1
+
+
+def test_fence_raised_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    for i in range(6):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+    # Raised while the first batch is being deleted: the second batch must not go.
+    world.rows.before("delete", lambda: world.registry.fence("ckpt", 300))
+    report = world.sweep()
+    assert report.outcome is Outcome.SKIPPED
+    assert report.counts.deleted == 2 and len(world.staging()) == 4
+
+
+def test_row_recreated_between_plan_and_delete_is_kept(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1", {"v": 1})
+    world.sweep()
+    world.age()
+    # Key reuse: deleted and rewritten (new global index, same tags) after listing, before the re-check.
+    world.rows.before("identities", lambda: world.rows.put(STAGING, "r1/c1", {"v": 1}))
+    report = world.sweep()
+    assert report.counts.recheck_saved == 1 and report.counts.deleted == 0
+    assert world.staging() == {"r1/c1"}
+
+
+def test_row_admitted_between_plan_and_delete_is_kept(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.rows.put(STAGING, "r2/c1")
+    world.sweep()
+    world.age()
+    # Writer race: a restored call admits its saved prefix after references were read.
+    world.rows.before("identities", lambda: world.registry.admit("adm", {STAGING: ["r1/c1"]}, 600))
+    report = world.sweep()
+    assert report.counts.recheck_saved == 1 and report.counts.deleted == 1
+    assert world.staging() == {"r1/c1"}
+
+
+def test_moving_reference_manifest_to_admission_is_never_unprotected(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.write_manifest(["r1/c1"])
+    world.sweep()
+    world.age()
+    world.sweep()
+
+    def restore() -> None:  # make-before-break: admit, then retire the manifest
+        world.registry.admit("adm", {STAGING: ["r1/c1"]}, 600)
+        world.write_manifest(["r1/c1"], state="retired")
+
+    world.rows.before("list_rows", restore)
+    report = world.sweep()
+    assert report.counts.deleted == 0 and world.staging() == {"r1/c1"}
+
+
+def test_lease_lost_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    for i in range(6):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+
+    def lease_expires_and_is_taken() -> None:
+        world.age(world.config.lease_ttl_seconds + 1)
+        assert world.state.acquire_lease("cronjob", 60_000) is not None
+
+    world.rows.before("delete", lease_expires_and_is_taken)
+    report = world.sweep()
+    assert report.outcome is Outcome.ABORTED and "lease" in (report.reason or "")
+    assert report.counts.deleted == 2 and world.rows.count("delete") == 1
+    assert len(world.staging()) == 4
+
+
+def test_row_store_failing_mid_sweep_stops_deleting(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    for i in range(6):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+
+    def controller_dies() -> None:
+        raise StoreUnavailable("TransferQueue controller unreachable")
+
+    world.rows.before("delete", controller_dies, after_calls=1)
+    report = world.sweep()
+    assert report.outcome is Outcome.ABORTED and "unreachable" in (report.reason or "")
+    assert len(world.staging()) == 4
+    assert world.state.lease_holder() is None, "the lease is released after an abort"
+
+
+def test_cap_stops_at_the_count_and_the_rest_wait(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    for i in range(5):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+    report = world.sweep(max_deletes=2)
+    assert report.counts.deleted == 2 and report.counts.over_cap == 3
+    assert world.sweep().counts.deleted == 3
+
+
+def test_blast_radius_aborts_with_nothing_deleted(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"max_delete_fraction": 0.5, "fraction_min_rows": 0})
+    for i in range(4):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.registry.admit("adm", {STAGING: ["r0/c"]}, 10_000)
+    world.sweep()
+    world.age()
+    report = world.sweep()
+    assert report.outcome is Outcome.ABORTED and "blast radius" in (report.reason or "")
+    assert len(world.staging()) == 4
+
+
+def test_every_deleted_row_is_audited_and_every_run_recorded(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1", {"rollout_id": "r1"})
+    world.sweep()
+    world.age()
+    report = world.sweep()
+    audit = world.state.read_audit(report.run_id, 10)
+    assert [(a.partition, a.key, a.run_id) for a in audit] == [(STAGING, "r1/c1", report.run_id)]
+    assert audit[0].global_index is not None and audit[0].tags_digest
+    assert next(r["run_id"] for r in world.state.recent_runs(5)) == report.run_id
+    assert len(world.state.recent_runs(5)) == 2
+
+
+def test_skipped_runs_are_recorded_too(world: World) -> None:
+    world.registry.fence("ckpt", 300)
+    report = world.sweep()
+    assert world.state.recent_runs(1)[0]["outcome"] == "skipped" == report.outcome.value
+
+
+def test_first_seen_is_dropped_for_rows_gone(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.sweep()
+    world.rows.delete(STAGING, ["r1/c1"])
+    world.sweep()
+    assert world.state.load_first_seen(STAGING) == {}
+
+
+def test_long_call_admission_outlives_grace(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.registry.admit("long", {STAGING: ["r1/c1"]}, ttl_seconds=GRACE_S)
+    for _ in range(10):
+        world.sweep()
+        world.age(GRACE_S / 2)
+        assert world.registry.renew("long", ttl_seconds=GRACE_S)
+    assert world.staging() == {"r1/c1"}
+
+
+def test_dead_publisher_stops_protecting_after_its_ttl(world: World) -> None:
+    world.rows.put(STAGING, "r1/c1")
+    world.registry.admit("dies", {STAGING: ["r1/c1"]}, ttl_seconds=30)
+    world.sweep()
+    world.age(31)
+    world.sweep()
+    assert world.staging() == {"r1/c1"}
+    world.age()
+    assert world.sweep().counts.deleted == 1
+
+
+def test_report_rows_identify_the_run(world: World) -> None:
+    assert RowId(STAGING, "k").partition == STAGING
+    doc = world.sweep().to_dict()
+    assert set(doc) == {
+        "run_id", "namespace", "dry_run", "outcome", "reason", "started_at", "finished_at",
+        "counts", "phases_ms", "deleted_sample",
+    }  # fmt: skip

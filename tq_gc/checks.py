@@ -1,0 +1,83 @@
+"""`tq-gc check`: validate config, reach every store and source, touch nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tq_gc.config import Config
+from tq_gc.errors import TqGcError
+from tq_gc.references.admissions import AdmissionsSource
+from tq_gc.references.manifests import ManifestsSource
+from tq_gc.references.tags import TagsSource
+from tq_gc.state import open_state
+from tq_gc.state.base import StateStore
+from tq_gc.stores import RowStore, attach_transfer_queue
+
+if TYPE_CHECKING:
+    from tq_gc.cli import Runtime
+
+CheckResult = dict[str, Any]
+
+
+def _check(name: str, probe: Callable[[], str]) -> CheckResult:
+    try:
+        return {"name": name, "ok": True, "detail": probe()}
+    except TqGcError as exc:
+        return {"name": name, "ok": False, "detail": str(exc)}
+    except Exception as exc:
+        return {"name": name, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+
+
+def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
+    scope = ", ".join(e.partition for e in config.scope) or "EMPTY: nothing would ever be collected"
+    results = [
+        {"name": "config", "ok": bool(config.scope), "detail": f"namespace {config.namespace}; scope {scope}"}
+    ]
+    state: StateStore | None = runtime.state
+    owned = state is None
+    try:
+        if state is None:
+            state = open_state(config.state_url, config.namespace)
+        results.append(_check("state store", _probe_state(state, config)))
+        results.append(
+            _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
+        )
+        rows = _attach(config, runtime, results)
+        results.append(
+            _check("manifests", lambda: _count(ManifestsSource(config.manifests).read(), "rows named"))
+        )
+        if rows is not None:
+            tags = TagsSource(config.tag_references, rows)
+            results.append(_check("tag references", lambda: _count(tags.read(), "rows named")))
+    finally:
+        if owned and state is not None:
+            state.close()
+    return results
+
+
+def _probe_state(state: StateStore, config: Config) -> Callable[[], str]:
+    def probe() -> str:
+        now_ms = state.now_ms()
+        lease = state.lease_holder()
+        holder = "free" if lease is None else f"held by {lease.holder}"
+        return f"{config.redacted()['state_url']}: clock {now_ms} ms, lease {holder}"
+
+    return probe
+
+
+def _attach(config: Config, runtime: Runtime, results: list[CheckResult]) -> RowStore | None:
+    found: list[RowStore] = []
+
+    def probe() -> str:
+        rows = runtime.row_store or (runtime.row_store_factory or attach_transfer_queue)(config)
+        found.append(rows)
+        sizes = ", ".join(f"{e.partition}: {len(rows.list_rows(e.partition))} rows" for e in config.scope)
+        return sizes or "reachable"
+
+    results.append(_check("row store", probe))
+    return found[0] if found else None
+
+
+def _count(rows: frozenset[Any], what: str) -> str:
+    return f"{len(rows)} {what}"

@@ -1,0 +1,254 @@
+"""tq-gc: the command line. Thin: it loads config, builds the stores, calls the collector, prints.
+
+Exit codes (DESIGN.md): 0 done, 1 unexpected error, 2 bad usage or config, 3 skipped, 4 aborted.
+`--json` prints exactly one JSON document on stdout; logs and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from tq_gc import render
+from tq_gc.collector import Collector
+from tq_gc.config import Config, load_config
+from tq_gc.errors import ConfigError, TqGcError
+from tq_gc.logs import configure_logging
+from tq_gc.model import Outcome
+from tq_gc.state import open_state
+from tq_gc.state.base import StateStore
+from tq_gc.stores import RowStore, attach_transfer_queue
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
+OUTCOME_EXIT = {
+    Outcome.COMPLETED: EXIT_OK,
+    Outcome.DRY_RUN: EXIT_OK,
+    Outcome.SKIPPED: EXIT_SKIPPED,
+    Outcome.ABORTED: EXIT_ABORTED,
+}
+log = logging.getLogger("tq_gc")
+
+
+@dataclass
+class Runtime:
+    """What the CLI runs against. Tests hand in a memory row store and a state; else they are built
+    from config, and the CLI closes only what it built."""
+
+    state: StateStore | None = None
+    row_store: RowStore | None = None
+    row_store_factory: Callable[[Config], RowStore] | None = None
+
+    @contextmanager
+    def stores(self, config: Config, need_rows: bool = True) -> Iterator[tuple[StateStore, RowStore | None]]:
+        with ExitStack() as stack:
+            state = self.state
+            if state is None:
+                state = open_state(config.state_url, config.namespace)
+                stack.callback(state.close)
+            rows = self.row_store
+            if rows is None and need_rows:
+                rows = (self.row_store_factory or attach_transfer_queue)(config)
+            yield state, rows
+
+
+def _config_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--config",
+        "config_path",
+        envvar="TQGC_CONFIG",
+        type=click.Path(dir_okay=False),
+        help="YAML config file (env TQGC_CONFIG). Env TQGC_... overrides it; flags override both.",
+    )(func)
+
+
+def _json_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document.")(func)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@click.version_option(package_name="tq-gc")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str) -> None:
+    """Reclaim orphaned TransferQueue rows, safely. Dry run unless --execute."""
+    ctx.ensure_object(Runtime)
+    ctx.meta["log_level"] = log_level.upper()
+
+
+def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Config:
+    config = load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
+    configure_logging(ctx.meta.get("log_level", "INFO"), config.log_format)
+    return config
+
+
+@cli.command()
+@_config_option
+@click.option("--execute", is_flag=True, help="Really delete. Without it the sweep is a dry run.")
+@_json_option
+@click.option("--max-deletes", type=click.IntRange(min=0), help="Delete at most N rows this run.")
+@click.option("--pushgateway", metavar="URL", help="Push the sweep's metrics to a Prometheus Pushgateway.")
+@click.pass_context
+def sweep(
+    ctx: click.Context,
+    config_path: str | None,
+    execute: bool,
+    as_json: bool,
+    max_deletes: int | None,
+    pushgateway: str | None,
+) -> None:
+    """One sweep: lease, fence, list, references, plan, re-check, delete, report."""
+    config = _load(ctx, config_path)
+    runtime: Runtime = ctx.obj
+    with runtime.stores(config) as (state, rows), render.progress(enabled=not as_json) as progress:
+        assert rows is not None
+        report = Collector(config, state, rows).sweep(
+            dry_run=not execute, max_deletes=max_deletes, progress=progress
+        )
+    if pushgateway:
+        from tq_gc.metrics import push_report
+
+        push_report(pushgateway, config.namespace, report)
+    _emit(report.to_dict(), as_json, render.sweep_report)
+    ctx.exit(OUTCOME_EXIT[report.outcome])
+
+
+@cli.command()
+@_config_option
+@_json_option
+@click.option("--runs", default=10, show_default=True, type=click.IntRange(min=1), help="How many runs.")
+@click.pass_context
+def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int) -> None:
+    """Last runs, the lease holder, rows waiting out their grace."""
+    config = _load(ctx, config_path)
+    with ctx.obj.stores(config, need_rows=False) as (state, _):
+        now_ms = state.now_ms()
+        lease = state.lease_holder()
+        waiting = {
+            entry.partition: _waiting_summary(state.load_first_seen(entry.partition).values(), now_ms)
+            for entry in config.scope
+        }
+        doc = {
+            "namespace": config.namespace,
+            "state_url": config.redacted()["state_url"],
+            "lease": None
+            if lease is None
+            else {"holder": lease.holder, "expires_in_s": (lease.expires_at_ms - now_ms) / 1000},
+            "fences": {name: (exp - now_ms) / 1000 for name, exp in state.live_fences().items()},
+            "waiting": waiting,
+            "grace_seconds": config.grace_seconds,
+            "runs": state.recent_runs(runs),
+        }
+    _emit(doc, as_json, render.status)
+
+
+def _waiting_summary(records: Any, now_ms: int) -> dict[str, Any]:
+    ages = [now_ms - record.at_ms for record in records]
+    return {"rows": len(ages), "oldest_s": max(ages) / 1000 if ages else 0.0}
+
+
+@cli.command()
+@_config_option
+@_json_option
+@click.pass_context
+def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """Live admissions and the rows they hold."""
+    config = _load(ctx, config_path)
+    with ctx.obj.stores(config, need_rows=False) as (state, _):
+        doc = {"namespace": config.namespace, "admissions": state.live_admissions()}
+    _emit(doc, as_json, render.admissions)
+
+
+@cli.command()
+@_config_option
+@click.option("--run", "run_id", help="Only rows deleted by this run.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+@_json_option
+@click.pass_context
+def audit(ctx: click.Context, config_path: str | None, run_id: str | None, limit: int, as_json: bool) -> None:
+    """Deleted rows, newest first."""
+    config = _load(ctx, config_path)
+    with ctx.obj.stores(config, need_rows=False) as (state, _):
+        rows = [row.to_dict() for row in state.read_audit(run_id, limit)]
+    _emit({"namespace": config.namespace, "run_id": run_id, "deleted": rows}, as_json, render.audit)
+
+
+@cli.command()
+@_config_option
+@_json_option
+@click.pass_context
+def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """Validate config, reach every store and source, touch nothing."""
+    from tq_gc.checks import run_checks
+
+    config = _load(ctx, config_path)
+    results = run_checks(config, ctx.obj)
+    _emit({"ok": all(r["ok"] for r in results), "checks": results}, as_json, render.checks)
+    ctx.exit(EXIT_OK if all(r["ok"] for r in results) else EXIT_USAGE)
+
+
+@cli.command()
+@_config_option
+@click.pass_context
+def serve(ctx: click.Context, config_path: str | None) -> None:
+    """Start the sidecar actor in the job's Ray cluster, and keep it running."""
+    from tq_gc.sidecar import serve_forever
+
+    serve_forever(_load(ctx, config_path))
+
+
+@cli.command()
+@click.option("--rounds", default=None, type=click.IntRange(min=1), help="Training steps to play.")
+@click.pass_context
+def demo(ctx: click.Context, rounds: int | None) -> None:
+    """The whole story on a local Ray cluster with a real TransferQueue (no Redis, no config)."""
+    from tq_gc.demo import run_demo
+
+    configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
+    ctx.exit(run_demo(rounds=rounds))
+
+
+def _emit(doc: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(doc, default=str))
+    else:
+        human(doc)
+
+
+def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> int:
+    """Entry point; returns the exit code. Tests call it with a Runtime holding memory stores."""
+    try:
+        code = cli.main(
+            args=list(argv) if argv is not None else None, obj=runtime or Runtime(), standalone_mode=False
+        )
+    except click.exceptions.Exit as exit_:
+        return int(exit_.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
+    except click.Abort:
+        return EXIT_ERROR
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    except TqGcError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_ERROR
+    except Exception as exc:
+        log.debug("unexpected error", exc_info=True)
+        click.echo(f"unexpected error: {type(exc).__name__}: {exc}", err=True)
+        return EXIT_ERROR
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+__all__ = ["EXIT_ABORTED", "EXIT_ERROR", "EXIT_OK", "EXIT_SKIPPED", "EXIT_USAGE", "Runtime", "cli", "main"]

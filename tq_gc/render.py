@@ -1,0 +1,121 @@
+"""Human output of the CLI: rich tables on stdout, progress on stderr (only on a terminal)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+
+def _console() -> Console:
+    # Built per call: tests and the CLI swap sys.stdout, and a console caches its file.
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    bar = Progress(
+        "deleting", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True)
+    )
+    task = bar.add_task("delete", total=None)
+    with bar:
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def sweep_report(doc: dict[str, Any]) -> None:
+    console = _console()
+    counts = doc["counts"]
+    title = f"sweep {doc['run_id']}  {doc['outcome']}" + ("  (dry run)" if doc["dry_run"] else "")
+    table = Table(title=title, show_header=False)
+    table.add_column("what")
+    table.add_column("rows", justify="right")
+    table.add_row("listed", str(counts["listed"]))
+    table.add_row("in scope", str(counts["in_scope"]))
+    for source, n in counts["referenced"].items():
+        table.add_row(f"kept: referenced by {source}", str(n))
+    table.add_row("kept: within grace", str(counts["within_grace"]))
+    table.add_row("kept: over the cap", str(counts.get("over_cap", 0)))
+    table.add_row("kept: re-check saved", str(counts["recheck_saved"]))
+    table.add_row("eligible", str(counts["eligible"]))
+    table.add_row("deleted", str(counts["deleted"]))
+    console.print(table)
+    if doc["reason"]:
+        console.print(f"reason: {doc['reason']}")
+    if doc["dry_run"] and counts["eligible"]:
+        console.print(f"dry run: {counts['eligible']} rows would be deleted; run with --execute to delete.")
+    phases = ", ".join(f"{k} {v:.0f} ms" for k, v in doc["phases_ms"].items())
+    console.print(f"phases: {phases}")
+
+
+def status(doc: dict[str, Any]) -> None:
+    console = _console()
+    lease = doc["lease"]
+    console.print(f"namespace {doc['namespace']}  state {doc['state_url']}")
+    console.print(
+        "lease: free"
+        if lease is None
+        else f"lease: {lease['holder']} (expires in {lease['expires_in_s']:.0f} s)"
+    )
+    console.print("fences: " + (", ".join(doc["fences"]) or "none"))
+    waiting = Table(title=f"rows waiting out their grace ({doc['grace_seconds']:g} s)")
+    for column in ("partition", "rows", "oldest (s)"):
+        waiting.add_column(column)
+    for partition, summary in doc["waiting"].items():
+        waiting.add_row(partition, str(summary["rows"]), f"{summary['oldest_s']:.0f}")
+    console.print(waiting)
+    runs = Table(title="last runs")
+    for column in ("run", "finished", "outcome", "deleted", "eligible", "reason"):
+        runs.add_column(column)
+    for run in doc["runs"]:
+        counts = run.get("counts", {})
+        runs.add_row(
+            run["run_id"],
+            run.get("finished_at", ""),
+            run["outcome"] + (" (dry)" if run.get("dry_run") else ""),
+            str(counts.get("deleted", 0)),
+            str(counts.get("eligible", 0)),
+            run.get("reason") or "",
+        )
+    console.print(runs)
+
+
+def admissions(doc: dict[str, Any]) -> None:
+    table = Table(title=f"live admissions ({len(doc['admissions'])})")
+    for column in ("admission", "partition", "rows", "first keys"):
+        table.add_column(column)
+    for admission_id, rows in sorted(doc["admissions"].items()):
+        for partition, keys in rows.items():
+            table.add_row(admission_id, partition, str(len(keys)), ", ".join(keys[:3]))
+    _console().print(table)
+
+
+def audit(doc: dict[str, Any]) -> None:
+    table = Table(title=f"deleted rows ({len(doc['deleted'])})")
+    for column in ("run", "partition", "key", "global index", "unreferenced (s)"):
+        table.add_column(column)
+    for row in doc["deleted"]:
+        table.add_row(
+            row["run_id"],
+            row["partition"],
+            row["key"],
+            str(row["global_index"]),
+            f"{row['unreferenced_s']:.0f}",
+        )
+    _console().print(table)
+
+
+def checks(doc: dict[str, Any]) -> None:
+    table = Table(title="tq-gc check")
+    for column in ("check", "ok", "detail"):
+        table.add_column(column)
+    for result in doc["checks"]:
+        table.add_row(result["name"], "yes" if result["ok"] else "NO", result["detail"])
+    _console().print(table)
