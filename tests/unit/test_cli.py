@@ -159,7 +159,7 @@ def test_env_overrides_file_and_flags_override_env(cli: Cli, monkeypatch: pytest
     monkeypatch.setenv("TQGC_LIMITS__MAX_DELETES_PER_RUN", "2")
     cli.run("sweep")
     cli.clock.advance(121)
-    code, doc = cli.run_json("sweep", "--execute", "--max-deletes", "1")
+    _, doc = cli.run_json("sweep", "--execute", "--max-deletes", "1")
     assert doc["counts"]["deleted"] == 1
     _code, doc = cli.run_json("sweep", "--execute")
     assert doc["counts"]["deleted"] == 2
