@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 import yaml
-from support.scripted_store import ScriptedRowStore
 
 from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, Runtime, main
 from tq_gc.references.admissions import AdmissionRegistry
 from tq_gc.state.memory import ManualClock, MemoryState
+
+from support.scripted_store import ScriptedRowStore
 
 STAGING = "rollout_staging"
 REPORT_KEYS = {

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.scripted_store import ScriptedRowStore
 
 from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
@@ -19,6 +18,8 @@ from tq_gc.errors import StoreUnavailable
 from tq_gc.model import Outcome, RowId, SweepReport
 from tq_gc.references.admissions import AdmissionRegistry
 from tq_gc.state.memory import ManualClock, MemoryState
+
+from support.scripted_store import ScriptedRowStore
 
 STAGING = "rollout_staging"
 DATA = "rollout_data"
