@@ -1,0 +1,28 @@
+"""State stores: `memory://` (embedded) and `redis://`, `rediss://`, `unix://` (shared). See base.py."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from tq_gc.config import redact_url
+from tq_gc.errors import ConfigError
+from tq_gc.state.base import Lease, StateStore
+from tq_gc.state.memory import MemoryState
+from tq_gc.state.redis import RedisState
+
+__all__ = ["Lease", "MemoryState", "RedisState", "StateStore", "open_state"]
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def open_state(url: str, namespace: str) -> StateStore:
+    """The store a state_url names; the caller owns it (close() it)."""
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        return MemoryState(namespace)
+    if scheme in REDIS_SCHEMES:
+        return RedisState.from_url(url, namespace)
+    raise ConfigError(
+        f"{redact_url(url)!r} is not a state store URL: use memory://, redis://host:6379/0, "
+        "rediss://... or unix:///path/to/redis.sock"
+    )

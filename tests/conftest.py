@@ -1,0 +1,54 @@
+"""Shared fixtures: a real redis-server for the session, and the state store on every backend."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from tq_gc.state import MemoryState, RedisState, StateStore
+from tq_gc.state.memory import ManualClock
+
+from redis_server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's Redis, emptied before the test."""
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_server.url
+
+
+@pytest.fixture(params=["memory", "redis"])
+def state(request: pytest.FixtureRequest) -> Iterator[StateStore]:
+    """A fresh state store: memory on a ManualClock, or Redis on its own (real) clock."""
+    store: StateStore
+    if request.param == "memory":
+        store = MemoryState("test", clock_ms=ManualClock())
+    else:
+        store = RedisState.from_url(request.getfixturevalue("redis_url"), "test")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def advance(state: StateStore) -> Callable[[float], None]:
+    """Let `seconds` pass on the store's clock: moves the manual clock, or sleeps for Redis."""
+    clock = getattr(state, "clock_ms", None)
+    if isinstance(clock, ManualClock):
+        return clock.advance
+    return time.sleep

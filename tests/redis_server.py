@@ -1,0 +1,114 @@
+"""A real, throwaway redis-server for tests: free port, no persistence, stopped without fail."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+
+
+class RedisServerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """`with RedisServer() as server: server.url`, or start() / stop()."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RedisServerError(
+                "redis-server not found: install it with `apt-get install redis-server` "
+                "(or run scripts/test, which does)"
+            )
+        self._dir = tempfile.TemporaryDirectory(prefix="tqgc-redis-")
+        try:
+            # The port may be taken between free_port() and the bind: try a few.
+            for _ in range(3):
+                self.port = free_port()
+                if self._spawn(binary, Path(self._dir.name)):
+                    return self
+            raise RedisServerError(f"redis-server did not start; its log:\n{self._log()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, binary: str, workdir: Path) -> bool:
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        with (workdir / "redis.log").open("ab") as log:
+            self._process = subprocess.Popen(args, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+        if self._wait_for_ping():
+            return True
+        self._terminate()
+        return False
+
+    def _wait_for_ping(self) -> bool:
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, socket_timeout=0.5)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                if self._process is None or self._process.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def _log(self) -> str:
+        if self._dir is None:
+            return ""
+        path = Path(self._dir.name) / "redis.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def stop(self) -> None:
+        self._terminate()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

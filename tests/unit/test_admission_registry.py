@@ -1,0 +1,178 @@
+"""The publisher API (AdmissionRegistry) and the collector's view of it (AdmissionsSource), both backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
+from tq_gc.model import RowId
+from tq_gc.references.admissions import AdmissionRegistry, AdmissionsSource
+from tq_gc.references.base import ReferenceSource
+from tq_gc.state import RedisState, StateStore
+
+from redis_server import RedisServer
+
+Advance = Callable[[float], None]
+ROWS = {"rollout_staging": ["r7_g0_a1/call3", "r7_g0_a1/call4"]}
+
+
+def test_admit_renew_release(state: StateStore) -> None:
+    reg = AdmissionRegistry(state)
+    reg.admit("adm-1", rows=ROWS, ttl_seconds=600)
+    assert reg.live() == {"adm-1": ROWS}
+
+    assert reg.renew("adm-1", ttl_seconds=600) is True
+    reg.release("adm-1")
+    assert reg.live() == {}
+    assert reg.renew("adm-1", ttl_seconds=600) is False
+
+
+def test_expired_admissions_are_not_live(state: StateStore, advance: Advance) -> None:
+    reg = AdmissionRegistry(state)
+    reg.admit("dying", rows=ROWS, ttl_seconds=0.2)
+    reg.admit("alive", rows={"p": ["k"]}, ttl_seconds=600)
+    advance(0.35)
+
+    assert reg.live() == {"alive": {"p": ["k"]}}
+    assert reg.renew("dying", ttl_seconds=600) is False
+
+
+def test_admission_block_holds_rows_then_releases(state: StateStore) -> None:
+    reg = AdmissionRegistry(state)
+    with reg.admission("adm-2", rows=ROWS, ttl_seconds=600) as admission_id:
+        assert admission_id == "adm-2"
+        assert reg.live() == {"adm-2": ROWS}
+    assert reg.live() == {}
+
+
+def test_admission_block_releases_when_it_raises(state: StateStore) -> None:
+    reg = AdmissionRegistry(state)
+    with pytest.raises(RuntimeError, match="rollout failed"), reg.admission("adm", ROWS, ttl_seconds=600):
+        raise RuntimeError("rollout failed")
+    assert reg.live() == {}
+
+
+def test_a_failed_release_does_not_hide_the_blocks_error() -> None:
+    with RedisServer() as server:
+        reg = AdmissionRegistry.connect(server.url, namespace="job")
+        with pytest.raises(RuntimeError, match="rollout failed"), reg.admission("adm", ROWS, 600):
+            server.stop()
+            raise RuntimeError("rollout failed")
+        reg.close()
+
+
+def test_fences(state: StateStore, advance: Advance) -> None:
+    reg = AdmissionRegistry(state)
+    reg.fence("checkpoint-7", ttl_seconds=300)
+    reg.fence("brief", ttl_seconds=0.2)
+    assert set(reg.fences()) == {"checkpoint-7", "brief"}
+    assert reg.fences()["checkpoint-7"] > state.now_ms()
+
+    advance(0.35)
+    assert set(reg.fences()) == {"checkpoint-7"}
+    reg.unfence("checkpoint-7")
+    assert reg.fences() == {}
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda r: r.admit("", ROWS, 60), "admission_id must be a non-empty string"),
+        (lambda r: r.admit("a", ROWS, 0), "ttl_seconds must be positive"),
+        (lambda r: r.admit("a", ROWS, -1), "ttl_seconds must be positive"),
+        (lambda r: r.admit("a", ROWS, float("inf")), "ttl_seconds must be positive and finite"),
+        (lambda r: r.admit("a", ROWS, "600"), "ttl_seconds must be a number"),
+        (lambda r: r.admit("a", {"p": "k1"}, 60), r"rows\['p'\] must be a list of keys"),
+        (lambda r: r.admit("a", {"p": ["k", 3]}, 60), "every key must be a non-empty string"),
+        (lambda r: r.admit("a", {"": ["k"]}, 60), "partition names must be non-empty"),
+        (lambda r: r.admit("a", ["p", "k"], 60), "rows must be a mapping"),
+        (lambda r: r.renew("a", 0), "ttl_seconds must be positive"),
+        (lambda r: r.release(""), "admission_id must be a non-empty string"),
+        (lambda r: r.fence("", 60), "fence name must be a non-empty string"),
+        (lambda r: r.fence("f", 0), "ttl_seconds must be positive"),
+    ],
+)
+def test_bad_input_is_refused_clearly(
+    state: StateStore, call: Callable[[AdmissionRegistry], Any], message: str
+) -> None:
+    reg = AdmissionRegistry(state)
+    with pytest.raises(ValueError, match=message):
+        call(reg)
+    assert reg.live() == {}
+
+
+def test_tuples_of_keys_are_accepted(state: StateStore) -> None:
+    reg = AdmissionRegistry(state)
+    reg.admit("a", {"p": ("k1", "k2")}, ttl_seconds=60)
+    assert reg.live() == {"a": {"p": ["k1", "k2"]}}
+
+
+def test_connect_to_redis_and_close(redis_url: str) -> None:
+    with AdmissionRegistry.connect(redis_url, namespace="job-42") as reg:
+        reg.admit("adm-1", ROWS, ttl_seconds=600)
+    with AdmissionRegistry.connect(redis_url, namespace="job-42") as again:
+        assert again.live() == {"adm-1": ROWS}
+    with AdmissionRegistry.connect(redis_url, namespace="job-43") as other_job:
+        assert other_job.live() == {}
+
+
+def test_connect_refuses_a_process_local_memory_registry() -> None:
+    with pytest.raises(ConfigError, match="sidecar"):
+        AdmissionRegistry.connect("memory://", namespace="job")
+
+
+class CountingRedis(redis.Redis):
+    closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+        super().close()
+
+
+def test_close_leaves_a_backend_it_was_handed_open(redis_url: str) -> None:
+    client = CountingRedis.from_url(redis_url, decode_responses=True)
+    assert isinstance(client, CountingRedis)
+    state = RedisState(client, "job", owns_client=True)
+    AdmissionRegistry(state).close()
+    assert client.closed == 0
+    state.close()
+    assert client.closed == 1
+
+
+# AdmissionsSource: what the collector reads ---------------------------------------------------------
+
+
+def test_source_reads_every_live_row(state: StateStore, advance: Advance) -> None:
+    reg = AdmissionRegistry(state)
+    reg.admit("a", {"staging": ["k1", "k2"]}, ttl_seconds=600)
+    reg.admit("b", {"staging": ["k2"], "other": ["k3"]}, ttl_seconds=600)
+    reg.admit("expiring", {"staging": ["k4"]}, ttl_seconds=0.2)
+    advance(0.35)
+
+    source: ReferenceSource = AdmissionsSource(state, expect_nonempty=True)
+    assert source.name == "admissions"
+    assert source.read() == {RowId("staging", "k1"), RowId("staging", "k2"), RowId("other", "k3")}
+
+
+def test_source_empty_is_fine_unless_expected_nonempty(state: StateStore) -> None:
+    assert AdmissionsSource(state, expect_nonempty=False).read() == frozenset()
+    with pytest.raises(ReferenceSourceError, match="expect_nonempty"):
+        AdmissionsSource(state, expect_nonempty=True).read()
+
+
+def test_source_fails_closed_when_the_store_fails() -> None:
+    with RedisServer() as server:
+        state = RedisState.from_url(server.url, "job")
+        source = AdmissionsSource(state, expect_nonempty=False)
+        AdmissionRegistry(state).admit("a", ROWS, ttl_seconds=600)
+        assert len(source.read()) == 2
+        server.stop()
+
+        with pytest.raises(ReferenceSourceError, match="admissions") as caught:
+            source.read()
+        assert isinstance(caught.value.__cause__, StoreUnavailable)
+        state.close()

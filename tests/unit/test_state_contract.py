@@ -1,0 +1,407 @@
+"""One contract for every state store: each test runs on memory:// and on a real redis-server.
+
+`advance(seconds)` lets time pass on the store's clock: a manual clock for memory, real sleeps for Redis
+(short TTLs, ~200 ms). Redis-only tests at the bottom cover what only a network store can do wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.model import DeletedRow, FirstSeen, Identity
+from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
+from tq_gc.state.keys import FIRST_SEEN_CHUNK, RUNS_KEPT
+
+from redis_server import RedisServer, free_port
+
+Advance = Callable[[float], None]
+TTL_MS = 200
+PAST_TTL_S = 0.35
+
+
+def seen(at_ms: int, digest: str = "d1", index: int | None = None) -> FirstSeen:
+    return FirstSeen(at_ms, Identity(digest, index))
+
+
+# first-seen times -------------------------------------------------------------------------------
+
+
+def test_first_seen_round_trip_with_and_without_global_index(state: StateStore) -> None:
+    records = {"a": seen(1, "d1", 7), "b": seen(2, "d2", None), "c|odd key ü": seen(3, "x|y", 0)}
+    state.save_first_seen("staging", records, drops=[])
+
+    assert state.load_first_seen("staging") == records
+    assert state.load_first_seen("other") == {}
+
+
+def test_first_seen_upserts_replace_and_drops_remove(state: StateStore) -> None:
+    state.save_first_seen("staging", {"a": seen(1), "b": seen(2)}, drops=[])
+    state.save_first_seen("staging", {"a": seen(5, "d9", 3)}, drops=["b", "never-there"])
+
+    assert state.load_first_seen("staging") == {"a": seen(5, "d9", 3)}
+
+
+def test_first_seen_partitions_are_separate(state: StateStore) -> None:
+    state.save_first_seen("p1", {"k": seen(1)}, drops=[])
+    state.save_first_seen("p2", {"k": seen(2)}, drops=[])
+    state.save_first_seen("p1", {}, drops=["k"])
+
+    assert state.load_first_seen("p1") == {}
+    assert state.load_first_seen("p2") == {"k": seen(2)}
+
+
+def test_first_seen_many_rows_cross_chunks(state: StateStore) -> None:
+    count = 10_000
+    assert count > FIRST_SEEN_CHUNK  # the point: several HSET, HSCAN and HDEL chunks
+    records = {f"key/{i}": seen(1_000 + i, f"d{i % 7}", i if i % 2 else None) for i in range(count)}
+    state.save_first_seen("big", records, drops=[])
+    assert state.load_first_seen("big") == records
+
+    dropped = {f"key/{i}" for i in range(0, count, 2)}
+    state.save_first_seen("big", {}, drops=dropped)
+    assert state.load_first_seen("big") == {k: v for k, v in records.items() if k not in dropped}
+
+
+# the sweep lease --------------------------------------------------------------------------------
+
+
+def test_lease_is_exclusive_until_released(state: StateStore) -> None:
+    lease = state.acquire_lease("sidecar", ttl_ms=10_000)
+    assert lease is not None
+    assert state.acquire_lease("cronjob", ttl_ms=10_000) is None
+
+    holder = state.lease_holder()
+    assert holder is not None
+    assert (holder.token, holder.holder) == (lease.token, "sidecar")
+    assert abs(holder.expires_at_ms - lease.expires_at_ms) < 1_000
+
+    state.release_lease(lease)
+    assert state.lease_holder() is None
+    assert state.acquire_lease("cronjob", ttl_ms=10_000) is not None
+
+
+def test_lease_expiry_is_set_on_the_store_clock(state: StateStore) -> None:
+    before = state.now_ms()
+    lease = state.acquire_lease("sidecar", ttl_ms=10_000)
+    assert lease is not None
+    assert before + 10_000 <= lease.expires_at_ms <= state.now_ms() + 10_000
+
+
+def test_only_the_owner_renews_or_releases(state: StateStore) -> None:
+    lease = state.acquire_lease("sidecar", ttl_ms=10_000)
+    assert lease is not None
+    forged = Lease("not-the-token", lease.holder, lease.expires_at_ms)
+
+    assert state.renew_lease(forged, ttl_ms=60_000) is None
+    state.release_lease(forged)
+    assert state.lease_holder() is not None
+
+    renewed = state.renew_lease(lease, ttl_ms=60_000)
+    assert renewed is not None
+    assert renewed.token == lease.token
+    assert renewed.expires_at_ms > lease.expires_at_ms
+
+
+def test_lease_expires_after_its_ttl(state: StateStore, advance: Advance) -> None:
+    lease = state.acquire_lease("sidecar", ttl_ms=TTL_MS)
+    assert lease is not None
+    advance(PAST_TTL_S)
+
+    assert state.lease_holder() is None
+    assert state.renew_lease(lease, ttl_ms=10_000) is None  # lost: the sweeper must stop
+    successor = state.acquire_lease("cronjob", ttl_ms=10_000)
+    assert successor is not None
+    state.release_lease(lease)  # a stale release must not free the successor's lease
+    holder = state.lease_holder()
+    assert holder is not None
+    assert holder.token == successor.token
+
+
+def test_renewing_keeps_the_lease_alive(state: StateStore, advance: Advance) -> None:
+    lease = state.acquire_lease("sidecar", ttl_ms=TTL_MS)
+    for _ in range(3):
+        advance(TTL_MS / 2000)
+        assert lease is not None
+        lease = state.renew_lease(lease, ttl_ms=TTL_MS)
+    assert lease is not None
+    assert state.acquire_lease("cronjob", ttl_ms=TTL_MS) is None
+
+
+# runs and audit ---------------------------------------------------------------------------------
+
+
+def test_runs_are_capped_and_newest_first(state: StateStore) -> None:
+    for i in range(RUNS_KEPT + 5):
+        state.record_run({"run_id": f"r{i}", "counts": {"deleted": i}})
+
+    runs = state.recent_runs(RUNS_KEPT + 100)
+    assert len(runs) == RUNS_KEPT
+    assert runs[0] == {"run_id": f"r{RUNS_KEPT + 4}", "counts": {"deleted": RUNS_KEPT + 4}}
+    assert runs[-1]["run_id"] == "r5"
+    assert [r["run_id"] for r in state.recent_runs(2)] == [f"r{RUNS_KEPT + 4}", f"r{RUNS_KEPT + 3}"]
+    assert state.recent_runs(0) == []
+
+
+def deleted(run_id: str, key: str, index: int | None = 1) -> DeletedRow:
+    return DeletedRow("staging", key, 901.25, global_index=index, tags_digest="abc", run_id=run_id)
+
+
+def test_audit_newest_first_and_filtered_by_run(state: StateStore) -> None:
+    state.append_audit([deleted("run-1", "a"), deleted("run-1", "b", None)])
+    state.append_audit([deleted("run-2", "c"), deleted("run-2", "d")])
+    state.append_audit([])
+
+    assert state.read_audit("run-1", limit=10) == [deleted("run-1", "b", None), deleted("run-1", "a")]
+    assert [r.key for r in state.read_audit(None, limit=3)] == ["d", "c", "b"]
+    assert state.read_audit("run-3", limit=10) == []
+    assert state.read_audit(None, limit=0) == []
+
+
+def test_audit_filter_pages_past_other_runs(state: StateStore) -> None:
+    state.append_audit([deleted("old", "x")])
+    state.append_audit([deleted("new", f"k{i}") for i in range(2_500)])
+
+    assert state.read_audit("old", limit=5) == [deleted("old", "x")]
+    assert len(state.read_audit("new", limit=2_400)) == 2_400
+
+
+# admissions and fences --------------------------------------------------------------------------
+
+
+def test_admissions_admit_renew_release(state: StateStore) -> None:
+    state.admit("adm-1", {"staging": ["a", "b"], "other": ["c"]}, ttl_ms=10_000)
+    state.admit("adm-2", {"staging": ["d"]}, ttl_ms=10_000)
+    assert state.live_admissions() == {
+        "adm-1": {"staging": ["a", "b"], "other": ["c"]},
+        "adm-2": {"staging": ["d"]},
+    }
+
+    assert state.renew_admission("adm-1", ttl_ms=10_000) is True
+    assert state.renew_admission("unknown", ttl_ms=10_000) is False
+    state.release_admission("adm-1")
+    state.release_admission("unknown")
+    assert state.live_admissions() == {"adm-2": {"staging": ["d"]}}
+
+
+def test_admitting_again_replaces_rows_and_expiry(state: StateStore, advance: Advance) -> None:
+    state.admit("adm-1", {"staging": ["a"]}, ttl_ms=10_000)
+    state.admit("adm-1", {"staging": ["b"]}, ttl_ms=TTL_MS)
+    assert state.live_admissions() == {"adm-1": {"staging": ["b"]}}
+
+    advance(PAST_TTL_S)
+    assert state.live_admissions() == {}
+
+
+def test_admissions_expire_on_the_store_clock(state: StateStore, advance: Advance) -> None:
+    state.admit("short", {"staging": ["a"]}, ttl_ms=TTL_MS)
+    state.admit("long", {"staging": ["b"]}, ttl_ms=60_000)
+    advance(PAST_TTL_S)
+
+    assert state.live_admissions() == {"long": {"staging": ["b"]}}
+    assert state.renew_admission("short", ttl_ms=60_000) is False  # too late: re-admit instead
+    assert state.live_admissions() == {"long": {"staging": ["b"]}}
+
+
+def test_renewal_keeps_an_admission_alive(state: StateStore, advance: Advance) -> None:
+    state.admit("adm", {"staging": ["a"]}, ttl_ms=TTL_MS)
+    for _ in range(3):
+        advance(TTL_MS / 2000)
+        assert state.renew_admission("adm", ttl_ms=TTL_MS) is True
+    assert list(state.live_admissions()) == ["adm"]
+
+
+def test_fences_up_down_and_expiry(state: StateStore, advance: Advance) -> None:
+    now = state.now_ms()
+    state.raise_fence("checkpoint-7", ttl_ms=60_000)
+    state.raise_fence("short", ttl_ms=TTL_MS)
+    fences = state.live_fences()
+    assert set(fences) == {"checkpoint-7", "short"}
+    assert now + 60_000 <= fences["checkpoint-7"] <= state.now_ms() + 60_000
+
+    advance(PAST_TTL_S)
+    assert set(state.live_fences()) == {"checkpoint-7"}
+    state.lower_fence("checkpoint-7")
+    state.lower_fence("never-raised")
+    assert state.live_fences() == {}
+
+
+def test_raising_a_fence_again_never_shortens_it(state: StateStore) -> None:
+    state.raise_fence("ckpt", ttl_ms=60_000)
+    long_expiry = state.live_fences()["ckpt"]
+    state.raise_fence("ckpt", ttl_ms=1_000)
+    assert state.live_fences()["ckpt"] == long_expiry
+    state.raise_fence("ckpt", ttl_ms=600_000)
+    assert state.live_fences()["ckpt"] > long_expiry
+
+
+# the clock --------------------------------------------------------------------------------------
+
+
+def test_now_moves_forward_with_the_store_clock(state: StateStore, advance: Advance) -> None:
+    first = state.now_ms()
+    advance(0.1)
+    second = state.now_ms()
+    assert 90 <= second - first < 5_000
+    assert abs(first - time.time() * 1000) < 10**12  # milliseconds since the epoch, not seconds
+
+
+# redis only -------------------------------------------------------------------------------------
+
+
+def test_now_is_redis_time(redis_url: str) -> None:
+    store = RedisState.from_url(redis_url, "clock")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        seconds, microseconds = client.time()
+        server_ms = seconds * 1000 + microseconds // 1000
+        assert abs(store.now_ms() - server_ms) < 1_000
+    finally:
+        client.close()
+        store.close()
+
+
+def exercise(store: StateStore) -> None:
+    store.save_first_seen("staging", {"k": seen(1)}, drops=[])
+    lease = store.acquire_lease("me", ttl_ms=60_000)
+    assert lease is not None
+    store.record_run({"run_id": store.namespace})
+    store.append_audit([deleted(store.namespace, "k")])
+    store.admit("adm", {"staging": [store.namespace]}, ttl_ms=60_000)
+    store.raise_fence("fence", ttl_ms=60_000)
+
+
+def test_namespaces_on_one_redis_never_see_each_other(redis_url: str) -> None:
+    job_a, job_b = RedisState.from_url(redis_url, "job-a"), RedisState.from_url(redis_url, "job-b")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        exercise(job_a)
+        assert job_b.load_first_seen("staging") == {}
+        assert job_b.lease_holder() is None
+        assert job_b.recent_runs(10) == []
+        assert job_b.read_audit(None, 10) == []
+        assert job_b.live_admissions() == {}
+        assert job_b.live_fences() == {}
+
+        exercise(job_b)
+        assert job_a.live_admissions() == {"adm": {"staging": ["job-a"]}}
+        assert [run["run_id"] for run in job_a.recent_runs(10)] == ["job-a"]
+        keys = set(client.scan_iter())
+        assert keys and all(k.startswith(("tqgc:{job-a}:", "tqgc:{job-b}:")) for k in keys)
+    finally:
+        client.close()
+        job_a.close()
+        job_b.close()
+
+
+def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
+    lease = Lease("token", "me", 0)
+    return {
+        "now_ms": store.now_ms,
+        "load_first_seen": lambda: store.load_first_seen("p"),
+        "save_first_seen": lambda: store.save_first_seen("p", {"k": seen(1)}, ["j"]),
+        "acquire_lease": lambda: store.acquire_lease("me", 1_000),
+        "renew_lease": lambda: store.renew_lease(lease, 1_000),
+        "release_lease": lambda: store.release_lease(lease),
+        "lease_holder": store.lease_holder,
+        "record_run": lambda: store.record_run({"run_id": "r"}),
+        "recent_runs": lambda: store.recent_runs(5),
+        "append_audit": lambda: store.append_audit([deleted("r", "k")]),
+        "read_audit": lambda: store.read_audit(None, 5),
+        "admit": lambda: store.admit("a", {"p": ["k"]}, 1_000),
+        "renew_admission": lambda: store.renew_admission("a", 1_000),
+        "release_admission": lambda: store.release_admission("a"),
+        "live_admissions": store.live_admissions,
+        "raise_fence": lambda: store.raise_fence("f", 1_000),
+        "lower_fence": lambda: store.lower_fence("f"),
+        "live_fences": store.live_fences,
+    }
+
+
+def test_every_call_raises_store_unavailable_once_redis_is_gone() -> None:
+    with RedisServer() as server:
+        store = RedisState.from_url(server.url, "job")
+        for call in every_call(store).values():
+            call()  # all fine while the server is up
+        server.stop()
+
+        for name, call in every_call(store).items():
+            with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{server.port}") as caught:
+                call()
+            assert "failed to" in str(caught.value), name
+        store.close()
+
+
+def test_password_never_appears_in_errors_or_repr() -> None:
+    url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
+    store = RedisState.from_url(url, "job")
+    try:
+        assert "s3cret-pw" not in repr(store)
+        with pytest.raises(StoreUnavailable) as caught:
+            store.live_admissions()
+        chain = [caught.value, caught.value.__cause__]
+        assert "***" in str(caught.value)
+        assert all("s3cret-pw" not in f"{exc!s} {exc!r}" for exc in chain)
+    finally:
+        store.close()
+
+
+def test_malformed_url_is_a_config_error_without_the_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        RedisState.from_url("redis://:s3cret-pw@127.0.0.1:notaport/0", "job")
+    assert "s3cret-pw" not in str(caught.value)
+
+
+class CountingRedis(redis.Redis):
+    closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+        super().close()
+
+
+def test_closes_only_the_client_it_opened(redis_url: str) -> None:
+    client = CountingRedis.from_url(redis_url, decode_responses=True)
+    assert isinstance(client, CountingRedis)
+    store = RedisState(client, "job", owns_client=False)
+    store.close()
+    assert client.closed == 0
+    assert client.ping()
+
+    RedisState(client, "job", owns_client=True).close()
+    assert client.closed == 1
+
+
+def test_refuses_a_client_that_returns_bytes(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with pytest.raises(ValueError, match="decode_responses=True"):
+            RedisState(client, "job", owns_client=False)
+    finally:
+        client.close()
+
+
+# open_state -------------------------------------------------------------------------------------
+
+
+def test_open_state_dispatches_on_scheme(redis_url: str) -> None:
+    memory = open_state("memory://", "job")
+    assert isinstance(memory, MemoryState)
+    assert memory.namespace == "job"
+    shared = open_state(redis_url, "job")
+    try:
+        assert isinstance(shared, RedisState)
+        assert shared.live_fences() == {}
+    finally:
+        shared.close()
+    with pytest.raises(ConfigError, match="not a state store URL"):
+        open_state("postgres://:pw@db/0", "job")
+
+
+def test_namespace_with_braces_is_refused() -> None:
+    with pytest.raises(ValueError, match="hash tag"):
+        MemoryState("job}{x")

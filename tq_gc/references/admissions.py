@@ -1,0 +1,182 @@
+"""Admissions: rows a publisher (a rollout worker, the trainer) is still using, held by a lease on the
+store's clock, and checkpoint fences. Publishers write through AdmissionRegistry; the collector reads
+through AdmissionsSource.
+
+A publisher that dies stops protecting its rows after its TTL: that is the point of a lease, and why
+every admission needs one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
+from tq_gc.model import RowId
+from tq_gc.state.base import AdmissionRows
+
+log = logging.getLogger(__name__)
+
+
+class AdmissionBackend(Protocol):
+    """The admission and fence half of StateStore: a state store, or the sidecar actor's adapter."""
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None: ...
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool: ...
+    def release_admission(self, admission_id: str) -> None: ...
+    def live_admissions(self) -> dict[str, AdmissionRows]: ...
+    def raise_fence(self, name: str, ttl_ms: int) -> None: ...
+    def lower_fence(self, name: str) -> None: ...
+    def live_fences(self) -> dict[str, int]: ...
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+class AdmissionRegistry:
+    """The publisher API. Every write is durable on return; every method raises StoreUnavailable."""
+
+    def __init__(self, backend: AdmissionBackend) -> None:
+        self._backend = backend
+        self._owned: _Closeable | None = None  # set by connect(): close only what we opened
+
+    @classmethod
+    def connect(cls, url: str, namespace: str = "default") -> AdmissionRegistry:
+        """A registry on the shared state store at `url` (redis://, rediss://, unix://)."""
+        from tq_gc.state import open_state  # the state package imports Redis: only when connecting
+
+        if urlsplit(url).scheme == "memory":
+            # A memory:// registry made here would live in this process only: the collector would
+            # never see it and would delete the rows it claims to protect.
+            raise ConfigError(
+                "with state_url memory:// the registry lives inside the tq-gc sidecar actor: pass the "
+                "sidecar's registry adapter to AdmissionRegistry(backend), or use a redis:// state_url"
+            )
+        state = open_state(url, namespace)
+        registry = cls(state)
+        registry._owned = state
+        return registry
+
+    def admit(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> None:
+        """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it."""
+        name = _checked_name("admission_id", admission_id)
+        self._backend.admit(name, _checked_rows(rows), _ttl_ms(ttl_seconds))
+
+    def renew(self, admission_id: str, ttl_seconds: float) -> bool:
+        """Extend to ttl_seconds from now; False if the admission expired or is unknown (re-admit)."""
+        name = _checked_name("admission_id", admission_id)
+        return self._backend.renew_admission(name, _ttl_ms(ttl_seconds))
+
+    def release(self, admission_id: str) -> None:
+        self._backend.release_admission(_checked_name("admission_id", admission_id))
+
+    @contextmanager
+    def admission(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> Iterator[str]:
+        """Admit for the duration of the block; released on exit, also when the block raises."""
+        self.admit(admission_id, rows, ttl_seconds)
+        try:
+            yield admission_id
+        except BaseException:
+            self._release_keeping_error(admission_id)
+            raise
+        self.release(admission_id)
+
+    def _release_keeping_error(self, admission_id: str) -> None:
+        # The block's own error is the one to report; an unreleased admission expires after its TTL.
+        try:
+            self.release(admission_id)
+        except StoreUnavailable as exc:
+            log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
+
+    def live(self) -> dict[str, AdmissionRows]:
+        """{admission_id: {partition: [keys]}} for every admission not yet expired."""
+        return self._backend.live_admissions()
+
+    def fence(self, name: str, ttl_seconds: float) -> None:
+        """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint)."""
+        self._backend.raise_fence(_checked_name("fence name", name), _ttl_ms(ttl_seconds))
+
+    def unfence(self, name: str) -> None:
+        self._backend.lower_fence(_checked_name("fence name", name))
+
+    def fences(self) -> dict[str, int]:
+        """Fences up now: {name: expires_at_ms on the store's clock}."""
+        return self._backend.live_fences()
+
+    def close(self) -> None:
+        """Close the store connect() opened; a backend passed in is left to its owner."""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self) -> AdmissionRegistry:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AdmissionsSource:
+    """The ReferenceSource of live admissions: one consistent snapshot of the registry per read."""
+
+    name = "admissions"
+
+    def __init__(self, state: AdmissionBackend, expect_nonempty: bool = False) -> None:
+        self._state = state
+        self._expect_nonempty = expect_nonempty
+
+    def read(self) -> frozenset[RowId]:
+        try:
+            live = self._state.live_admissions()
+        except StoreUnavailable as exc:
+            raise ReferenceSourceError(self.name, str(exc)) from exc
+        if self._expect_nonempty and not live:
+            raise ReferenceSourceError(
+                self.name,
+                "no live admission, but admissions.expect_nonempty is set: are the publishers "
+                "writing to this state_url and namespace?",
+            )
+        return frozenset(
+            RowId(partition, key)
+            for rows in live.values()
+            for partition, keys in rows.items()
+            for key in keys
+        )
+
+
+def _checked_name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _ttl_ms(ttl_seconds: float) -> int:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
+        raise ValueError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
+    if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
+        raise ValueError(f"ttl_seconds must be positive and finite, got {ttl_seconds!r}")
+    return max(1, math.ceil(ttl_seconds * 1000))
+
+
+def _checked_rows(rows: object) -> AdmissionRows:
+    """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
+    if not isinstance(rows, Mapping):
+        raise ValueError(f"rows must be a mapping {{partition: [keys]}}, got {type(rows).__name__}")
+    checked: AdmissionRows = {}
+    for partition, keys in rows.items():
+        if not isinstance(partition, str) or not partition:
+            raise ValueError(f"rows: partition names must be non-empty strings, got {partition!r}")
+        if isinstance(keys, str | bytes) or not isinstance(keys, list | tuple | set | frozenset):
+            raise ValueError(
+                f"rows[{partition!r}] must be a list of keys, got {type(keys).__name__} "
+                f"(write {{{partition!r}: [key, ...]}})"
+            )
+        if not all(isinstance(key, str) and key for key in keys):
+            raise ValueError(f"rows[{partition!r}]: every key must be a non-empty string")
+        checked[partition] = list(keys)
+    return checked

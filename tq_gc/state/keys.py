@@ -1,0 +1,68 @@
+"""The whole Redis key schema of the state store, and why each cap and TTL is what it is.
+
+Every key is `tqgc:{<namespace>}:...`. The braces are a Redis Cluster hash tag: all keys of one namespace
+hash to one slot, so the multi-key Lua scripts and MULTI blocks below stay legal on a cluster, and two
+jobs sharing one Redis never touch each other's keys.
+
+    tqgc:{ns}:lease                 STRING  JSON {token, holder}; expires by PX = the lease TTL
+    tqgc:{ns}:first_seen:<part>     HASH    key -> "<at_ms>|<tags_digest>|<global_index or ''>"
+    tqgc:{ns}:runs                  LIST    run summaries (JSON), newest first, capped at RUNS_KEPT
+    tqgc:{ns}:audit                 STREAM  one entry per deleted row, capped at ~AUDIT_MAXLEN
+    tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
+    tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
+    tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
+
+The memory store keeps the same caps, so both backends pass one contract suite.
+"""
+
+from __future__ import annotations
+
+import re
+
+# `status` shows the last few runs; 200 covers more than three hours of sweeps at the default 60 s
+# interval, enough to see a pattern after an incident, while the list stays a few hundred KB.
+RUNS_KEPT = 200
+
+# One entry per deleted row, about 200 bytes each: ~20 MB of Redis memory. It equals the default
+# max_deletes_per_run, so the newest full run is always still there when someone asks "what did it
+# delete?". `~` lets Redis trim whole stream nodes (cheap); it may keep slightly more, never fewer.
+AUDIT_MAXLEN = 100_000
+
+# First-seen hashes can hold a million fields (a huge staging partition). HSCAN COUNT, HSET and HDEL
+# move this many fields per command: big enough that a million rows take a few hundred round trips,
+# small enough that no single command blocks Redis (single-threaded) for more than a few ms.
+FIRST_SEEN_CHUNK = 5_000
+
+# Commands buffered in one pipeline before it is sent: bounds client memory on huge saves.
+PIPELINE_COMMANDS = 20
+
+# XREVRANGE page size when reading the audit log filtered by run id.
+AUDIT_PAGE = 1_000
+
+# Braces would break the hash tag; `:` is fine (config allows `job:42`).
+_NAMESPACE = re.compile(r"^[^{}\s]+$")
+
+
+def check_namespace(namespace: str) -> str:
+    if not _NAMESPACE.match(namespace):
+        raise ValueError(
+            f"namespace {namespace!r} must be non-empty, without braces or whitespace "
+            "(it becomes a Redis Cluster hash tag)"
+        )
+    return namespace
+
+
+class Keys:
+    """Every key of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.prefix = f"tqgc:{{{check_namespace(namespace)}}}"
+        self.lease = f"{self.prefix}:lease"
+        self.runs = f"{self.prefix}:runs"
+        self.audit = f"{self.prefix}:audit"
+        self.admission_expiry = f"{self.prefix}:admissions:expiry"
+        self.admission_rows = f"{self.prefix}:admissions:rows"
+        self.fences = f"{self.prefix}:fences"
+
+    def first_seen(self, partition: str) -> str:
+        return f"{self.prefix}:first_seen:{partition}"

@@ -1,0 +1,169 @@
+"""The embedded state store (`memory://`): one process, one lock, same caps as Redis."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from tq_gc.model import DeletedRow, FirstSeen
+from tq_gc.state.base import AdmissionRows, Lease
+from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock for tests: returns ms, moves only when told to."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, seconds: float) -> None:
+        self.now_ms += round(seconds * 1000)
+
+
+class MemoryState:
+    def __init__(self, namespace: str = "default", clock_ms: Callable[[], int] | None = None) -> None:
+        self.namespace = check_namespace(namespace)
+        self.clock_ms = clock_ms or wall_clock_ms
+        self._lock = threading.Lock()
+        self._first_seen: dict[str, dict[str, FirstSeen]] = {}
+        self._lease: Lease | None = None
+        self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
+        self._audit: deque[DeletedRow] = deque(maxlen=AUDIT_MAXLEN)
+        # id -> (expires_at_ms, rows); expired entries are pruned on read
+        self._admissions: dict[str, tuple[int, AdmissionRows]] = {}
+        self._fences: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryState(namespace={self.namespace!r})"
+
+    def now_ms(self) -> int:
+        return self.clock_ms()
+
+    def load_first_seen(self, partition: str) -> dict[str, FirstSeen]:
+        with self._lock:
+            return dict(self._first_seen.get(partition, {}))
+
+    def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
+        with self._lock:
+            records = self._first_seen.setdefault(partition, {})
+            records.update(upserts)
+            for key in drops:
+                records.pop(key, None)
+            if not records:
+                del self._first_seen[partition]
+
+    def acquire_lease(self, holder: str, ttl_ms: int) -> Lease | None:
+        with self._lock:
+            now = self.clock_ms()
+            if self._live_lease(now) is not None:
+                return None
+            self._lease = Lease(secrets.token_hex(16), holder, now + ttl_ms)
+            return self._lease
+
+    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
+        with self._lock:
+            now = self.clock_ms()
+            current = self._live_lease(now)
+            if current is None or current.token != lease.token:
+                return None
+            self._lease = Lease(current.token, current.holder, now + ttl_ms)
+            return self._lease
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._lock:
+            if self._lease is not None and self._lease.token == lease.token:
+                self._lease = None
+
+    def lease_holder(self) -> Lease | None:
+        with self._lock:
+            return self._live_lease(self.clock_ms())
+
+    def _live_lease(self, now: int) -> Lease | None:
+        if self._lease is not None and self._lease.expires_at_ms <= now:
+            self._lease = None
+        return self._lease
+
+    def record_run(self, report: Mapping[str, Any]) -> None:
+        # Stored as JSON, like Redis: a caller mutating its report later cannot rewrite history.
+        document = json.dumps(report, default=str)
+        with self._lock:
+            self._runs.appendleft(document)
+
+    def recent_runs(self, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            documents = list(self._runs)[: max(limit, 0)]
+        return [json.loads(document) for document in documents]
+
+    def append_audit(self, rows: Sequence[DeletedRow]) -> None:
+        with self._lock:
+            self._audit.extend(rows)
+
+    def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
+        with self._lock:
+            newest_first = reversed(self._audit)
+            matching = [row for row in newest_first if run_id is None or row.run_id == run_id]
+        return matching[: max(limit, 0)]
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
+        copied = {partition: list(keys) for partition, keys in rows.items()}
+        with self._lock:
+            self._admissions[admission_id] = (self.clock_ms() + ttl_ms, copied)
+
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
+        with self._lock:
+            now = self.clock_ms()
+            self._prune(now)
+            if admission_id not in self._admissions:
+                return False
+            rows = self._admissions[admission_id][1]
+            self._admissions[admission_id] = (now + ttl_ms, rows)
+            return True
+
+    def release_admission(self, admission_id: str) -> None:
+        with self._lock:
+            self._admissions.pop(admission_id, None)
+
+    def live_admissions(self) -> dict[str, AdmissionRows]:
+        with self._lock:
+            self._prune(self.clock_ms())
+            return {
+                admission_id: {partition: list(keys) for partition, keys in rows.items()}
+                for admission_id, (_, rows) in self._admissions.items()
+            }
+
+    def raise_fence(self, name: str, ttl_ms: int) -> None:
+        with self._lock:
+            expires_at_ms = self.clock_ms() + ttl_ms
+            # Never shorten a fence someone else raised under the same name (ZADD GT in Redis).
+            self._fences[name] = max(expires_at_ms, self._fences.get(name, expires_at_ms))
+
+    def lower_fence(self, name: str) -> None:
+        with self._lock:
+            self._fences.pop(name, None)
+
+    def live_fences(self) -> dict[str, int]:
+        with self._lock:
+            self._prune(self.clock_ms())
+            return dict(self._fences)
+
+    def _prune(self, now: int) -> None:
+        """Forget expired admissions and fences. Expired means expires_at_ms <= now, as in Redis."""
+        for admission_id in [a for a, (expires, _) in self._admissions.items() if expires <= now]:
+            del self._admissions[admission_id]
+        for name in [n for n, expires in self._fences.items() if expires <= now]:
+            del self._fences[name]
+
+    def close(self) -> None:
+        """Nothing to release: the state lives and dies with this object."""

@@ -1,0 +1,397 @@
+"""The shared state store (`redis://`, `rediss://`, `unix://`), used by the sidecar, the CronJob and the CLI.
+
+Every time is read from Redis (`TIME`, or `redis.call('TIME')` inside a script), never from this host:
+expiries of admissions and fences are computed inside Lua scripts, so a publisher's host clock and the
+collector's host clock never enter the comparison. Key schema and caps: tq_gc/state/keys.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import redis
+from redis.backoff import NoBackoff
+from redis.client import Pipeline
+from redis.exceptions import RedisError
+from redis.retry import Retry
+from redis.typing import EncodableT, FieldT
+
+from tq_gc.config import redact_url
+from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.model import DeletedRow, FirstSeen, Identity
+from tq_gc.state.base import AdmissionRows, Lease
+from tq_gc.state.keys import (
+    AUDIT_MAXLEN,
+    AUDIT_PAGE,
+    FIRST_SEEN_CHUNK,
+    PIPELINE_COMMANDS,
+    RUNS_KEPT,
+    Keys,
+    check_namespace,
+)
+
+log = logging.getLogger(__name__)
+
+# A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
+CONNECT_TIMEOUT_S = 5.0
+SOCKET_TIMEOUT_S = 10.0
+
+# The Redis server's clock, read inside a script (Redis 7 allows TIME in scripts).
+_NOW_MS_LUA = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+
+def _with_clock(body: str) -> str:
+    return _NOW_MS_LUA + body
+
+
+# Lua numbers are doubles: %d keeps ms-since-epoch exact where tostring's %.14g could round.
+_ADMIT = _with_clock("""
+local expires_at_ms = now_ms() + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return expires_at_ms
+""")
+
+_RENEW_ADMISSION = _with_clock("""
+local now = now_ms()
+local expires_at_ms = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expires_at_ms or tonumber(expires_at_ms) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+return 1
+""")
+
+# Prunes expired admissions, then returns the rest as [id, rows_json, ...]: one consistent snapshot.
+_LIVE_ADMISSIONS = _with_clock("""
+local now = string.format('%d', now_ms())
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+  redis.call('HDEL', KEYS[2], id)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local rows = redis.call('HGET', KEYS[2], id)
+  if rows then
+    out[#out + 1] = id
+    out[#out + 1] = rows
+  end
+end
+return out
+""")
+
+# GT: raising a fence never shortens one somebody else raised under the same name.
+_RAISE_FENCE = _with_clock("""
+redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now_ms() + tonumber(ARGV[2])), ARGV[1])
+return 1
+""")
+
+_LIVE_FENCES = _with_clock("""
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now_ms()))
+return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+""")
+
+_RENEW_LEASE = _with_clock("""
+local value = redis.call('GET', KEYS[1])
+if not value or cjson.decode(value).token ~= ARGV[1] then
+  return false
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return now_ms() + tonumber(ARGV[2])
+""")
+
+_RELEASE_LEASE = """
+local value = redis.call('GET', KEYS[1])
+if value and cjson.decode(value).token == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
+_LEASE_HOLDER = _with_clock("""
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return false
+end
+return {value, now_ms() + redis.call('PTTL', KEYS[1])}
+""")
+
+
+class RedisState:
+    def __init__(
+        self, client: redis.Redis, namespace: str, owns_client: bool, *, url: str | None = None
+    ) -> None:
+        kwargs = client.connection_pool.connection_kwargs
+        if not kwargs.get("decode_responses"):
+            raise ValueError("RedisState needs a client made with decode_responses=True")
+        self.namespace = check_namespace(namespace)
+        self.url = redact_url(url) if url is not None else _describe(kwargs)
+        self._client = client
+        self._owns_client = owns_client
+        self._keys = Keys(namespace)
+        register = client.register_script
+        self._admit = register(_ADMIT)
+        self._renew_admission = register(_RENEW_ADMISSION)
+        self._live_admissions = register(_LIVE_ADMISSIONS)
+        self._raise_fence = register(_RAISE_FENCE)
+        self._live_fences = register(_LIVE_FENCES)
+        self._renew_lease = register(_RENEW_LEASE)
+        self._release_lease = register(_RELEASE_LEASE)
+        self._lease_holder = register(_LEASE_HOLDER)
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str) -> RedisState:
+        """A store with its own client; close() closes it. No retries inside: a failure ends the sweep."""
+        check_namespace(namespace)  # before opening a client we would otherwise leak
+        try:
+            client = redis.Redis.from_url(
+                url,
+                decode_responses=True,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                socket_timeout=SOCKET_TIMEOUT_S,
+                retry=Retry(NoBackoff(), 0),
+            )
+        except ValueError:
+            # redis-py's message may quote the URL, password included: say it ourselves.
+            raise ConfigError(
+                f"{redact_url(url)!r} is not a valid Redis URL: use redis://[:password@]host:6379/0, "
+                "rediss://... or unix:///path/to/redis.sock"
+            ) from None
+        return cls(client, namespace, owns_client=True, url=url)
+
+    def __repr__(self) -> str:
+        return f"RedisState(url={self.url!r}, namespace={self.namespace!r})"
+
+    @contextmanager
+    def _guard(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except RedisError as exc:
+            raise StoreUnavailable(
+                f"state store {self.url} failed to {action}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def now_ms(self) -> int:
+        with self._guard("read its clock"):
+            seconds, microseconds = self._client.time()
+        return int(seconds) * 1000 + int(microseconds) // 1000
+
+    # first-seen times ---------------------------------------------------------------------------
+
+    def load_first_seen(self, partition: str) -> dict[str, FirstSeen]:
+        key = self._keys.first_seen(partition)
+        raw: dict[str, str] = {}
+        cursor = 0
+        with self._guard(f"load first-seen times of {partition!r}"):
+            while True:
+                cursor, chunk = self._client.hscan(key, cursor, count=FIRST_SEEN_CHUNK)
+                raw.update(cast(dict[str, str], chunk))  # decode_responses=True: str, not bytes
+                if cursor == 0:
+                    break
+        return _decode_first_seen_all(partition, raw)
+
+    def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
+        # Not atomic across chunks, and need not be: only the lease holder writes, and every record
+        # stands alone, so a save cut short leaves rows whose grace simply starts later.
+        key = self._keys.first_seen(partition)
+        encoded = [(row_key, _encode_first_seen(record)) for row_key, record in upserts.items()]
+        dropped = list(drops)
+        with self._guard(f"save first-seen times of {partition!r}"), self._pipeline() as pipe:
+            for start in range(0, len(encoded), FIRST_SEEN_CHUNK):
+                pipe.hset(key, mapping=dict(encoded[start : start + FIRST_SEEN_CHUNK]))
+                _flush_if_full(pipe)
+            for start in range(0, len(dropped), FIRST_SEEN_CHUNK):
+                pipe.hdel(key, *dropped[start : start + FIRST_SEEN_CHUNK])
+                _flush_if_full(pipe)
+            pipe.execute()
+
+    def _pipeline(self) -> Pipeline:
+        return self._client.pipeline(transaction=False)
+
+    # the sweep lease ----------------------------------------------------------------------------
+
+    def acquire_lease(self, holder: str, ttl_ms: int) -> Lease | None:
+        token = secrets.token_hex(16)
+        value = json.dumps({"token": token, "holder": holder})
+        with self._guard("acquire the lease"), self._client.pipeline(transaction=True) as pipe:
+            pipe.set(self._keys.lease, value, nx=True, px=ttl_ms)
+            pipe.time()  # inside MULTI: the clock reading that goes with the SET
+            taken, (seconds, microseconds) = pipe.execute()
+        if not taken:
+            return None
+        return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
+
+    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
+        with self._guard("renew the lease"):
+            expires_at_ms = self._renew_lease(keys=[self._keys.lease], args=[lease.token, ttl_ms])
+        if not expires_at_ms:  # nil: the lease expired or another sweeper holds it
+            return None
+        return Lease(lease.token, lease.holder, int(expires_at_ms))
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._guard("release the lease"):
+            self._release_lease(keys=[self._keys.lease], args=[lease.token])
+
+    def lease_holder(self) -> Lease | None:
+        with self._guard("read the lease"):
+            found = self._lease_holder(keys=[self._keys.lease])
+        if not found:
+            return None
+        value, expires_at_ms = found
+        document = json.loads(value)
+        return Lease(document["token"], document["holder"], int(expires_at_ms))
+
+    # run summaries and the audit log ------------------------------------------------------------
+
+    def record_run(self, report: Mapping[str, Any]) -> None:
+        document = json.dumps(report, default=str)
+        with self._guard("record a run"), self._client.pipeline(transaction=True) as pipe:
+            pipe.lpush(self._keys.runs, document)
+            pipe.ltrim(self._keys.runs, 0, RUNS_KEPT - 1)
+            pipe.execute()
+
+    def recent_runs(self, limit: int) -> list[dict[str, Any]]:
+        if limit <= 0:
+            return []
+        with self._guard("read recent runs"):
+            documents = self._client.lrange(self._keys.runs, 0, limit - 1)
+        return [json.loads(document) for document in documents]
+
+    def append_audit(self, rows: Sequence[DeletedRow]) -> None:
+        with self._guard("append to the audit log"), self._pipeline() as pipe:
+            for row in rows:
+                pipe.xadd(self._keys.audit, _encode_audit(row), maxlen=AUDIT_MAXLEN, approximate=True)
+                _flush_if_full(pipe, AUDIT_PAGE)
+            pipe.execute()
+
+    def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
+        found: list[DeletedRow] = []
+        newest = "+"
+        with self._guard("read the audit log"):
+            while len(found) < limit:
+                page = cast(
+                    list[tuple[str, dict[str, str]]],
+                    self._client.xrevrange(self._keys.audit, max=newest, min="-", count=AUDIT_PAGE),
+                )
+                found.extend(
+                    _decode_audit(fields)
+                    for _, fields in page
+                    if run_id is None or fields.get("run_id") == run_id
+                )
+                if len(page) < AUDIT_PAGE:
+                    break
+                newest = "(" + page[-1][0]  # exclusive: continue below the oldest entry seen
+        return found[: max(limit, 0)]
+
+    # admissions and fences (expiry computed on the Redis clock, inside the scripts) -------------
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
+        keys = [self._keys.admission_expiry, self._keys.admission_rows]
+        with self._guard(f"record admission {admission_id!r}"):
+            self._admit(keys=keys, args=[admission_id, json.dumps(rows), ttl_ms])
+
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
+        with self._guard(f"renew admission {admission_id!r}"):
+            renewed = self._renew_admission(keys=[self._keys.admission_expiry], args=[admission_id, ttl_ms])
+        return bool(renewed)
+
+    def release_admission(self, admission_id: str) -> None:
+        with self._guard(f"release admission {admission_id!r}"), self._client.pipeline() as pipe:
+            pipe.zrem(self._keys.admission_expiry, admission_id)
+            pipe.hdel(self._keys.admission_rows, admission_id)
+            pipe.execute()
+
+    def live_admissions(self) -> dict[str, AdmissionRows]:
+        keys = [self._keys.admission_expiry, self._keys.admission_rows]
+        with self._guard("read live admissions"):
+            flat = self._live_admissions(keys=keys)
+        return {flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    def raise_fence(self, name: str, ttl_ms: int) -> None:
+        with self._guard(f"raise fence {name!r}"):
+            self._raise_fence(keys=[self._keys.fences], args=[name, ttl_ms])
+
+    def lower_fence(self, name: str) -> None:
+        with self._guard(f"lower fence {name!r}"):
+            self._client.zrem(self._keys.fences, name)
+
+    def live_fences(self) -> dict[str, int]:
+        with self._guard("read live fences"):
+            flat = self._live_fences(keys=[self._keys.fences])
+        return {flat[i]: int(float(flat[i + 1])) for i in range(0, len(flat), 2)}
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+
+def _describe(connection_kwargs: Mapping[str, Any]) -> str:
+    """A log-safe address for a client we were handed (no password: we never read it)."""
+    if connection_kwargs.get("path"):
+        return f"unix://{connection_kwargs['path']}"
+    host = connection_kwargs.get("host", "localhost")
+    return f"redis://{host}:{connection_kwargs.get('port', 6379)}/{connection_kwargs.get('db', 0)}"
+
+
+def _flush_if_full(pipe: Pipeline, max_commands: int = PIPELINE_COMMANDS) -> None:
+    if len(pipe) >= max_commands:
+        pipe.execute()
+
+
+def _encode_first_seen(record: FirstSeen) -> str:
+    index = record.identity.global_index
+    return f"{record.at_ms}|{record.identity.tags_digest}|{'' if index is None else index}"
+
+
+def _decode_first_seen(value: str) -> FirstSeen:
+    at_ms, rest = value.split("|", 1)
+    digest, index = rest.rsplit("|", 1)
+    return FirstSeen(int(at_ms), Identity(digest, int(index) if index else None))
+
+
+def _decode_first_seen_all(partition: str, raw: Mapping[str, str]) -> dict[str, FirstSeen]:
+    records: dict[str, FirstSeen] = {}
+    unreadable = 0
+    for key, value in raw.items():
+        try:
+            records[key] = _decode_first_seen(value)
+        except ValueError:
+            unreadable += 1
+    if unreadable:
+        # Safe to forget: those rows start their grace again (later deletes, never earlier ones),
+        # and the next save overwrites the bad fields.
+        log.warning("ignored %d unreadable first-seen records of partition %r", unreadable, partition)
+    return records
+
+
+def _encode_audit(row: DeletedRow) -> dict[FieldT, EncodableT]:
+    return {
+        "run_id": row.run_id,
+        "partition": row.partition,
+        "key": row.key,
+        "global_index": "" if row.global_index is None else str(row.global_index),
+        "tags_digest": row.tags_digest,
+        "unreferenced_s": repr(row.unreferenced_s),
+    }
+
+
+def _decode_audit(fields: Mapping[str, str]) -> DeletedRow:
+    index = fields.get("global_index", "")
+    return DeletedRow(
+        partition=fields["partition"],
+        key=fields["key"],
+        unreferenced_s=float(fields.get("unreferenced_s", "0")),
+        global_index=int(index) if index else None,
+        tags_digest=fields.get("tags_digest", ""),
+        run_id=fields.get("run_id", ""),
+    )
