@@ -204,14 +204,13 @@ def serve(ctx: click.Context, config_path: str | None) -> None:
 
 
 @cli.command()
-@click.option("--rounds", default=None, type=click.IntRange(min=1), help="Training steps to play.")
 @click.pass_context
-def demo(ctx: click.Context, rounds: int | None) -> None:
+def demo(ctx: click.Context) -> None:
     """The whole story on a local Ray cluster with a real TransferQueue (no Redis, no config)."""
     from tq_gc.demo import run_demo
 
     configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
-    ctx.exit(run_demo(rounds=rounds))
+    ctx.exit(run_demo())
 
 
 def _emit(doc: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None]) -> None:
