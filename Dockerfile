@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+# tq-gc image: `docker build --build-arg VERSION=$(git describe --tags) -t tq-gc .`
+# The builder runs scripts/install.sh, the same recipe the README, CI and developers use, so the image and a
+# source install cannot drift. The runtime stage gets only the finished venv: no compiler, no pip cache, no
+# source tree, and it runs as an unprivileged user (uid 10001, the uid deploy/k8s pins in runAsUser).
+
+# Both stages must be the same image: the venv's bin/python is a symlink to the base image's interpreter.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS builder
+# CPU-only torch (transferqueue depends on torch; the default index would serve a multi-GB CUDA build).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# TQGC_EDITABLE=0: a regular install, since only /opt/venv (not the source) reaches the runtime stage.
+ENV TQGC_VENV=/opt/venv \
+    TQGC_EDITABLE=0 \
+    TORCH_INDEX_URL=${TORCH_INDEX_URL}
+WORKDIR /src
+# Only what the install needs (.dockerignore allow-lists the same files).
+COPY pyproject.toml README.md ./
+COPY scripts/ scripts/
+COPY tq_gc/ tq_gc/
+# The pip cache lives in a BuildKit cache mount: rebuilds after a source change reuse the torch and ray wheels,
+# and the cache never lands in a layer.
+RUN --mount=type=cache,target=/root/.cache/pip scripts/install.sh
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+ARG SOURCE_URL=https://github.com/tq-gc/tq-gc
+LABEL org.opencontainers.image.title="tq-gc" \
+      org.opencontainers.image.description="Reclaims orphaned TransferQueue rows in RL training jobs, safely and on a schedule." \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/venv/bin:${PATH}
+RUN groupadd --system --gid 10001 tqgc \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /home/tqgc --create-home \
+        --shell /usr/sbin/nologin tqgc
+COPY --from=builder /opt/venv /opt/venv
+WORKDIR /home/tqgc
+# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 10001:10001
+ENTRYPOINT ["/opt/venv/bin/tq-gc"]
+CMD ["--help"]
