@@ -122,7 +122,8 @@ class Collector:
         with self._phase(report, "plan"):
             first_seen = self._load_first_seen()
             now_ms = self.state.now_ms()
-            result = plan(_observations(listing, policy), references, first_seen, now_ms, policy)
+            observations = _observations(listing, policy, references)
+            result = plan(observations, references, first_seen, now_ms, policy)
             self._save_first_seen(result)
         report.counts = result.counts()
         if result.abort_reason:
@@ -186,12 +187,14 @@ class Collector:
         for batch in _batches(result.to_delete, limits.delete_batch):
             started = time.monotonic()
             lease = self._recheck_lease(lease)
-            keep = self._rechecked_rows(batch, pinned)
-            doomed = [row for row in batch.rows if row not in keep]
-            report.counts.recheck_saved += len(keep)
-            if doomed:
-                self.row_store.delete(batch.partition, [row.key for row in doomed])
-                self._record_deleted(report, result, doomed, pinned)
+            deleted = self._delete_unless_changed(batch, pinned)
+            saved = [row for row in batch.rows if row not in deleted]
+            report.counts.recheck_saved += len(saved)
+            if saved:
+                # Each is a race we lost, counted, not an error: the row starts its grace again.
+                self.state.save_first_seen(batch.partition, {}, [row.key for row in saved])
+            if deleted:
+                self._record_deleted(report, result, sorted(deleted), pinned)
             if progress is not None:
                 progress(report.counts.deleted + report.counts.recheck_saved, total)
             _throttle(len(batch.rows), limits.max_deletes_per_second, started)
@@ -204,24 +207,21 @@ class Collector:
             raise LeaseLost(self.config.namespace)
         return renewed
 
-    def _rechecked_rows(self, batch: Batch, pinned: Mapping[RowId, FirstSeen]) -> set[RowId]:
-        """Rows of the batch that must be kept after all. Each is a race we lost, counted, not an error."""
-        current = self.row_store.identities(batch.partition, [row.key for row in batch.rows])
-        # Fences and admissions are read last, as close to the delete as we can get: TQ has no
-        # compare-and-delete, so this is the narrowest window we can leave a racing publisher.
+    def _delete_unless_changed(self, batch: Batch, pinned: Mapping[RowId, FirstSeen]) -> set[RowId]:
+        """Re-check, then delete: the rows of the batch deleted. Fences and admissions are read as
+        late as we can, then the store matches each row's identity and clears in back-to-back calls
+        (TQ has no compare-and-delete)."""
         self._check_fences()
-        admitted = self.admissions.read()
-        keep = set()
-        for row in batch.rows:
-            seen = pinned.get(row)
-            now = current.get(row.key)
-            # Re-referenced since we listed (a writer or a restore admitted it), recreated under the
-            # same key (new global index or tags), or already gone: leave it alone.
-            if row in admitted or seen is None or now is None or not seen.identity.matches(now):
-                keep.add(row)
-        if keep:
-            self.state.save_first_seen(batch.partition, {}, [row.key for row in keep])
-        return keep
+        admitted = self.admissions.reread()
+        # Kept: re-referenced since we listed (a writer or a restore admitted it), or never pinned.
+        expected = {
+            row.key: pinned[row].identity for row in batch.rows if row not in admitted and row in pinned
+        }
+        if not expected:
+            return set()
+        # Kept too: recreated under the same key (new global index or tags) or already gone.
+        deleted = self.row_store.delete_if_unchanged(batch.partition, expected)
+        return {RowId(batch.partition, key) for key in deleted}
 
     def _record_deleted(
         self, report: SweepReport, result: Plan, rows: Sequence[RowId], pinned: Mapping[RowId, FirstSeen]
@@ -263,12 +263,13 @@ class Collector:
             report.phases_ms[name] = report.phases_ms.get(name, 0.0) + (time.perf_counter() - started) * 1000
 
 
-def _observations(listing: Listing, policy: PlanPolicy) -> Iterator[Observation]:
+def _observations(listing: Listing, policy: PlanPolicy, references: References) -> Iterator[Observation]:
     for partition, rows in listing.items():
         for key, tags in rows.items():
             row = RowId(partition, key)
-            # Hashing tags is the costly part of listing; rows out of scope need no digest.
-            yield Observation(row, tags_digest(tags) if policy.in_scope(row) else "")
+            # Digesting tags is the costly part of planning, and only unreferenced in-scope rows need it.
+            needs_digest = policy.in_scope(row) and references.source_of(row) is None
+            yield Observation(row, tags_digest(tags) if needs_digest else "")
 
 
 def _batches(rows: Sequence[RowId], size: int) -> Iterator[Batch]:

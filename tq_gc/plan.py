@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tq_gc.config import Config, ScopeEntry
 from tq_gc.model import KEEP_BY_SOURCE, Counts, Decision, FirstSeen, Identity, Observation, References, RowId
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PlanPolicy:
     scope: tuple[ScopeEntry, ...]
     grace_ms: int
@@ -40,7 +41,13 @@ class PlanPolicy:
         )
 
     def in_scope(self, row: RowId) -> bool:
-        return any(entry.partition == row.partition and entry.covers(row.key) for entry in self.scope)
+        match = self._matchers.get(row.partition)
+        return match is not None and (match is True or row.key.startswith(match))
+
+    @cached_property
+    def _matchers(self) -> dict[str, tuple[str, ...] | bool]:
+        """partition -> True (all keys) or its prefixes: in_scope runs once per listed row."""
+        return {entry.partition: True if entry.all_keys else entry.prefixes for entry in self.scope}
 
 
 @dataclass(frozen=True, slots=True)

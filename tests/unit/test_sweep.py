@@ -17,9 +17,9 @@ from tq_gc.config import Config, parse_config
 from tq_gc.errors import StoreUnavailable
 from tq_gc.model import Outcome, RowId, SweepReport
 from tq_gc.references.admissions import AdmissionRegistry
-from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.state.memory import ManualClock
 
-from support.scripted_store import ScriptedRowStore
+from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING = "rollout_staging"
 DATA = "rollout_data"
@@ -30,7 +30,7 @@ class World:
     def __init__(self, tmp_path: Path, **config: Any) -> None:
         self.tmp_path = tmp_path
         self.clock = ManualClock()
-        self.state = MemoryState("job-42", clock_ms=self.clock)
+        self.state = ScriptedState("job-42", clock_ms=self.clock)
         self.rows = ScriptedRowStore()
         self.registry = AdmissionRegistry(self.state)
         values: dict[str, Any] = {
@@ -210,7 +210,7 @@ def test_row_recreated_between_plan_and_delete_is_kept(world: World) -> None:
     world.sweep()
     world.age()
     # Key reuse: deleted and rewritten (new global index, same tags) after listing, before the re-check.
-    world.rows.before("identities", lambda: world.rows.put(STAGING, "r1/c1", {"v": 1}))
+    world.rows.before("delete", lambda: world.rows.put(STAGING, "r1/c1", {"v": 1}))
     report = world.sweep()
     assert report.counts.recheck_saved == 1 and report.counts.deleted == 0
     assert world.staging() == {"r1/c1"}
@@ -222,7 +222,7 @@ def test_row_admitted_between_plan_and_delete_is_kept(world: World) -> None:
     world.sweep()
     world.age()
     # Writer race: a restored call admits its saved prefix after references were read.
-    world.rows.before("identities", lambda: world.registry.admit("adm", {STAGING: ["r1/c1"]}, 600))
+    world.state.before("renew_lease", lambda: world.registry.admit("adm", {STAGING: ["r1/c1"]}, 600))
     report = world.sweep()
     assert report.counts.recheck_saved == 1 and report.counts.deleted == 1
     assert world.staging() == {"r1/c1"}

@@ -34,6 +34,13 @@ class AdmissionBackend(Protocol):
     def live_fences(self) -> dict[str, int]: ...
 
 
+class AdmissionSnapshots(Protocol):
+    """What the collector reads of the registry: snapshots, and a version to tell when one is stale."""
+
+    def live_admissions(self) -> dict[str, AdmissionRows]: ...
+    def admissions_version(self) -> int: ...
+
+
 class _Closeable(Protocol):
     def close(self) -> None: ...
 
@@ -126,12 +133,15 @@ class AdmissionsSource:
 
     name = "admissions"
 
-    def __init__(self, state: AdmissionBackend, expect_nonempty: bool = False) -> None:
+    def __init__(self, state: AdmissionSnapshots, expect_nonempty: bool = False) -> None:
         self._state = state
         self._expect_nonempty = expect_nonempty
+        self._last: tuple[int, frozenset[RowId]] | None = None
 
     def read(self) -> frozenset[RowId]:
+        """A fresh, complete snapshot."""
         try:
+            version = self._state.admissions_version()  # before the snapshot: never newer than it
             live = self._state.live_admissions()
         except StoreUnavailable as exc:
             raise ReferenceSourceError(self.name, str(exc)) from exc
@@ -141,12 +151,29 @@ class AdmissionsSource:
                 "no live admission, but admissions.expect_nonempty is set: are the publishers "
                 "writing to this state_url and namespace?",
             )
-        return frozenset(
+        rows = frozenset(
             RowId(partition, key)
-            for rows in live.values()
-            for partition, keys in rows.items()
+            for held in live.values()
+            for partition, keys in held.items()
             for key in keys
         )
+        self._last = (version, rows)
+        return rows
+
+    def reread(self) -> frozenset[RowId]:
+        """Admissions as of now: the last snapshot while no admission was recorded since, else a fresh one.
+
+        The last snapshot may still hold admissions released or expired since: it protects more rows,
+        never fewer, so reusing it is safe, and it makes the per-batch re-check cost one GET.
+        """
+        if self._last is not None:
+            try:
+                unchanged = self._state.admissions_version() == self._last[0]
+            except StoreUnavailable as exc:
+                raise ReferenceSourceError(self.name, str(exc)) from exc
+            if unchanged:
+                return self._last[1]
+        return self.read()
 
 
 def _checked_name(what: str, value: object) -> str:

@@ -38,9 +38,7 @@ class StateStore(Protocol):
         """Every first-seen record of a partition: {key: FirstSeen}."""
         ...
 
-    def save_first_seen(
-        self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]
-    ) -> None:
+    def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
         """Write new or changed records and drop the given keys (referenced again, or gone)."""
         ...
 
@@ -93,6 +91,15 @@ class StateStore(Protocol):
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
         """Every admission not yet expired: {admission_id: {partition: [keys]}}. A complete snapshot."""
+        ...
+
+    def admissions_version(self) -> int:
+        """A counter that moves whenever an admission is recorded or replaced.
+
+        While it stands still no row has gained protection (releases and expiries only take it away),
+        so a reader may keep using a snapshot it read at the same version: that is how the collector
+        re-checks admissions before every delete batch without re-reading them all.
+        """
         ...
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:

@@ -10,6 +10,7 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:audit                 STREAM  one entry per deleted row, capped at ~AUDIT_MAXLEN
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
+    tqgc:{ns}:admissions:version    STRING  counter, INCR on every admit (see StateStore.admissions_version)
     tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
 
 The memory store keeps the same caps, so both backends pass one contract suite.
@@ -62,6 +63,7 @@ class Keys:
         self.audit = f"{self.prefix}:audit"
         self.admission_expiry = f"{self.prefix}:admissions:expiry"
         self.admission_rows = f"{self.prefix}:admissions:rows"
+        self.admission_version = f"{self.prefix}:admissions:version"
         self.fences = f"{self.prefix}:fences"
 
     def first_seen(self, partition: str) -> str:

@@ -44,6 +44,7 @@ class MemoryState:
         # id -> (expires_at_ms, rows); expired entries are pruned on read
         self._admissions: dict[str, tuple[int, AdmissionRows]] = {}
         self._fences: dict[str, int] = {}
+        self._admissions_version = 0
 
     def __repr__(self) -> str:
         return f"MemoryState(namespace={self.namespace!r})"
@@ -120,6 +121,7 @@ class MemoryState:
         copied = {partition: list(keys) for partition, keys in rows.items()}
         with self._lock:
             self._admissions[admission_id] = (self.clock_ms() + ttl_ms, copied)
+            self._admissions_version += 1
 
     def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
         with self._lock:
@@ -142,6 +144,10 @@ class MemoryState:
                 admission_id: {partition: list(keys) for partition, keys in rows.items()}
                 for admission_id, (_, rows) in self._admissions.items()
             }
+
+    def admissions_version(self) -> int:
+        with self._lock:
+            return self._admissions_version
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:
         with self._lock:

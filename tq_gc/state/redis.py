@@ -59,6 +59,7 @@ _ADMIT = _with_clock("""
 local expires_at_ms = now_ms() + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('INCR', KEYS[3])
 return expires_at_ms
 """)
 
@@ -296,7 +297,7 @@ class RedisState:
     # admissions and fences (expiry computed on the Redis clock, inside the scripts) -------------
 
     def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
-        keys = [self._keys.admission_expiry, self._keys.admission_rows]
+        keys = [self._keys.admission_expiry, self._keys.admission_rows, self._keys.admission_version]
         with self._guard(f"record admission {admission_id!r}"):
             self._admit(keys=keys, args=[admission_id, json.dumps(rows), ttl_ms])
 
@@ -316,6 +317,10 @@ class RedisState:
         with self._guard("read live admissions"):
             flat = self._live_admissions(keys=keys)
         return {flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    def admissions_version(self) -> int:
+        with self._guard("read the admissions version"):
+            return int(cast(str | None, self._client.get(self._keys.admission_version)) or 0)
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:
         with self._guard(f"raise fence {name!r}"):

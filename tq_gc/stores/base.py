@@ -5,7 +5,7 @@
 | partitions   | client.get_partition_list()               |
 | list_rows    | tq.kv_list(partition_id)                  |
 | identities   | client.kv_retrieve_meta(keys, pid, create=False) |
-| delete       | tq.kv_clear(keys, partition_id)           |
+| delete_if_unchanged | kv_retrieve_meta, then clear_samples of exactly the rows it matched |
 
 Every method raises StoreUnavailable when the store cannot answer; the sweep then stops and deletes
 nothing more. Implementations batch calls to the store themselves where the store needs it.
@@ -13,7 +13,7 @@ nothing more. Implementations batch calls to the store themselves where the stor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from tq_gc.model import Identity, Tags
@@ -35,6 +35,11 @@ class RowStore(Protocol):
         """
         ...
 
-    def delete(self, partition: str, keys: Sequence[str]) -> None:
-        """Delete the given keys. Unknown keys are skipped (TQ clears are idempotent)."""
+    def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        """Delete each key whose identity is still `expected[key]`; return the keys deleted.
+
+        A key gone, recreated (new global index) or retagged since is left alone and not returned.
+        TQ has no compare-and-delete: the store reads the identities and clears, back to back, exactly
+        the rows it just matched (by global index), which leaves the narrowest window it can.
+        """
         ...

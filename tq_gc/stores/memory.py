@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,21 @@ class MemoryRowStore:
                 if key in rows
             }
 
+    def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        with self._lock:
+            rows = self._partitions.get(partition, {})
+            doomed = {
+                key
+                for key, identity in expected.items()
+                if key in rows
+                and identity.matches(Identity(tags_digest(rows[key].tags), rows[key].global_index))
+            }
+            for key in doomed:
+                del rows[key]
+            return doomed
+
     def delete(self, partition: str, keys: Sequence[str]) -> None:
+        """Delete unconditionally, as the job's own finalizer does (tests use it; the collector never)."""
         with self._lock:
             rows = self._partitions.get(partition, {})
             for key in keys:
