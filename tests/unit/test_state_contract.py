@@ -197,6 +197,18 @@ def test_admitting_again_replaces_rows_and_expiry(state: StateStore, advance: Ad
     assert state.live_admissions() == {}
 
 
+def test_admissions_version_moves_on_every_admit_only(state: StateStore) -> None:
+    start = state.admissions_version()
+    state.admit("adm-1", {"staging": ["a"]}, ttl_ms=10_000)
+    after_admit = state.admissions_version()
+    state.admit("adm-1", {"staging": ["b"]}, ttl_ms=10_000)
+    after_replace = state.admissions_version()
+    assert start < after_admit < after_replace
+    assert state.renew_admission("adm-1", 10_000)
+    state.release_admission("adm-1")
+    assert state.admissions_version() == after_replace, "renewals and releases add no protection"
+
+
 def test_admissions_expire_on_the_store_clock(state: StateStore, advance: Advance) -> None:
     state.admit("short", {"staging": ["a"]}, ttl_ms=TTL_MS)
     state.admit("long", {"staging": ["b"]}, ttl_ms=60_000)
