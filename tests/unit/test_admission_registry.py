@@ -176,3 +176,15 @@ def test_source_fails_closed_when_the_store_fails() -> None:
             source.read()
         assert isinstance(caught.value.__cause__, StoreUnavailable)
         state.close()
+
+
+def test_reread_reuses_the_snapshot_until_an_admission_is_recorded(state: StateStore) -> None:
+    registry = AdmissionRegistry(state)
+    source = AdmissionsSource(state)
+    registry.admit("a", {"staging": ["k1"]}, ttl_seconds=600)
+    assert source.read() == {RowId("staging", "k1")}
+    registry.release("a")
+    # Released since: the old snapshot still protects k1, which errs on the safe side.
+    assert source.reread() == {RowId("staging", "k1")}
+    registry.admit("b", {"staging": ["k2"]}, ttl_seconds=600)
+    assert source.reread() == {RowId("staging", "k2")}
