@@ -1,0 +1,347 @@
+"""TransferQueueRowStore on a real TQ: what it reads, what it deletes, and that it never creates or
+kills a TQ, from this process, from a subprocess, and against a cluster without TQ."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tq_gc.config import TransferQueueConfig
+from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.model import Identity, tags_digest
+from tq_gc.stores.transferqueue import TransferQueueRowStore
+
+pytestmark = pytest.mark.ray
+
+PutRows = Callable[..., None]
+RunPython = Callable[..., Any]
+RecordTiming = Callable[[str, float], None]
+
+
+@pytest.fixture
+def store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
+    with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as attached:
+        yield attached
+
+
+@pytest.fixture
+def small_batch_store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=7)
+    with TransferQueueRowStore.attach(config) as attached:
+        yield attached
+
+
+def truth(tq: Any, partition: str, key: str) -> Identity | None:
+    """One key per request: TQ's own answer, with no ambiguity about which index is whose."""
+    meta = tq.get_client().kv_retrieve_meta([key], partition, create=False)
+    if meta.size == 0:
+        return None
+    return Identity(tags_digest(meta.custom_meta[0]), meta.global_indexes[0])
+
+
+def test_list_rows_returns_keys_and_tags(
+    store: TransferQueueRowStore, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, ["a", "b"], [{"rollout_id": "r1", "n": 1}, {"rollout_id": "r2"}])
+    put_rows(tq_partition, ["untagged"])
+    put_rows(tq_partition, ["ghost"], {"rollout_id": "r3"}, data=False)  # keys with tags, no data
+
+    assert store.list_rows(tq_partition) == {
+        "a": {"rollout_id": "r1", "n": 1},
+        "b": {"rollout_id": "r2"},
+        "untagged": {},
+        "ghost": {"rollout_id": "r3"},
+    }
+    assert tq_partition in store.partitions()
+
+
+def test_identities_give_global_index_and_tags_digest(
+    store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, ["a", "b", "c"], [{"t": 1}, {"t": 2}, {}])
+
+    found = store.identities(tq_partition, ["c", "a", "b"])
+
+    assert found == {key: truth(tq, tq_partition, key) for key in ["a", "b", "c"]}
+    assert found["a"].tags_digest == tags_digest({"t": 1})
+    assert found["c"].tags_digest == tags_digest(None)
+    assert len({identity.global_index for identity in found.values()}) == 3
+
+
+def test_identities_drop_unknown_keys_and_never_create_any(
+    small_batch_store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    keys = [f"k{i:02d}" for i in range(50)]
+    put_rows(tq_partition, keys, [{"i": i} for i in range(50)])
+    tq.kv_clear(keys[::3], tq_partition)  # gaps inside every batch of 7
+    asked = [f"unknown{i}" for i in range(10)] + keys  # and a batch made only of unknown keys
+    before = tq.kv_list(tq_partition)
+
+    found = small_batch_store.identities(tq_partition, asked)
+
+    expected = {key: truth(tq, tq_partition, key) for key in keys if key not in keys[::3]}
+    assert found == expected
+    assert tq.kv_list(tq_partition) == before
+    assert small_batch_store.identities("tqgc-test-no-such-partition", keys) == {}
+    assert "tqgc-test-no-such-partition" not in small_batch_store.partitions()
+
+
+def test_a_key_rewritten_with_other_tags_gets_another_identity(
+    store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, ["a"], {"attempt": 1})
+    first = store.identities(tq_partition, ["a"])["a"]
+
+    put_rows(tq_partition, ["a"], {"attempt": 2})  # overwrite in place: same index, new tags
+    overwritten = store.identities(tq_partition, ["a"])["a"]
+    tq.kv_clear(["a"], tq_partition)
+    put_rows(tq_partition, ["a"], {"attempt": 3})  # delete and re-put
+    recreated = store.identities(tq_partition, ["a"])["a"]
+
+    assert not overwritten.matches(first)
+    assert not recreated.matches(overwritten)
+
+
+def reusable_indexes(tq: Any) -> int:
+    """How many freed global indexes TQ holds for reuse (handed out first in, first out)."""
+    import ray
+
+    controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
+    return int(ray.get(controller._build_metrics_snapshot.remote())["global_index_reusable"])
+
+
+def test_a_key_deleted_and_reput_with_the_same_tags_can_get_back_the_same_identity(
+    store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    """TQ hands out freed global indexes again first in, first out, across all partitions: a key
+    cleared and written again with the same tags, once the indexes freed before it are used up, gets
+    its old index back. Identity (global index + tags digest) cannot tell these two rows apart; this
+    test pins that fact."""
+    put_rows(tq_partition, ["a"], {"rollout_id": "r1"})
+    before = store.identities(tq_partition, ["a"])["a"]
+    freed_before = reusable_indexes(tq)
+    tq.kv_clear(["a"], tq_partition)
+    # use up the indexes freed before "a"'s (by earlier tests), then write "a" again
+    put_rows(tq_partition, [*(f"filler{i}" for i in range(freed_before)), "a"], data=False)
+    put_rows(tq_partition, ["a"], {"rollout_id": "r1"})
+
+    assert store.identities(tq_partition, ["a"])["a"] == before
+
+
+def test_delete_if_unchanged_keeps_a_row_recreated_under_a_new_index(
+    small_batch_store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    keys = [f"k{i:02d}" for i in range(50)]
+    put_rows(tq_partition, keys, {"rollout_id": "r1"})
+    expected = small_batch_store.identities(tq_partition, keys)
+    recreated, retagged, gone = keys[0:50:5], keys[1:50:5], keys[2:50:5]
+    tq.kv_clear(recreated, tq_partition)
+    # every freed index (theirs included) goes to fillers, so the recreated keys get fresh ones
+    put_rows(tq_partition, [f"filler{i}" for i in range(reusable_indexes(tq))], data=False)
+    put_rows(tq_partition, recreated, {"rollout_id": "r1"})
+    put_rows(tq_partition, retagged, {"rollout_id": "r2"})
+    tq.kv_clear(gone, tq_partition)
+    now = small_batch_store.identities(tq_partition, recreated)
+    assert all(now[key].global_index != expected[key].global_index for key in recreated)
+
+    deleted = small_batch_store.delete_if_unchanged(tq_partition, expected)
+
+    unchanged = set(keys) - set(recreated) - set(retagged) - set(gone)
+    assert deleted == unchanged
+    assert set(small_batch_store.list_rows(tq_partition)) & set(keys) == set(recreated) | set(retagged)
+
+
+def test_delete_in_batches_removes_exactly_those_keys_and_is_idempotent(
+    small_batch_store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    keys = [f"k{i:02d}" for i in range(60)]
+    put_rows(tq_partition, keys, {"rollout_id": "r1"})
+    doomed, kept = keys[:50], keys[50:]
+
+    small_batch_store.delete(tq_partition, doomed)
+
+    assert set(tq.kv_list(tq_partition)[tq_partition]) == set(kept)
+    small_batch_store.delete(tq_partition, [*doomed, "never-existed"])  # again, plus an unknown key
+    assert set(small_batch_store.list_rows(tq_partition)) == set(kept)
+    assert small_batch_store.identities(tq_partition, doomed) == {}
+
+
+def test_unknown_partition_lists_empty_and_is_not_created(store: TransferQueueRowStore) -> None:
+    partition = "tqgc-test-never-written"
+
+    assert store.list_rows(partition) == {}
+    assert store.identities(partition, ["a"]) == {}
+    store.delete(partition, ["a"])
+    assert partition not in store.partitions()
+
+
+def test_attach_in_a_process_already_on_ray_leaves_ray_and_tq_up(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows, record_timing: RecordTiming
+) -> None:
+    import ray
+
+    put_rows(tq_partition, ["a"])
+    started = time.monotonic()
+    store = TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address))
+    record_timing("attach in pytest (Ray already connected)", time.monotonic() - started)
+    assert set(store.list_rows(tq_partition)) == {"a"}
+    store.close()
+    store.close()  # idempotent
+
+    assert ray.is_initialized()
+    assert set(tq.kv_list(tq_partition)[tq_partition]) == {"a"}  # the job's own client still works
+    with pytest.raises(StoreUnavailable, match="closed"):
+        store.list_rows(tq_partition)
+
+
+def test_attach_from_a_subprocess_and_exit_leaves_the_controller_alive(
+    ray_cluster: Any,
+    tq: Any,
+    tq_partition: str,
+    put_rows: PutRows,
+    run_python: RunPython,
+    record_timing: RecordTiming,
+) -> None:
+    import ray
+
+    put_rows(tq_partition, ["a", "b"], {"rollout_id": "r1"})
+    code = textwrap.dedent(f"""
+        import json, os, time
+        t0 = time.monotonic()
+        from tq_gc.config import TransferQueueConfig
+        from tq_gc.stores.transferqueue import TransferQueueRowStore
+        config = TransferQueueConfig(ray_address={ray_cluster.address!r})
+        t1 = time.monotonic()
+        store = TransferQueueRowStore.attach(config)
+        t2 = time.monotonic()
+        rows = store.list_rows({tq_partition!r})
+        store.close()
+        again = TransferQueueRowStore.attach(config)   # and leave without close(): a crash
+        print(json.dumps({{"rows": rows, "import_s": t1 - t0, "attach_s": t2 - t1,
+                           "again": sorted(again.list_rows({tq_partition!r}))}}))
+        os._exit(0)
+    """)
+    started = time.monotonic()
+    result = run_python(code)
+    record_timing("subprocess: python start + import + attach + list", time.monotonic() - started)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    record_timing("subprocess: import tq_gc.stores.transferqueue", report["import_s"])
+    record_timing("subprocess: attach (ray.init + controller + client)", report["attach_s"])
+
+    assert report["rows"] == {"a": {"rollout_id": "r1"}, "b": {"rollout_id": "r1"}}
+    assert report["again"] == ["a", "b"]
+    controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
+    assert ray.get(controller.get_config.remote(), timeout=30) is not None
+    assert set(tq.kv_list(tq_partition)[tq_partition]) == {"a", "b"}
+
+
+def test_cluster_without_tq_raises_not_found_and_creates_none(
+    bare_ray_cluster: Any, run_python: RunPython
+) -> None:
+    code = textwrap.dedent(f"""
+        import json, ray
+        from tq_gc.config import TransferQueueConfig
+        from tq_gc.errors import TransferQueueNotFound
+        from tq_gc.stores.transferqueue import TransferQueueRowStore
+        try:
+            TransferQueueRowStore.attach(TransferQueueConfig(ray_address={bare_ray_cluster.address!r}))
+            outcome = "attached"
+        except TransferQueueNotFound as exc:
+            outcome = str(exc)
+        connected_after = ray.is_initialized()
+        ray.init(address={bare_ray_cluster.address!r}, log_to_driver=False, logging_level="WARNING")
+        actors = ray.util.list_named_actors(all_namespaces=True)
+        print(json.dumps({{"outcome": outcome, "connected_after": connected_after, "actors": actors}}))
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert "no TransferQueueController" in report["outcome"]
+    assert bare_ray_cluster.address in report["outcome"]
+    assert report["connected_after"] is False  # attach() disconnected the Ray connection it opened
+    assert report["actors"] == []  # nothing created: no controller, no storage unit
+
+
+def test_unreachable_cluster_is_a_config_error_at_once(run_python: RunPython) -> None:
+    code = textwrap.dedent("""
+        import socket, time
+        from tq_gc.config import TransferQueueConfig
+        from tq_gc.errors import ConfigError
+        from tq_gc.stores.transferqueue import TransferQueueRowStore
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]   # nothing listens there once closed
+        started = time.monotonic()
+        try:
+            TransferQueueRowStore.attach(TransferQueueConfig(ray_address=f"127.0.0.1:{port}"))
+        except ConfigError as exc:
+            print(f"{time.monotonic() - started:.3f}", exc)
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seconds, message = result.stdout.strip().split(" ", 1)
+    assert float(seconds) < 10
+    assert "cannot reach a Ray cluster" in message and "ray_address" in message
+
+
+@pytest.mark.parametrize("address", ["", "local", "  local "])
+def test_an_address_that_would_start_a_new_cluster_is_refused(address: str) -> None:
+    with pytest.raises(ConfigError, match="would start a new Ray cluster"):
+        TransferQueueRowStore.attach(TransferQueueConfig(ray_address=address))
+
+
+def test_tq_failures_become_store_unavailable(
+    ray_cluster: Any, tq: Any, store: TransferQueueRowStore, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, ["a"])
+    with pytest.raises(StoreUnavailable, match="failed"):
+        store.identities(tq_partition, [123])  # type: ignore[list-item]  # TQ refuses non-str keys
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    impatient = TransferQueueRowStore.attach(config, request_timeout_seconds=1e-6)
+    with impatient, pytest.raises(StoreUnavailable, match="no answer within"):
+        impatient.list_rows(tq_partition)
+    assert set(store.list_rows(tq_partition)) == {"a"}
+
+
+def test_ten_thousand_keys(
+    store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: PutRows, record_timing: RecordTiming
+) -> None:
+    keys = [f"__generation_cut__/ckpt-1/r{i}_g0_a1/call0/{i}" for i in range(10_000)]
+    started = time.monotonic()
+    put_rows(tq_partition, keys, [{"rollout_id": f"r{i}"} for i in range(10_000)])
+    record_timing("10k keys: kv_batch_put (2k batches, test helper)", time.monotonic() - started)
+
+    timings = {}
+    started = time.monotonic()
+    rows = store.list_rows(tq_partition)
+    timings["list_rows"] = time.monotonic() - started
+    started = time.monotonic()
+    found = store.identities(tq_partition, keys)
+    timings["identities"] = time.monotonic() - started
+    started = time.monotonic()
+    found_with_gaps = store.identities(
+        tq_partition, [k + "-missing" if i % 100 == 0 else k for i, k in enumerate(keys)]
+    )
+    timings["identities, 1% unknown"] = time.monotonic() - started
+    started = time.monotonic()
+    deleted = store.delete_if_unchanged(tq_partition, found)
+    timings["delete_if_unchanged (all match)"] = time.monotonic() - started
+    assert store.list_rows(tq_partition) == {}
+    put_rows(tq_partition, keys)
+    started = time.monotonic()
+    store.delete(tq_partition, keys)
+    timings["delete (unconditional)"] = time.monotonic() - started
+    for name, seconds in timings.items():
+        record_timing(f"10k keys: {name}", seconds)
+
+    assert len(rows) == len(found) == len(deleted) == 10_000
+    assert len(found_with_gaps) == 9_900
+    assert store.list_rows(tq_partition) == {}
+    assert all(seconds < 20 for seconds in timings.values()), timings

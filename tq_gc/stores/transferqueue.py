@@ -1,0 +1,387 @@
+"""The real row store: a running training job's TransferQueue (TQ), reached through its Ray cluster.
+
+Attach, never own (DESIGN.md rule 10). How this module makes sure of it:
+
+- `attach()` looks the controller up by name (`ray.get_actor`) and fails with TransferQueueNotFound
+  when it is missing. It never calls `tq.init()`: in a cluster without a controller, `tq.init()` (with
+  or without a config) creates a new, empty TQ.
+- It builds its own `TransferQueueClient` from the config the controller publishes (what TQ's own
+  `_init_from_existing()` does), and leaves TQ's process-global state alone. `_init_from_existing()`
+  would record the controller handle in `transfer_queue.interface`, and from then on any `tq.close()`
+  in this process runs `ray.kill(controller)`: the job's TQ gone. With our own client, a stray
+  `tq.close()` here has nothing to kill. It also lets `close()` close exactly the client we opened,
+  and lets every request carry a deadline (TQ's client waits forever on a dead controller).
+- `close()` closes that client, and disconnects from Ray only if `attach()` connected this process
+  (`ray.shutdown()` ends this driver's connection; the cluster and the job's actors are untouched).
+  It never kills an actor.
+
+Reaching the cluster (`transfer_queue.ray_address`): 'auto' (RAY_ADDRESS, else the cluster last started
+on this node), a GCS address host:port, or ray://head:10001 (Ray Client: works, but TQ's client then
+talks ZMQ to the controller's node directly, so that node must be routable from here). '' and 'local'
+are refused: ray.init() would start a cluster of its own. A cluster with token auth needs
+RAY_AUTH_MODE=token and the token in tq-gc's environment (Ray reads them; nothing here does).
+
+TQ facts this relies on (transferqueue 0.1.11, read from its source and checked on a real TQ):
+
+- `kv_retrieve_meta(keys, pid, create=False)` answers with a `BatchMeta` that carries no keys: unknown
+  keys are dropped, the others keep their request order; `custom_meta` is the rows' tags, aligned with
+  `global_indexes`. An unknown partition answers an empty BatchMeta and is not created.
+- `kv_retrieve_keys(indexes, pid)` answers the key of each index, None for an index with no key.
+- The controller serves one request at a time, so each answer is a consistent snapshot.
+- `tq.kv_clear` is `kv_retrieve_meta(create=False)` then `clear_samples(meta)`: not atomic, TQ has no
+  compare-and-delete. `delete_if_unchanged()` reads the rows' identities and clears exactly the rows it
+  matched (the same BatchMeta, narrowed), back to back: the narrowest window TQ allows. In that window
+  a row cleared by someone else can have its global index reissued; the controller's clear is scoped
+  to the partition, but SimpleStorage's is by global index only (a TQ limitation, same for kv_clear).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from tq_gc.config import TransferQueueConfig
+from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
+from tq_gc.model import Identity, Tags, tags_digest
+
+logger = logging.getLogger(__name__)
+
+CONTROLLER_NAME = "TransferQueueController"
+CONTROLLER_NAMESPACE = "transfer_queue"
+
+# Every controller request carries this deadline: TQ's controller socket has none, so a dead or wedged
+# controller would hang a sweep (and the sidecar's scheduler) forever. Generous: kv_list of a
+# 100k-key partition takes well under a second.
+REQUEST_TIMEOUT_SECONDS = 60.0
+# Beyond the deadline, how long we wait for the client's event loop itself (a wedged loop thread).
+LOOP_GRACE_SECONDS = 5.0
+# A controller that exists but has not published its config yet (the job is starting) gets this long.
+CONTROLLER_CONFIG_WAIT_SECONDS = 30.0
+# ray.init() against an address where nothing listens retries for minutes; a TCP probe answers at once.
+GCS_PROBE_TIMEOUT_SECONDS = 5.0
+# identities(): rounds to pin down which key each index belongs to when some keys are gone (see there).
+IDENTITY_ROUNDS = 3
+
+T = TypeVar("T")
+
+
+class TransferQueueRowStore:
+    """RowStore over a running job's TransferQueue. Get one with `attach()`; `close()` when done."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        request_batch: int,
+        ray_address: str = "",
+        owns_ray_connection: bool = False,
+        request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+    ) -> None:
+        """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`."""
+        self._client = client
+        self._request_batch = request_batch
+        self._ray_address = ray_address
+        self._owns_ray_connection = owns_ray_connection
+        self._request_timeout_seconds = request_timeout_seconds
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    @classmethod
+    def attach(
+        cls,
+        config: TransferQueueConfig,
+        *,
+        request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+    ) -> TransferQueueRowStore:
+        """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
+
+        A process already connected to Ray (the sidecar actor, a test) uses that connection and
+        ignores `ray_address`. Raises ConfigError when no Ray cluster answers at the address,
+        TransferQueueNotFound when the cluster has no TQ controller, StoreUnavailable when the
+        controller is there but cannot be reached.
+        """
+        import ray
+
+        owns_ray_connection = _connect_ray(config)
+        try:
+            controller = _find_controller(config.ray_address)
+            client = _open_client(controller)
+        except BaseException:
+            if owns_ray_connection:
+                ray.shutdown()
+            raise
+        return cls(
+            client,
+            request_batch=config.request_batch,
+            ray_address=config.ray_address,
+            owns_ray_connection=owns_ray_connection,
+            request_timeout_seconds=request_timeout_seconds,
+        )
+
+    # ---- RowStore ----
+
+    def partitions(self) -> list[str]:
+        return list(self._call("get_partition_list", self._client.async_get_partition_list()))
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        listing = self._call(f"kv_list({partition!r})", self._client.async_kv_list(partition_id=partition))
+        return dict(listing.get(partition) or {})
+
+    def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
+        """Current identity of each key that exists. A key that changes while we ask may be left out.
+
+        Leaving a key out is the safe answer: the collector keeps a row whose identity it cannot confirm.
+        """
+        found: dict[str, Identity] = {}
+        for batch in _batches(list(dict.fromkeys(keys)), self._request_batch):
+            found.update(_identities(*self._snapshot(partition, batch)))
+        return found
+
+    def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        deleted: set[str] = set()
+        for batch in _batches(list(expected), self._request_batch):
+            keys, meta = self._snapshot(partition, batch)
+            current = _identities(keys, meta)
+            # A row recreated (another index) or retagged since the plan saw it is not the row the
+            # plan judged: it stays, and the collector counts it as recheck_saved.
+            matched = [i for i, key in enumerate(keys) if expected[key].matches(current[key])]
+            if not matched:
+                continue
+            what = (
+                f"clear of {len(matched)} rows in {partition!r} (after {len(deleted)} deleted in this call)"
+            )
+            self._call(what, self._client.async_clear_samples(meta.select_samples(matched)))
+            deleted.update(keys[i] for i in matched)
+        return deleted
+
+    def delete(self, partition: str, keys: Sequence[str]) -> None:
+        """Delete unconditionally, like tq.kv_clear (tests and tools; the collector never does)."""
+        unique = list(dict.fromkeys(keys))
+        done = 0
+        for batch in _batches(unique, self._request_batch):
+            what = f"kv_clear of {len(batch)} keys in {partition!r} (after {done} of {len(unique)})"
+            meta = self._call(what, self._retrieve_meta(partition, batch))
+            if meta.size > 0:
+                self._call(what, self._client.async_clear_samples(meta))
+            done += len(batch)
+
+    # ---- lifecycle ----
+
+    def close(self) -> None:
+        """Close our client; disconnect from Ray only if attach() connected. Idempotent. Kills nothing."""
+        import ray
+
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._client.close()
+        except Exception as exc:  # closing is best effort: the sweep's outcome is already decided
+            logger.warning("closing the TransferQueue client failed: %s", exc)
+        if self._owns_ray_connection:
+            ray.shutdown()
+
+    def __enter__(self) -> TransferQueueRowStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"TransferQueueRowStore(ray_address={self._ray_address!r}, "
+            f"request_batch={self._request_batch}, closed={self._closed})"
+        )
+
+    # ---- internals ----
+
+    def _snapshot(self, partition: str, keys: list[str]) -> tuple[list[str], Any]:
+        """(keys, meta): the keys of `keys` that exist, and their BatchMeta, row i being keys[i], as one
+        answer of the controller. Keys gone, or changed while we ask, are left out."""
+        # The BatchMeta of kv_retrieve_meta carries no keys and drops unknown ones, so an answer shorter
+        # than the request does not say which index is whose. Then we ask the key of each index
+        # (kv_retrieve_keys) and ask again for exactly the keys still there: an answer as long as its
+        # request is aligned with it, in one snapshot. A key deleted, recreated or created between two
+        # rounds falls out of the request, and is reported absent: the caller keeps that row.
+        wanted = keys
+        for _ in range(IDENTITY_ROUNDS):
+            meta = self._call(
+                f"kv_retrieve_meta of {len(wanted)} keys in {partition!r}",
+                self._retrieve_meta(partition, wanted),
+            )
+            if meta.size == len(wanted):
+                return wanted, meta
+            if meta.size == 0:
+                return [], meta
+            owners = self._call(
+                f"kv_retrieve_keys of {meta.size} indexes in {partition!r}",
+                self._client.async_kv_retrieve_keys(
+                    global_indexes=list(meta.global_indexes), partition_id=partition
+                ),
+            )
+            still_there = {key for key in owners if key is not None}
+            wanted = [key for key in wanted if key in still_there]
+            if not wanted:
+                return [], None
+        logger.warning(
+            "partition %r kept changing while its identities were read; %d keys reported absent",
+            partition,
+            len(wanted),
+        )
+        return [], None
+
+    def _retrieve_meta(self, partition: str, keys: list[str]) -> Any:
+        # create=False always: with create=True TQ registers the keys it does not know.
+        return self._client.async_kv_retrieve_meta(keys=keys, partition_id=partition, create=False)
+
+    def _call(self, what: str, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one client coroutine on the client's own loop, with a deadline. Errors -> StoreUnavailable."""
+        if self._closed:
+            coro.close()
+            raise StoreUnavailable(f"TransferQueue {what}: the row store is closed")
+        # TransferQueueClient's sync methods are this same call without a deadline (`_run_coroutine`).
+        # The deadline is enforced inside the loop (wait_for), so a request that runs out of time is
+        # cancelled and finished there, and its pooled socket discarded, before we return.
+        timeout_s = self._request_timeout_seconds
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout_s), self._client._loop)
+        try:
+            return future.result(timeout=timeout_s + LOOP_GRACE_SECONDS)
+        except TimeoutError as exc:
+            future.cancel()
+            raise StoreUnavailable(
+                f"TransferQueue {what}: no answer within {timeout_s:g} s (controller dead or overloaded?)"
+            ) from exc
+        except Exception as exc:
+            raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
+
+
+def _connect_ray(config: TransferQueueConfig) -> bool:
+    """Join the job's Ray cluster unless this process already is in one. True if we connected."""
+    import ray
+
+    address = config.ray_address.strip()
+    if address in ("", "local"):
+        # ray.init() with no address or "local" starts a new cluster of its own: never what we want.
+        raise ConfigError(
+            f"transfer_queue.ray_address={config.ray_address!r} would start a new Ray cluster: "
+            "tq-gc joins the training job's. Use 'auto' on a node of that cluster, its GCS address "
+            "(host:6379), or ray://head:10001"
+        )
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"namespace": config.ray_namespace}
+    if "://" not in address:
+        address = _reachable_gcs(address)
+        kwargs.update(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as exc:
+        if ray.is_initialized():
+            ray.shutdown()
+        raise ConfigError(_unreachable(config.ray_address, str(exc))) from exc
+    return True
+
+
+def _reachable_gcs(address: str) -> str:
+    """Resolve `address` ('auto' or host:port) as ray.init would, and check that something listens."""
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    try:
+        gcs_address = canonicalize_bootstrap_address_or_die(address)
+    except Exception as exc:  # ConnectionError: 'auto' found no cluster; ValueError: bad format
+        raise ConfigError(_unreachable(address, str(exc))) from exc
+    parts = urlsplit(f"//{gcs_address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or not port:
+        raise ConfigError(_unreachable(address, f"{gcs_address!r} is not host:port"))
+    try:
+        with socket.create_connection((host, port), timeout=GCS_PROBE_TIMEOUT_SECONDS):
+            pass
+    except OSError as exc:
+        raise ConfigError(_unreachable(address, f"nothing answers at {gcs_address} ({exc})")) from exc
+    return gcs_address
+
+
+def _unreachable(address: str, detail: str) -> str:
+    return (
+        f"cannot reach a Ray cluster at transfer_queue.ray_address={address!r}: {detail}. "
+        "Start the training job first, or set ray_address to its cluster: 'auto' on one of its nodes, "
+        "the GCS address (host:6379), or ray://head:10001"
+    )
+
+
+def _find_controller(ray_address: str) -> Any:
+    import ray
+
+    try:
+        return ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
+    except ValueError:  # Ray's answer for "no live actor of that name"
+        raise TransferQueueNotFound(ray_address) from None
+    except Exception as exc:
+        raise StoreUnavailable(f"looking up the TransferQueue controller failed: {exc}") from exc
+
+
+def _open_client(controller: Any) -> Any:
+    """A TQ client of our own, configured from what the controller publishes (as TQ's attach does)."""
+    import ray
+    from transfer_queue import TransferQueueClient
+
+    deadline = time.monotonic() + CONTROLLER_CONFIG_WAIT_SECONDS
+    try:
+        conf = ray.get(controller.get_config.remote(), timeout=REQUEST_TIMEOUT_SECONDS)
+        while conf is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # the controller exists but the job's tq.init() has not finished yet
+            conf = ray.get(controller.get_config.remote(), timeout=REQUEST_TIMEOUT_SECONDS)
+    except Exception as exc:
+        raise StoreUnavailable(f"reading the TransferQueue controller's config failed: {exc}") from exc
+    if conf is None:
+        raise StoreUnavailable(
+            f"the TransferQueue controller has not published its config after "
+            f"{CONTROLLER_CONFIG_WAIT_SECONDS:g} s: is the job still starting?"
+        )
+    client = None
+    try:
+        client = TransferQueueClient(
+            client_id=f"tq-gc_{os.getpid()}_{uuid.uuid4().hex[:8]}", controller_info=conf.controller.zmq_info
+        )
+        backend = conf.backend.storage_backend
+        # kv_clear clears the storage units too, so the client needs the job's storage manager.
+        client.initialize_storage_manager(manager_type=backend, config=conf.backend[backend])
+    except Exception as exc:
+        if client is not None:
+            client.close()
+        raise StoreUnavailable(f"connecting to the TransferQueue controller failed: {exc}") from exc
+    return client
+
+
+def _identities(keys: list[str], meta: Any) -> dict[str, Identity]:
+    """{key: identity} of a snapshot: row i of `meta` is keys[i]; its custom_meta is the row's tags."""
+    if not keys:
+        return {}
+    return {
+        key: Identity(tags_digest(tags), int(index))
+        for key, index, tags in zip(keys, meta.global_indexes, meta.custom_meta, strict=True)
+    }
+
+
+def _batches(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
