@@ -123,6 +123,9 @@ class SidecarConfig(_Frozen):
     ray_namespace: str = "tq_gc"
     num_cpus: float = Field(default=0.1, ge=0.0)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # The sidecar's scheduled sweeps delete (it is how tq-gc runs in production); false makes them dry
+    # runs, to watch what it would reclaim (reports, metrics) before letting it.
+    execute: bool = True
 
 
 class Config(_Frozen):

@@ -1,0 +1,57 @@
+"""Small helpers for the sidecar tests: calling the actor, polling, reading TQ and /metrics."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from prometheus_client.parser import text_string_to_metric_families
+
+from tq_gc.config import Config
+
+GRACE_S = 1.5  # sidecar tests' grace and schedule: seconds, so that each test takes seconds
+INTERVAL_S = 0.5
+WAIT_S = 20.0
+
+MakeConfig = Callable[..., Config]  # the make_config fixture
+StartSidecar = Callable[..., Any]  # the sidecar fixture
+RecordTiming = Callable[[str, float], None]  # tests/integration/conftest.py's record_timing fixture
+
+
+def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    return ray.get(getattr(handle, method).remote(*args, **kwargs), timeout=60)
+
+
+def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+    """Poll `predicate` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        time.sleep(0.05)
+
+
+def keys_in(tq: Any, partition: str) -> set[str]:
+    return set(tq.kv_list(partition).get(partition, {}))
+
+
+def reports(handle: Any) -> list[dict[str, Any]]:
+    """The sidecar's recent reports, oldest first."""
+    return list(reversed(call(handle, "status")["last_reports"]))
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics over HTTP: {(sample name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

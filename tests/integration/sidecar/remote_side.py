@@ -1,0 +1,100 @@
+"""Code the sidecar tests ship into Ray workers: row store factories for the actor (each wraps the
+real TQ row store) and a publisher task.
+
+It runs in Ray workers, which cannot import this test package: conftest.py has this module pickled by
+value. Anything a test must read back (listing intervals) goes through a file, not memory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import ray
+
+from tq_gc.config import Config
+from tq_gc.model import Tags
+from tq_gc.sidecar import sidecar_registry
+from tq_gc.stores import RowStore, attach_transfer_queue
+
+
+class Wrapped:
+    """Forwards every RowStore method (and close) to the real store; subclasses override one."""
+
+    def __init__(self, inner: RowStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class SlowListing(Wrapped):
+    """Listing takes `delay_s`; each listing's start and end go to `events` as `+ t` / `- t` lines
+    (monotonic clock, which is system-wide on Linux, so the test process can compare)."""
+
+    def __init__(self, inner: RowStore, delay_s: float, events: Path) -> None:
+        super().__init__(inner)
+        self.delay_s = delay_s
+        self.events = events
+
+    def _event(self, sign: str) -> None:
+        with self.events.open("a") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(f"{sign} {time.monotonic():.6f}\n")
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        self._event("+")
+        try:
+            time.sleep(self.delay_s)
+            return self.inner.list_rows(partition)
+        finally:
+            self._event("-")
+
+
+class FailingListing(Wrapped):
+    """While the file `fail_while` exists, listing raises an unexpected error (not a StoreUnavailable,
+    which the collector would turn into an aborted report): the sweep itself raises. Each failure
+    appends a line to `failures`."""
+
+    def __init__(self, inner: RowStore, fail_while: Path, failures: Path) -> None:
+        super().__init__(inner)
+        self.fail_while = fail_while
+        self.failures = failures
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        if self.fail_while.exists():
+            with self.failures.open("a") as out:
+                out.write("failed\n")
+            raise RuntimeError("injected listing failure")
+        return self.inner.list_rows(partition)
+
+
+def slow_tq_store(config: Config, delay_s: float, events: str) -> RowStore:
+    return cast(RowStore, SlowListing(attach_transfer_queue(config), delay_s, Path(events)))
+
+
+def failing_tq_store(config: Config, fail_while: str, failures: str) -> RowStore:
+    return cast(RowStore, FailingListing(attach_transfer_queue(config), Path(fail_while), Path(failures)))
+
+
+def max_concurrency(events: Path) -> tuple[int, int]:
+    """(most listings in progress at once, listings started), from the event file."""
+    running = peak = started = 0
+    lines = sorted(events.read_text().split("\n")[:-1], key=lambda line: (float(line[2:]), line[0] == "+"))
+    for line in lines:
+        if line[0] == "+":
+            running += 1
+            started += 1
+            peak = max(peak, running)
+        else:
+            running -= 1
+    return peak, started
+
+
+@ray.remote(num_cpus=0.1)
+def admit_and_vanish(sidecar_name: str, ray_namespace: str, partition: str, key: str, ttl_s: float) -> None:
+    """A publisher in a Ray worker: admits one row through the sidecar, then never renews it."""
+    registry = sidecar_registry(name=sidecar_name, namespace=ray_namespace)
+    registry.admit(f"vanishing-{key}", rows={partition: [key]}, ttl_seconds=ttl_s)

@@ -1,0 +1,68 @@
+"""Controlling the sidecar: pause and resume its schedule, start it twice (the second start finds the
+running actor), shut it down; and finding a sidecar that is not there."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import ray
+
+from tq_gc.errors import TqGcError
+from tq_gc.sidecar import sidecar_registry, start_sidecar
+
+from .helpers import INTERVAL_S, MakeConfig, StartSidecar, call, reports, wait_until
+
+pytestmark = pytest.mark.ray
+
+
+def test_pause_stops_the_schedule_and_resume_restarts_it(
+    make_config: MakeConfig, sidecar: StartSidecar
+) -> None:
+    handle = sidecar(make_config())
+    wait_until("a first scheduled sweep", lambda: reports(handle))
+
+    call(handle, "pause")
+    time.sleep(INTERVAL_S)  # a tick handed to the scheduler's thread just before the pause may still run
+    paused = wait_until("no sweep in progress", lambda: idle_status(handle))
+    assert paused["paused"] is True and paused["next_run_at"] is None
+    last_run = paused["last_reports"][0]["run_id"]
+    time.sleep(3 * INTERVAL_S)
+    assert reports(handle)[-1]["run_id"] == last_run  # no scheduled sweep while paused
+    assert call(handle, "sweep_now")["outcome"] == "completed"  # on demand still works
+
+    call(handle, "resume")
+    status = call(handle, "status")
+    assert status["paused"] is False and status["next_run_at"] is not None
+    on_demand = reports(handle)[-1]["run_id"]
+    wait_until("a scheduled sweep after resume", lambda: reports(handle)[-1]["run_id"] != on_demand)
+
+
+def idle_status(handle: Any) -> dict[str, Any] | None:
+    status: dict[str, Any] = call(handle, "status")
+    return None if status["sweeping"] else status
+
+
+def test_start_sidecar_is_idempotent_and_shutdown_closes_it(
+    make_config: MakeConfig, sidecar: StartSidecar
+) -> None:
+    config = make_config()
+    first = sidecar(config)
+    again = start_sidecar(config)  # a second start (another driver, a retry) finds the running one
+
+    assert call(again, "status")["actor_id"] == call(first, "status")["actor_id"]
+    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == config.sidecar.name]
+    assert named == [{"name": config.sidecar.name, "namespace": config.sidecar.ray_namespace}]
+
+    call(first, "shutdown")
+    call(first, "shutdown")  # idempotent
+    status = call(first, "status")
+    assert status["running"] is False and status["paused"] is True
+    with pytest.raises(TqGcError, match="shut down"):
+        call(first, "sweep_now")
+
+
+def test_sidecar_registry_without_a_sidecar_says_how_to_start_one(ray_cluster: Any) -> None:
+    with pytest.raises(TqGcError, match="start it first"):
+        sidecar_registry(name="no-such-sidecar", namespace="tq_gc_tests")

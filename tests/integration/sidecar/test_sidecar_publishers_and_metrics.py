@@ -1,0 +1,107 @@
+"""Publishers admit through the sidecar (memory:// state: the registry lives in the actor) and their rows
+are safe while they renew; a publisher that stops renewing loses its protection after the TTL. And
+/metrics, scraped over HTTP, matches the sweep reports."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+import ray
+
+from tq_gc.config import Config
+from tq_gc.metrics import KEEP_REASONS, kept_by_reason
+from tq_gc.model import SweepReport
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.sidecar import sidecar_registry
+from tq_gc.state import RedisState
+
+from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, keys_in, scrape, wait_until
+from .remote_side import admit_and_vanish
+
+pytestmark = pytest.mark.ray
+
+TTL_S = 1.5
+CLOCK_SLACK_S = 0.05  # the actor's wall clock against this process's monotonic one
+
+
+def registry_of(config: Config) -> AdmissionRegistry:
+    return sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
+
+
+def test_admitted_rows_are_kept_while_renewed_and_reclaimed_after_the_ttl(
+    make_config: MakeConfig, sidecar: StartSidecar, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    put_rows(tq_partition, ["renewed", "abandoned", "orphan"])
+    config = make_config()  # memory://
+    sidecar(config)
+    registry = registry_of(config)
+
+    admitted_at = time.monotonic()
+    registry.admit("trainer", rows={tq_partition: ["renewed"]}, ttl_seconds=TTL_S)
+    # A publisher in a Ray worker admits a row, then dies without renewing. admit() has returned only
+    # once the sidecar recorded it, so the very next sweep sees it.
+    ray.get(
+        admit_and_vanish.remote(
+            config.sidecar.name, config.sidecar.ray_namespace, tq_partition, "abandoned", TTL_S
+        )
+    )
+    assert set(registry.live()) == {"trainer", "vanishing-abandoned"}
+
+    gone_at: dict[str, float] = {}
+    deadline = time.monotonic() + 20
+    while "abandoned" not in gone_at and time.monotonic() < deadline:
+        assert registry.renew("trainer", ttl_seconds=TTL_S)
+        for key in {"renewed", "abandoned", "orphan"} - keys_in(tq, tq_partition) - set(gone_at):
+            gone_at[key] = time.monotonic() - admitted_at
+        time.sleep(INTERVAL_S / 2)
+
+    assert set(gone_at) == {"orphan", "abandoned"}, gone_at
+    assert gone_at["orphan"] < gone_at["abandoned"]
+    # Protected until its lease expired, then unreferenced for a whole grace before the delete.
+    assert gone_at["abandoned"] >= TTL_S + GRACE_S - CLOCK_SLACK_S
+    assert set(registry.live()) == {"trainer"}
+
+    registry.release("trainer")
+    wait_until("the released row is reclaimed", lambda: not keys_in(tq, tq_partition))
+
+
+def test_metrics_served_over_http_match_the_reports(
+    make_config: MakeConfig, sidecar: StartSidecar, tq_partition: str, put_rows: Any, redis_url: str
+) -> None:
+    put_rows(tq_partition, ["orphan/1", "orphan/2", "orphan/3", "admitted"])
+    config = make_config(redis_url, schedule={"interval_seconds": 3600}, sidecar={"metrics_port": 0})
+    handle = sidecar(config)  # only on-demand sweeps: every report is known
+    registry_of(config).admit("trainer", rows={tq_partition: ["admitted"]}, ttl_seconds=60)
+
+    history = [call(handle, "sweep_now")]  # first sight: three rows start their grace
+    time.sleep(GRACE_S)
+    history.append(call(handle, "sweep_now", dry_run=True))  # eligible, not deleted
+    history.append(call(handle, "sweep_now"))  # deleted
+    other = RedisState.from_url(redis_url, config.namespace)  # another sweeper of this namespace
+    try:
+        lease = other.acquire_lease("cron-job", ttl_ms=30_000)
+        assert lease is not None
+        history.append(call(handle, "sweep_now"))  # skipped: lease held
+        other.release_lease(lease)
+    finally:
+        other.close()
+
+    assert [r["outcome"] for r in history] == ["completed", "dry_run", "completed", "skipped"]
+    metrics = scrape(call(handle, "status")["metrics_port"])
+    reports = [SweepReport.from_dict(r) for r in history]
+    for outcome in ("completed", "dry_run", "skipped", "aborted"):
+        expected = sum(1 for r in reports if r.outcome.value == outcome)
+        assert metrics[("tqgc_sweeps_total", (("outcome", outcome),))] == expected
+    assert metrics[("tqgc_rows_deleted_total", ())] == sum(r.counts.deleted for r in reports) == 3
+    for reason in KEEP_REASONS:
+        expected = sum(kept_by_reason(r)[reason] for r in reports)
+        assert metrics[("tqgc_rows_kept_total", (("reason", reason),))] == expected
+    assert metrics[("tqgc_rows_kept_total", (("reason", "admission"),))] == 3  # three sweeps listed it
+    assert metrics[("tqgc_lease_contention_total", ())] == 1
+    assert metrics[("tqgc_orphans_waiting", ())] == reports[2].counts.within_grace == 0
+    last_success = datetime.fromisoformat(reports[2].finished_at).timestamp()
+    assert metrics[("tqgc_last_success_timestamp_seconds", ())] == pytest.approx(last_success, abs=0.001)
+    assert metrics[("tqgc_sweep_phase_seconds_count", (("phase", "list"),))] == 3  # not the skipped one

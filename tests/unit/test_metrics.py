@@ -1,0 +1,215 @@
+"""Metrics: how a sweep report maps onto the tqgc_* series, /metrics over HTTP, and the Pushgateway push
+against a real local HTTP server that records what it was sent."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
+from tq_gc.model import Counts, Outcome, SweepReport
+
+FINISHED_AT = "2024-05-01T12:00:00.000+00:00"
+FINISHED_TS = 1714564800.0
+
+
+def report(outcome: Outcome = Outcome.COMPLETED, reason: str | None = None, **counts: int) -> SweepReport:
+    values = Counts(**counts)  # type: ignore[arg-type]
+    return SweepReport(
+        run_id="r1",
+        namespace="job-42",
+        dry_run=outcome is Outcome.DRY_RUN,
+        outcome=outcome,
+        reason=reason,
+        finished_at=FINISHED_AT,
+        counts=values,
+        phases_ms={"lease": 2.0, "list": 30.0, "references": 5.0, "plan": 1.0, "delete": 0.0},
+    )
+
+
+def value(metrics: SweepMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_a_completed_sweep_maps_onto_every_series() -> None:
+    metrics = SweepMetrics()
+    done = report(deleted=7, within_grace=3, over_cap=2, recheck_saved=1)
+    done.counts.referenced.update(admissions=4, manifests=5, tags=6)
+    metrics.observe(done)
+
+    assert value(metrics, "tqgc_sweeps_total", outcome="completed") == 1
+    assert value(metrics, "tqgc_sweeps_total", outcome="aborted") == 0
+    assert value(metrics, "tqgc_rows_deleted_total") == 7
+    kept = {reason: value(metrics, "tqgc_rows_kept_total", reason=reason) for reason in KEEP_REASONS}
+    assert kept == {"admission": 4, "manifest": 5, "tag": 6, "grace": 3, "recheck": 1, "cap": 2}
+    assert value(metrics, "tqgc_orphans_waiting") == 3
+    assert value(metrics, "tqgc_last_success_timestamp_seconds") == FINISHED_TS
+    assert value(metrics, "tqgc_sweep_phase_seconds_sum", phase="list") == pytest.approx(0.030)
+    # The delete phase never ran (0 ms): no observation rather than a fake zero-length one.
+    assert value(metrics, "tqgc_sweep_phase_seconds_count", phase="delete") is None
+    assert value(metrics, "tqgc_lease_contention_total") == 0
+
+
+def test_counters_add_up_over_sweeps() -> None:
+    metrics = SweepMetrics()
+    for deleted in (2, 3):
+        metrics.observe(report(deleted=deleted, within_grace=1))
+    assert value(metrics, "tqgc_sweeps_total", outcome="completed") == 2
+    assert value(metrics, "tqgc_rows_deleted_total") == 5
+    assert value(metrics, "tqgc_rows_kept_total", reason="grace") == 2
+
+
+def test_a_held_lease_counts_as_contention_and_keeps_the_last_good_gauges() -> None:
+    metrics = SweepMetrics()
+    metrics.observe(report(within_grace=9))
+    skipped = report(Outcome.SKIPPED, reason="lease held by cron-1:42")
+    skipped.finished_at = "2024-05-01T13:00:00.000+00:00"
+    metrics.observe(skipped)
+    metrics.observe(report(Outcome.SKIPPED, reason="checkpoint fence up: ckpt-7"))
+
+    assert value(metrics, "tqgc_sweeps_total", outcome="skipped") == 2
+    assert value(metrics, "tqgc_lease_contention_total") == 1
+    assert value(metrics, "tqgc_orphans_waiting") == 9
+    assert value(metrics, "tqgc_last_success_timestamp_seconds") == FINISHED_TS
+
+
+def test_an_aborted_sweep_is_not_a_success_and_a_dry_run_is() -> None:
+    metrics = SweepMetrics()
+    metrics.observe(report(Outcome.ABORTED, reason="reference source 'manifests' failed"))
+    assert value(metrics, "tqgc_last_success_timestamp_seconds") == 0
+    metrics.observe(report(Outcome.DRY_RUN, within_grace=4))
+    assert value(metrics, "tqgc_last_success_timestamp_seconds") == FINISHED_TS
+    assert value(metrics, "tqgc_orphans_waiting") == 4
+
+
+def test_errors_are_counted_apart_from_outcomes() -> None:
+    metrics = SweepMetrics()
+    metrics.record_error()
+    assert value(metrics, "tqgc_sweep_errors_total") == 1
+    assert all(value(metrics, "tqgc_sweeps_total", outcome=o.value) == 0 for o in Outcome)
+
+
+def test_every_metric_has_the_prefix_and_help_text() -> None:
+    families = list(SweepMetrics().registry.collect())
+    assert {f.name for f in families} == {
+        "tqgc_sweeps",
+        "tqgc_rows_deleted",
+        "tqgc_rows_kept",
+        "tqgc_orphans_waiting",
+        "tqgc_sweep_phase_seconds",
+        "tqgc_last_success_timestamp_seconds",
+        "tqgc_lease_contention",
+        "tqgc_sweep_errors",
+    }
+    assert all(f.documentation.strip() for f in families)
+
+
+def test_registration_is_idempotent_and_instances_do_not_collide() -> None:
+    registry = CollectorRegistry()
+    first, again = SweepMetrics(registry), SweepMetrics(registry)
+    first.observe(report(deleted=1))
+    again.observe(report(deleted=1))
+    assert value(first, "tqgc_rows_deleted_total") == 2
+
+    other = SweepMetrics()
+    assert value(other, "tqgc_rows_deleted_total") == 0
+
+
+def test_metrics_are_served_over_http_on_an_ephemeral_port() -> None:
+    metrics = SweepMetrics()
+    metrics.observe(report(deleted=7))
+    server, port = metrics.serve_http(0, addr="127.0.0.1")
+    try:
+        assert port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            body = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "tqgc_rows_deleted_total 7.0" in body
+    assert "# HELP tqgc_orphans_waiting" in body
+
+
+# -- Pushgateway ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Push:
+    method: str
+    path: str
+    body: str
+
+
+@dataclass
+class FakeGateway:
+    """A real HTTP server on 127.0.0.1 that accepts pushes like a Pushgateway and keeps them."""
+
+    url: str
+    pushes: list[Push] = field(default_factory=list)
+
+
+@pytest.fixture
+def gateway() -> Iterator[FakeGateway]:
+    pushes: list[Push] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _record(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            pushes.append(Push(self.command, self.path, self.rfile.read(length).decode()))
+            self.send_response(200)
+            self.end_headers()
+
+        do_PUT = do_POST = _record
+
+        def log_message(self, format: str, *args: object) -> None:  # keep test output clean
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield FakeGateway(f"http://127.0.0.1:{server.server_port}", pushes)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_push_report_replaces_the_group_after_a_successful_sweep(gateway: FakeGateway) -> None:
+    assert push_report(gateway.url, "job-42", report(deleted=7))
+    [push] = gateway.pushes
+    assert (push.method, push.path) == ("PUT", "/metrics/job/tq-gc/namespace/job-42")
+    assert "tqgc_rows_deleted_total 7.0" in push.body
+    assert "tqgc_last_success_timestamp_seconds" in push.body
+
+
+def test_push_after_a_failed_sweep_keeps_the_last_good_gauges(gateway: FakeGateway) -> None:
+    assert push_report(gateway.url, "job-42", report(Outcome.ABORTED, reason="blast radius"))
+    [push] = gateway.pushes
+    # POST replaces only the series it carries: the gateway keeps the last success time it had.
+    assert push.method == "POST"
+    assert 'tqgc_sweeps_total{outcome="aborted"} 1.0' in push.body
+    assert "tqgc_rows_deleted_total" in push.body
+    assert "tqgc_last_success_timestamp_seconds" not in push.body
+    assert "tqgc_orphans_waiting" not in push.body
+
+
+def test_an_unreachable_gateway_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    # configure_logging (CLI tests) stops tq_gc's logs from propagating: listen on the logger itself.
+    logger = logging.getLogger("tq_gc.metrics")
+    logger.addHandler(caplog.handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    port = server.server_port
+    server.server_close()  # nothing listens there now: the connection is refused
+    try:
+        assert not push_report(f"http://127.0.0.1:{port}", "job-42", report())
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "could not push metrics" in caplog.text

@@ -1,0 +1,197 @@
+"""Prometheus metrics, all prefixed `tqgc_`: one `SweepMetrics` per process, fed from sweep reports.
+
+The sidecar serves them on `/metrics` (`serve_http`); a CLI sweep run by a CronJob pushes them to a
+Pushgateway (`push_report`). Each `SweepMetrics` owns its own `CollectorRegistry`, never the global
+one: several instances in one process (tests, a CLI sweep inside a sidecar's process) must not collide.
+
+Counters fed from reports count row *decisions* summed over sweeps: a row kept for its grace across
+five sweeps adds five to `tqgc_rows_kept_total{reason="grace"}`. The gauge `tqgc_orphans_waiting` is
+the number of rows waiting out their grace as of the last sweep that got that far.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from dataclasses import dataclass
+from datetime import datetime
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
+
+from tq_gc.model import PHASES, Outcome, Source, SweepReport
+
+log = logging.getLogger(__name__)
+
+PREFIX = "tqgc_"
+PUSH_JOB = "tq-gc"
+PUSH_TIMEOUT_SECONDS = 10.0
+# Sweep phases run from about a millisecond (plan on a small partition) to minutes (deleting 100k
+# rows under a rate limit).
+PHASE_BUCKETS_SECONDS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+KEEP_REASONS = ("admission", "manifest", "tag", "grace", "recheck", "cap")
+_KEEP_BY_SOURCE = {Source.ADMISSIONS: "admission", Source.MANIFESTS: "manifest", Source.TAGS: "tag"}
+# Outcomes after which the report's counts describe the whole in-scope population.
+_SUCCESS = (Outcome.COMPLETED, Outcome.DRY_RUN)
+# Gauges a run that did not succeed must not overwrite on a Pushgateway: they hold the last good run's.
+_KEPT_AFTER_FAILURE = (PREFIX + "last_success_timestamp_seconds", PREFIX + "orphans_waiting")
+# The collector says why a sweep was skipped only in words; this is how it words a held lease.
+_LEASE_HELD_REASON = "lease held"
+
+
+@dataclass(frozen=True, slots=True)
+class _Collectors:
+    sweeps: Counter
+    rows_deleted: Counter
+    rows_kept: Counter
+    orphans_waiting: Gauge
+    phase_seconds: Histogram
+    last_success: Gauge
+    lease_contention: Counter
+    sweep_errors: Counter
+
+
+def _register(registry: CollectorRegistry) -> _Collectors:
+    def name(short: str) -> str:
+        return PREFIX + short
+
+    collectors = _Collectors(
+        sweeps=Counter(name("sweeps"), "Sweeps finished, by outcome.", ["outcome"], registry=registry),
+        rows_deleted=Counter(name("rows_deleted"), "Rows deleted.", registry=registry),
+        rows_kept=Counter(
+            name("rows_kept"),
+            "In-scope rows kept, by reason, summed over sweeps (a row kept by five sweeps counts five).",
+            ["reason"],
+            registry=registry,
+        ),
+        orphans_waiting=Gauge(
+            name("orphans_waiting"),
+            "Unreferenced rows waiting out their grace, as of the last sweep.",
+            registry=registry,
+        ),
+        phase_seconds=Histogram(
+            name("sweep_phase_seconds"),
+            "Time spent in each sweep phase.",
+            ["phase"],
+            buckets=PHASE_BUCKETS_SECONDS,
+            registry=registry,
+        ),
+        last_success=Gauge(
+            name("last_success_timestamp_seconds"),
+            "Unix time at which the last completed (or dry-run) sweep finished.",
+            registry=registry,
+        ),
+        lease_contention=Counter(
+            name("lease_contention"),
+            "Sweeps skipped because another sweeper held the lease.",
+            registry=registry,
+        ),
+        sweep_errors=Counter(
+            name("sweep_errors"),
+            "Sweeps that raised an unexpected error instead of reporting.",
+            registry=registry,
+        ),
+    )
+    # Export every labelled series from the start, so a dashboard sees zeros rather than gaps.
+    for outcome in Outcome:
+        collectors.sweeps.labels(outcome=outcome.value)
+    for reason in KEEP_REASONS:
+        collectors.rows_kept.labels(reason=reason)
+    return collectors
+
+
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, _Collectors] = weakref.WeakKeyDictionary()
+_registered_lock = threading.Lock()
+
+
+def _collectors_for(registry: CollectorRegistry) -> _Collectors:
+    """Register tq-gc's collectors on `registry` once; later calls get the same ones back."""
+    with _registered_lock:
+        collectors = _registered.get(registry)
+        if collectors is None:
+            collectors = _registered[registry] = _register(registry)
+        return collectors
+
+
+class SweepMetrics:
+    """tq-gc's metrics on one registry (a fresh one unless given). Thread-safe, like prometheus-client."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._c = _collectors_for(self.registry)
+
+    def observe(self, report: SweepReport) -> None:
+        """Count one finished sweep (any outcome)."""
+        c = self._c
+        c.sweeps.labels(outcome=report.outcome.value).inc()
+        if report.outcome is Outcome.SKIPPED and (report.reason or "").startswith(_LEASE_HELD_REASON):
+            c.lease_contention.inc()
+        for phase in PHASES:
+            spent_ms = report.phases_ms.get(phase, 0.0)
+            if spent_ms > 0:  # 0: the sweep never reached this phase (skipped, dry run: no delete)
+                c.phase_seconds.labels(phase=phase).observe(spent_ms / 1000)
+        c.rows_deleted.inc(report.counts.deleted)
+        for reason, rows in kept_by_reason(report).items():
+            c.rows_kept.labels(reason=reason).inc(rows)
+        if report.outcome in _SUCCESS:
+            c.orphans_waiting.set(report.counts.within_grace)
+            c.last_success.set(_timestamp(report.finished_at))
+
+    def record_error(self) -> None:
+        """Count a sweep that raised instead of returning a report."""
+        self._c.sweep_errors.inc()
+
+    def serve_http(self, port: int, addr: str = "0.0.0.0") -> tuple[WSGIServer, int]:
+        """Serve `/metrics` from a daemon thread; port 0 picks a free one. Returns (server, bound port).
+        Stop it with `server.shutdown(); server.server_close()`."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server, int(server.server_port)
+
+    def push(self, url: str, namespace: str, succeeded: bool) -> None:
+        """Push to a Pushgateway, group {job="tq-gc", namespace=...}. A run that did not succeed
+        replaces only the counters, so the group keeps the last good run's time and waiting rows."""
+        grouping_key = {"namespace": namespace}
+        if succeeded:
+            push_to_gateway(url, PUSH_JOB, self.registry, grouping_key, timeout=PUSH_TIMEOUT_SECONDS)
+            return
+        names = {
+            s.name for m in self.registry.collect() if m.name not in _KEPT_AFTER_FAILURE for s in m.samples
+        }
+        restricted = self.registry.restricted_registry(names)
+        pushadd_to_gateway(url, PUSH_JOB, restricted, grouping_key, timeout=PUSH_TIMEOUT_SECONDS)
+
+
+def kept_by_reason(report: SweepReport) -> dict[str, int]:
+    """The report's kept rows under the metric's reasons (admission, manifest, tag, grace, recheck, cap)."""
+    counts = report.counts
+    kept = {reason: counts.referenced.get(source.value, 0) for source, reason in _KEEP_BY_SOURCE.items()}
+    kept.update(grace=counts.within_grace, recheck=counts.recheck_saved, cap=counts.over_cap)
+    return kept
+
+
+def push_report(url: str, namespace: str, report: SweepReport) -> bool:
+    """Push one sweep's metrics to the Pushgateway at `url` (job "tq-gc", grouping key namespace).
+
+    A push that fails is logged, not raised: the sweep itself is done, and a stale
+    tqgc_last_success_timestamp_seconds is what alerts on a CronJob that stopped reporting.
+    Returns whether the push went through."""
+    metrics = SweepMetrics()
+    metrics.observe(report)
+    try:
+        metrics.push(url, namespace, succeeded=report.outcome in _SUCCESS)
+    except OSError as exc:  # URLError, refused, timeout, HTTP error status
+        log.warning("could not push metrics to the Pushgateway at %s: %s", url, exc)
+        return False
+    return True
+
+
+def _timestamp(iso: str) -> float:
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return 0.0
+
+
+__all__ = ["KEEP_REASONS", "PREFIX", "SweepMetrics", "kept_by_reason", "push_report"]

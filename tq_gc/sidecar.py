@@ -1,0 +1,459 @@
+"""The sidecar: a Ray actor inside the training job's cluster that sweeps on a schedule.
+
+    handle = tq_gc.start_sidecar(config)          # from the training script (idempotent)
+    tq-gc serve --config gc.yaml                  # or from a shell, until SIGTERM
+    registry = sidecar_registry()                 # publishers: admit/renew/release through the actor
+
+Inside the actor an APScheduler 3 BackgroundScheduler runs one job, the sweep, on `schedule`
+(interval with optional jitter, or cron); `sweep_now()` runs one on demand. A lock keeps the two apart:
+never two sweeps at once in one sidecar (across sweepers, the state store's lease does that). A sweep
+that raises is logged and counted (`tqgc_sweep_errors_total`), and the schedule goes on.
+
+Lifetime: the actor is *not* detached. It is owned by the driver that starts it (the training script,
+or `tq-gc serve`) and dies with it, like the job's TransferQueue controller, which is not detached
+either: a detached sidecar would outlive the job and keep sweeping a TQ that no longer exists. It is
+not restarted either (max_restarts=0): with `memory://` state a restarted actor would come back
+without the admissions publishers recorded in it, so a dead sidecar, which deletes nothing, is the
+safe failure. Publishers then see their calls fail, not a registry that silently forgot them.
+
+The actor is threaded (max_concurrency): status(), admit() and friends are served while a sweep runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from typing import Any
+
+import ray
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from tq_gc.collector import Collector, default_holder
+from tq_gc.config import Config, Schedule
+from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
+from tq_gc.logs import configure_logging
+from tq_gc.metrics import SweepMetrics
+from tq_gc.model import SweepReport
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.state import open_state
+from tq_gc.state.base import AdmissionRows
+from tq_gc.stores import RowStore, attach_transfer_queue
+
+log = logging.getLogger(__name__)
+
+RowStoreFactory = Callable[[Config], RowStore]
+
+# Threads serving calls: one may wait in sweep_now() for a scheduled sweep while publishers keep
+# admitting and renewing, each call a few ms.
+MAX_CONCURRENCY = 16
+REPORTS_KEPT = 10
+SWEEP_JOB_ID = "sweep"
+# Creating the actor imports Ray, torch and TQ in a fresh worker: seconds on a busy 2-core node.
+READY_TIMEOUT_SECONDS = 120.0
+CALL_TIMEOUT_SECONDS = 30.0
+HEALTH_CHECK_SECONDS = 5.0
+
+
+class SidecarActor:
+    """The actor's body: `start_sidecar` applies `ray.remote` to it with the config's resource ask."""
+
+    def __init__(self, config: Config, row_store_factory: RowStoreFactory | None = None) -> None:
+        configure_logging("INFO", config.log_format)
+        self._config = config
+        self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
+        self._sweep_lock = threading.Lock()
+        self._reports: deque[dict[str, Any]] = deque(maxlen=REPORTS_KEPT)
+        self._last_error: dict[str, Any] | None = None
+        self._closed = False
+        try:
+            self._open(row_store_factory or attach_transfer_queue)
+        except BaseException:
+            self._closing.close()
+            raise
+        log.info("tq-gc sidecar %r up: %s", config.sidecar.name, self._describe_schedule())
+
+    def _open(self, row_store_factory: RowStoreFactory) -> None:
+        config = self._config
+        self._state = open_state(config.state_url, config.namespace)
+        self._closing.callback(self._state.close)
+        rows = row_store_factory(config)
+        close_rows = getattr(rows, "close", None)  # only the client we attached; never tq.close()
+        if callable(close_rows):
+            self._closing.callback(close_rows)
+        holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
+        self._collector = Collector(config, self._state, rows, holder=holder)
+        self._metrics = SweepMetrics()
+        self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
+        self._scheduler = self._start_scheduler(config.schedule)
+
+    def _serve_metrics(self, port: int | None) -> int | None:
+        if port is None:
+            return None
+        server, bound = self._metrics.serve_http(port)
+        self._closing.callback(server.server_close)
+        self._closing.callback(server.shutdown)
+        return bound
+
+    def _start_scheduler(self, schedule: Schedule) -> BackgroundScheduler:
+        # One worker thread: sweeps are serial anyway, and max_instances=1 makes a tick that comes
+        # while the previous sweep still runs a skip (coalesce folds missed ticks into one run).
+        scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(1)}, timezone=UTC)
+        scheduler.add_job(
+            self._scheduled_sweep,
+            _trigger(schedule),
+            id=SWEEP_JOB_ID,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, math.ceil(schedule.misfire_grace_seconds)),
+        )
+        scheduler.start()
+        self._closing.callback(scheduler.shutdown, wait=True)
+        return scheduler
+
+    # -- sweeps ----------------------------------------------------------------------------------
+
+    def sweep_now(self, dry_run: bool = False) -> dict[str, Any]:
+        """Run one sweep now, after the one in progress if any; returns its report. Raises what the
+        sweep raised (counted in tqgc_sweep_errors_total)."""
+        with self._sweep_lock:
+            self._check_open()
+            return self._sweep(dry_run).to_dict()
+
+    def _scheduled_sweep(self) -> None:
+        # A tick while sweep_now() runs is dropped, not queued: that sweep covers it.
+        if not self._sweep_lock.acquire(blocking=False):
+            log.info("scheduled sweep skipped: another sweep of this sidecar is running")
+            return
+        try:
+            if not self._closed:
+                self._sweep(dry_run=not self._config.sidecar.execute)
+        except Exception:
+            pass  # logged and counted by _sweep; the schedule goes on
+        finally:
+            self._sweep_lock.release()
+
+    def _sweep(self, dry_run: bool) -> SweepReport:
+        """One sweep; the caller holds the sweep lock."""
+        try:
+            report = self._collector.sweep(dry_run=dry_run)
+        except Exception as exc:
+            self._metrics.record_error()
+            self._last_error = {"at": _iso_now(), "error": f"{type(exc).__name__}: {exc}"}
+            log.exception("sweep raised %s; the next scheduled sweep starts afresh", type(exc).__name__)
+            raise
+        self._metrics.observe(report)
+        self._reports.appendleft(report.to_dict())
+        counts = report.counts
+        log.info(
+            "sweep %s: %s%s, %d in scope, %d deleted, %d waiting out their grace",
+            report.run_id,
+            report.outcome.value,
+            f" ({report.reason})" if report.reason else "",
+            counts.in_scope,
+            counts.deleted,
+            counts.within_grace,
+        )
+        return report
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Paused or not, next run, last reports (newest first), lease holder, metrics port."""
+        job = None if self._closed else self._scheduler.get_job(SWEEP_JOB_ID)
+        next_run = job.next_run_time if job is not None else None
+        sidecar = self._config.sidecar
+        return {
+            "name": sidecar.name,
+            "ray_namespace": sidecar.ray_namespace,
+            "namespace": self._config.namespace,
+            "state_url": self._config.redacted()["state_url"],
+            "execute": sidecar.execute,
+            "schedule": self._describe_schedule(),
+            "running": not self._closed,
+            "paused": next_run is None,
+            "sweeping": self._sweep_lock.locked(),
+            "next_run_at": next_run.isoformat() if next_run is not None else None,
+            "last_reports": list(self._reports),
+            "last_error": self._last_error,
+            "lease": self._lease(),
+            "metrics_port": self._metrics_port,
+            "node_ip": _node_ip(),
+            "actor_id": _actor_id(),
+        }
+
+    def pause(self) -> None:
+        """No more scheduled sweeps until resume(); a sweep in progress finishes. sweep_now() still works."""
+        self._check_open()
+        self._scheduler.pause_job(SWEEP_JOB_ID)
+        log.info("scheduled sweeps paused")
+
+    def resume(self) -> None:
+        """Resume the schedule; the next sweep is one interval (or the next cron time) from now."""
+        self._check_open()
+        self._scheduler.resume_job(SWEEP_JOB_ID)
+        log.info("scheduled sweeps resumed")
+
+    def shutdown(self) -> None:
+        """Stop the schedule, wait for a sweep in progress, close what this actor opened (the state
+        store, the row store's client, the metrics server; never the TQ itself). Idempotent."""
+        if self._closed:
+            return
+        self._scheduler.pause()  # no new tick; the scheduler's own shutdown below waits for a running one
+        with self._sweep_lock:
+            self._closed = True
+            self._closing.close()
+        log.info("tq-gc sidecar %r shut down", self._config.sidecar.name)
+
+    # -- the admission registry, hosted here (with memory:// it is this actor's state) -------------
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
+        self._state.admit(admission_id, rows, ttl_ms)
+
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
+        return self._state.renew_admission(admission_id, ttl_ms)
+
+    def release_admission(self, admission_id: str) -> None:
+        self._state.release_admission(admission_id)
+
+    def live_admissions(self) -> dict[str, AdmissionRows]:
+        return self._state.live_admissions()
+
+    def raise_fence(self, name: str, ttl_ms: int) -> None:
+        self._state.raise_fence(name, ttl_ms)
+
+    def lower_fence(self, name: str) -> None:
+        self._state.lower_fence(name)
+
+    def live_fences(self) -> dict[str, int]:
+        return self._state.live_fences()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TqGcError(f"the tq-gc sidecar {self._config.sidecar.name!r} has been shut down")
+
+    def _lease(self) -> dict[str, Any] | None:
+        if self._closed:
+            return None
+        try:
+            lease = self._state.lease_holder()
+            now_ms = self._state.now_ms()
+        except StoreUnavailable as exc:
+            return {"error": str(exc)}
+        if lease is None:
+            return None
+        return {"holder": lease.holder, "expires_in_s": (lease.expires_at_ms - now_ms) / 1000}
+
+    def _describe_schedule(self) -> str:
+        schedule = self._config.schedule
+        every = f"cron {schedule.cron!r}" if schedule.cron else f"every {schedule.interval_seconds:g} s"
+        mode = "deleting" if self._config.sidecar.execute else "dry run"
+        return f"{every}, {mode}, grace {self._config.grace_seconds:g} s"
+
+
+def _trigger(schedule: Schedule) -> IntervalTrigger | CronTrigger:
+    # Jitter spreads the sweeps of many jobs sharing one Redis; APScheduler only ever delays a run.
+    jitter = schedule.jitter_seconds or None
+    if schedule.cron is not None:
+        trigger = CronTrigger.from_crontab(schedule.cron, timezone=UTC)
+        trigger.jitter = jitter  # from_crontab takes no jitter argument
+        return trigger
+    return IntervalTrigger(seconds=schedule.interval_seconds, jitter=jitter, timezone=UTC)
+
+
+def _node_ip() -> str | None:
+    try:
+        if not ray.is_initialized():
+            return None
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    except Exception:  # status() must answer even where Ray cannot say
+        return None
+
+
+def _actor_id() -> str | None:
+    if not ray.is_initialized():
+        return None
+    actor_id = ray.get_runtime_context().get_actor_id()
+    return str(actor_id) if actor_id is not None else None
+
+
+def _iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+# -- starting, finding and stopping it ------------------------------------------------------------
+
+
+def start_sidecar(config: Config, row_store_factory: RowStoreFactory | None = None) -> Any:
+    """Start the sidecar actor in this Ray cluster, or return the one already running under
+    `config.sidecar.name` in `config.sidecar.ray_namespace` (whatever config it was started with).
+
+    Joins the cluster at `config.transfer_queue.ray_address` if Ray is not initialized. Returns once the
+    actor is up (its row store attached, its schedule started); a failed start raises TqGcError.
+    `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
+    a module-level function importable in Ray's workers, or a functools.partial of one.
+    """
+    if not ray.is_initialized():
+        _join_ray(config.transfer_queue.ray_address)
+    sidecar = config.sidecar
+    handle: Any = (  # Ray's stubs do not type actor method calls (handle.method.remote)
+        ray.remote(SidecarActor)
+        .options(
+            num_cpus=sidecar.num_cpus,  # a fraction of a CPU: it fits beside the job
+            max_concurrency=MAX_CONCURRENCY,  # threaded: calls are served while a sweep runs
+            name=sidecar.name,
+            namespace=sidecar.ray_namespace,
+            get_if_exists=True,  # atomic find-or-create: two drivers racing get one sidecar
+            lifetime=None,  # owned by this driver, dies with the job (see the module docstring)
+            max_restarts=0,
+        )
+        .remote(config, row_store_factory)
+    )
+    try:
+        ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+        # Ray's message is the actor's whole traceback; its last line is the error that stopped it.
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        raise TqGcError(
+            f"the tq-gc sidecar {sidecar.name!r} did not start: {lines[-1] if lines else exc}"
+        ) from exc
+    return handle
+
+
+def _join_ray(address: str) -> None:
+    if address.strip() in ("", "local"):
+        # ray.init() with no address or "local" starts a cluster of its own, without the job's TQ.
+        raise ConfigError(f"transfer_queue.ray_address={address!r}: the sidecar joins the job's Ray cluster")
+    try:
+        ray.init(address=address)
+    except (ConnectionError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot join the Ray cluster at transfer_queue.ray_address={address!r}: {exc}. Use 'auto' on "
+            "a node of the training job's cluster, its GCS address (host:6379), or ray://head:10001"
+        ) from exc
+
+
+def stop_sidecar(handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
+    """Shut the sidecar down cleanly (closing what it opened), then end its actor."""
+    try:
+        ray.get(handle.shutdown.remote(), timeout=timeout_seconds)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+        log.warning("sidecar did not shut down cleanly (%s); killing it", exc)
+    ray.kill(handle, no_restart=True)
+
+
+class SidecarAdmissionBackend:
+    """An AdmissionBackend that forwards each call to the sidecar actor and waits for its answer: a
+    write has been applied by the actor when the call returns. Errors reach the publisher as
+    StoreUnavailable (sidecar gone or not answering) or as the actor raised them."""
+
+    def __init__(self, handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
+        self._handle = handle
+        self._timeout_seconds = timeout_seconds
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return ray.get(getattr(self._handle, method).remote(*args), timeout=self._timeout_seconds)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            raise StoreUnavailable(f"the tq-gc sidecar did not answer {method}: {exc}") from exc
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
+        self._call("admit", admission_id, rows, ttl_ms)
+
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
+        return bool(self._call("renew_admission", admission_id, ttl_ms))
+
+    def release_admission(self, admission_id: str) -> None:
+        self._call("release_admission", admission_id)
+
+    def live_admissions(self) -> dict[str, AdmissionRows]:
+        live: dict[str, AdmissionRows] = self._call("live_admissions")
+        return live
+
+    def raise_fence(self, name: str, ttl_ms: int) -> None:
+        self._call("raise_fence", name, ttl_ms)
+
+    def lower_fence(self, name: str) -> None:
+        self._call("lower_fence", name)
+
+    def live_fences(self) -> dict[str, int]:
+        fences: dict[str, int] = self._call("live_fences")
+        return fences
+
+
+def sidecar_registry(
+    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
+) -> AdmissionRegistry:
+    """The admission registry hosted by the running sidecar, for publishers (same API as
+    AdmissionRegistry.connect). Joins Ray at `ray_address` if this process has not yet."""
+    if not ray.is_initialized():
+        _join_ray(ray_address)
+    try:
+        handle = ray.get_actor(name, namespace=namespace)
+    except ValueError as exc:
+        raise TqGcError(
+            f"no tq-gc sidecar named {name!r} in Ray namespace {namespace!r}: start it first "
+            "(tq_gc.start_sidecar(config) or `tq-gc serve`)"
+        ) from exc
+    return AdmissionRegistry(SidecarAdmissionBackend(handle))
+
+
+def serve_forever(config: Config) -> None:
+    """`tq-gc serve`: start the sidecar, say where its metrics are, and keep it until SIGTERM/SIGINT.
+    The sidecar is owned by this process: it ends when this returns."""
+    owns_ray = not ray.is_initialized()
+    handle = start_sidecar(config)
+    try:
+        _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
+        _wait_for_signal(handle)
+    finally:
+        stop_sidecar(handle)
+        if owns_ray:
+            ray.shutdown()
+
+
+def _announce(status: dict[str, Any]) -> None:
+    port = status.get("metrics_port")
+    where = f"http://{status.get('node_ip') or '127.0.0.1'}:{port}/metrics" if port else "off"
+    print(
+        f"tq-gc sidecar {status['name']!r} (Ray namespace {status['ray_namespace']!r}) running, "
+        f"sweeping {status['schedule']}; metrics: {where}. Stop with Ctrl-C or SIGTERM.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _wait_for_signal(handle: Any) -> None:
+    """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(HEALTH_CHECK_SECONDS):
+            try:
+                ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS)
+            except ray.exceptions.RayActorError as exc:
+                raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+__all__ = [
+    "SidecarActor",
+    "SidecarAdmissionBackend",
+    "serve_forever",
+    "sidecar_registry",
+    "start_sidecar",
+    "stop_sidecar",
+]
