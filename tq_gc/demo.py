@@ -86,7 +86,11 @@ class Demo:
 
         self.say("starting a local Ray cluster and a TransferQueue (SimpleStorage, 2 units) ...")
         ray.init(
-            address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
         )
         logging.getLogger("transfer_queue").setLevel(logging.ERROR)
         tq.init(TQ_CONFIG)

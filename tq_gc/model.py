@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -25,12 +25,13 @@ class RowId(NamedTuple):
 def tags_digest(tags: Tags | None) -> str:
     """A digest of a row's tags, stored with its first sighting and compared before the delete.
 
-    repr of the sorted items, not canonical JSON: three times cheaper, and stable for the same tags
-    as TQ returns them. Should a nested value come back in another order, the digest changes and the
-    row is treated as rewritten: its clock restarts, which is the safe side.
+    The repr as TQ returns the tags, checksummed twice (64 bits): a sweep digests every unreferenced
+    row, and this is three times cheaper than canonical JSON and a cryptographic hash. It only has to
+    tell a row from a rewritten one, alongside the global index. Should TQ return the same tags in
+    another order, the digest changes and the row counts as rewritten: its clock restarts, the safe side.
     """
-    text = repr(sorted(tags.items())) if tags else ""
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    text = repr(tags).encode() if tags else b""
+    return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +49,8 @@ class Identity:
         return self.global_index == other.global_index
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """A row as listed by the row store."""
+class Observation(NamedTuple):
+    """A row as listed by the row store (tags_digest empty where nobody needs it: referenced rows)."""
 
     row: RowId
     tags_digest: str

@@ -1,19 +1,25 @@
 """The pure decision: from snapshots, what to delete and why every other in-scope row is kept.
 
-    plan(observations, references, first_seen, now_ms, policy) -> Plan
+    plan(listing, references, first_seen, now_ms, policy) -> Plan
 
 No I/O and no clock of its own: the collector gathers the snapshots, the store's clock gives `now_ms`.
 Every in-scope row lands in exactly one bucket (model.Decision); the property tests hold us to that.
+The work is done with set operations per partition, not per-row objects: a sweep plans 100k-row
+partitions, and the plan must cost little next to TransferQueue's own list and clear.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from tq_gc.config import Config, ScopeEntry
-from tq_gc.model import KEEP_BY_SOURCE, Counts, Decision, FirstSeen, Identity, Observation, References, RowId
+from tq_gc.model import KEEP_BY_SOURCE, Counts, Decision, FirstSeen, Identity, References, RowId, Source, Tags
+from tq_gc.model import tags_digest as digest_of
+
+Listing = Mapping[str, Mapping[str, Tags]]  # partition -> key -> tags
+FirstSeenByPartition = Mapping[str, Mapping[str, FirstSeen]]
 
 
 @dataclass(frozen=True)
@@ -27,45 +33,59 @@ class PlanPolicy:
     @classmethod
     def from_config(cls, config: Config, max_deletes: int | None = None) -> PlanPolicy:
         limits = config.limits
-        cap = (
-            limits.max_deletes_per_run
-            if max_deletes is None
-            else min(max_deletes, limits.max_deletes_per_run)
-        )
+        cap = limits.max_deletes_per_run
         return cls(
             scope=config.scope,
             grace_ms=int(config.grace_seconds * 1000),
-            max_deletes=cap,
+            max_deletes=cap if max_deletes is None else min(max_deletes, cap),
             max_delete_fraction=limits.max_delete_fraction,
             fraction_min_rows=limits.fraction_min_rows,
         )
 
     def in_scope(self, row: RowId) -> bool:
-        match = self._matchers.get(row.partition)
-        return match is not None and (match is True or row.key.startswith(match))
+        return bool(self.scoped_keys(row.partition, [row.key]))
+
+    def scoped_keys(self, partition: str, keys: Iterable[str]) -> set[str]:
+        """The keys of `keys` that are in scope in `partition`."""
+        entry = self._entries.get(partition)
+        if entry is None:
+            return set()
+        if entry.all_keys:
+            return set(keys)
+        return {key for key in keys if key.startswith(entry.prefixes)}
 
     @cached_property
-    def _matchers(self) -> dict[str, tuple[str, ...] | bool]:
-        """partition -> True (all keys) or its prefixes: in_scope runs once per listed row."""
-        return {entry.partition: True if entry.all_keys else entry.prefixes for entry in self.scope}
+    def _entries(self) -> dict[str, ScopeEntry]:
+        return {entry.partition: entry for entry in self.scope}
 
 
-@dataclass(frozen=True, slots=True)
+KeysByPartition = Mapping[str, frozenset[str]]
+
+
+@dataclass(frozen=True)
 class Plan:
-    decisions: Mapping[RowId, Decision]
-    to_delete: tuple[RowId, ...]
-    unreferenced_ms: Mapping[RowId, int]
-    first_seen_upserts: Mapping[RowId, FirstSeen]
-    first_seen_drops: frozenset[RowId]
+    buckets: Mapping[Decision, KeysByPartition]  # every in-scope row in exactly one bucket
+    to_delete: tuple[RowId, ...]  # oldest first
+    unreferenced_ms: Mapping[RowId, int]  # of the rows to delete
+    first_seen_upserts: Mapping[str, Mapping[str, FirstSeen]]  # partition -> key -> record
+    first_seen_drops: KeysByPartition
     listed: int
     abort_reason: str | None = None
-    tags_digests: Mapping[RowId, str] = field(default_factory=dict)
+
+    def rows(self, decision: Decision) -> set[RowId]:
+        return {RowId(p, key) for p, keys in self.buckets.get(decision, {}).items() for key in keys}
+
+    def decision_of(self, row: RowId) -> Decision | None:
+        for decision, by_partition in self.buckets.items():
+            if row.key in by_partition.get(row.partition, ()):
+                return decision
+        return None
 
     def count(self, decision: Decision) -> int:
-        return sum(1 for d in self.decisions.values() if d is decision)
+        return sum(len(keys) for keys in self.buckets.get(decision, {}).values())
 
     def counts(self) -> Counts:
-        counts = Counts(listed=self.listed, in_scope=len(self.decisions))
+        counts = Counts(listed=self.listed, in_scope=sum(self.count(decision) for decision in Decision))
         for source, decision in KEEP_BY_SOURCE.items():
             counts.referenced[source.value] = self.count(decision)
         counts.within_grace = self.count(Decision.KEEP_GRACE)
@@ -74,65 +94,112 @@ class Plan:
         return counts
 
 
+@dataclass
+class _Draft:
+    """The plan while it is being built, partition by partition."""
+
+    buckets: dict[Decision, dict[str, frozenset[str]]] = field(
+        default_factory=lambda: {decision: {} for decision in Decision}
+    )
+    eligible: list[tuple[int, str, str]] = field(default_factory=list)  # (-age, partition, key)
+    upserts: dict[str, dict[str, FirstSeen]] = field(default_factory=dict)
+    drops: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def put(self, decision: Decision, partition: str, keys: Iterable[str]) -> None:
+        keys = frozenset(keys)
+        if keys:
+            self.buckets[decision][partition] = keys
+
+    def cap(self, max_deletes: int) -> tuple[RowId, ...]:
+        """Oldest first (ties in row order); rows past the cap move to keep_over_cap."""
+        self.eligible.sort()
+        over: dict[str, set[str]] = {}
+        for _, partition, key in self.eligible[max_deletes:]:
+            over.setdefault(partition, set()).add(key)
+        for partition, keys in over.items():
+            self.buckets[Decision.DELETE][partition] = self.buckets[Decision.DELETE][partition] - keys
+            self.put(Decision.KEEP_OVER_CAP, partition, keys)
+        return tuple(RowId(partition, key) for _, partition, key in self.eligible[:max_deletes])
+
+
 def plan(
-    observations: Iterable[Observation],
+    listing: Listing,
     references: References,
-    first_seen: Mapping[RowId, FirstSeen],
+    first_seen: FirstSeenByPartition,
     now_ms: int,
     policy: PlanPolicy,
 ) -> Plan:
-    decisions: dict[RowId, Decision] = {}
-    digests: dict[RowId, str] = {}
-    upserts: dict[RowId, FirstSeen] = {}
-    ages: dict[RowId, int] = {}
-    listed = 0
-    for obs in observations:
-        listed += 1
-        if not policy.in_scope(obs.row):
-            continue
-        digests[obs.row] = obs.tags_digest
-        source = references.source_of(obs.row)
-        if source is not None:
-            decisions[obs.row] = KEEP_BY_SOURCE[source]
-            continue
-        recorded = first_seen.get(obs.row)
-        seen = _current_first_seen(recorded, obs, now_ms)
-        ages[obs.row] = now_ms - seen.at_ms
-        if seen is not recorded:
-            # Never delete a row on first sight, whatever the grace: it must have been recorded
-            # unreferenced by an earlier sweep (an unobserved owner is verified, never presumed gone).
-            upserts[obs.row] = seen
-            decisions[obs.row] = Decision.KEEP_GRACE
-        else:
-            decisions[obs.row] = Decision.DELETE if ages[obs.row] >= policy.grace_ms else Decision.KEEP_GRACE
-
-    eligible = sorted(
-        (row for row, d in decisions.items() if d is Decision.DELETE), key=lambda r: (-ages[r], r)
+    draft = _Draft()
+    referenced = _by_partition(references)
+    for partition, rows in listing.items():
+        in_scope = policy.scoped_keys(partition, rows)
+        unreferenced = _sort_referenced(draft, partition, in_scope, referenced)
+        records = first_seen.get(partition, {})
+        _judge_unreferenced(draft, partition, rows, unreferenced, records, now_ms, policy)
+    # A record is kept only while its row is listed, in scope and unreferenced: seen referenced
+    # again (or gone), the row's clock starts from scratch the next time it is seen unreferenced.
+    for partition, records in first_seen.items():
+        if partition not in listing and records:
+            draft.drops[partition] = frozenset(records)
+    eligible_count = len(draft.eligible)
+    to_delete = draft.cap(policy.max_deletes)
+    ages = {RowId(partition, key): -neg_age for neg_age, partition, key in draft.eligible[: len(to_delete)]}
+    result = Plan(
+        buckets=draft.buckets,
+        to_delete=to_delete,
+        unreferenced_ms=ages,
+        first_seen_upserts=draft.upserts,
+        first_seen_drops=draft.drops,
+        listed=sum(len(rows) for rows in listing.values()),
     )
-    to_delete = eligible[: policy.max_deletes]
-    for row in eligible[policy.max_deletes :]:
-        decisions[row] = Decision.KEEP_OVER_CAP
-    # A record is kept only while its row is in scope, listed and unreferenced: seeing the row
-    # referenced again (or gone) restarts its clock from scratch next time.
-    unreferenced = {row for row in ages}
-    drops = frozenset(row for row in first_seen if row not in unreferenced)
-    return Plan(
-        decisions=decisions,
-        to_delete=tuple(to_delete),
-        unreferenced_ms={row: ages[row] for row in ages},
-        first_seen_upserts=upserts,
-        first_seen_drops=drops,
-        listed=listed,
-        abort_reason=_blast_radius(len(eligible), len(decisions), policy),
-        tags_digests=digests,
-    )
+    reason = _blast_radius(eligible_count, result.counts().in_scope, policy)
+    return replace(result, abort_reason=reason) if reason else result
 
 
-def _current_first_seen(recorded: FirstSeen | None, obs: Observation, now_ms: int) -> FirstSeen:
-    """The record that holds now: the old one if the row is the same row, else a fresh one."""
-    if recorded is not None and recorded.identity.tags_digest == obs.tags_digest and recorded.at_ms <= now_ms:
-        return recorded
-    return FirstSeen(at_ms=now_ms, identity=Identity(tags_digest=obs.tags_digest))
+def _sort_referenced(
+    draft: _Draft, partition: str, in_scope: set[str], referenced: Mapping[tuple[Source, str], set[str]]
+) -> set[str]:
+    """Put referenced rows in their source's bucket (admissions, then manifests, then tags)."""
+    rest = in_scope
+    for source, decision in KEEP_BY_SOURCE.items():
+        held = rest & referenced.get((source, partition), set())
+        draft.put(decision, partition, held)
+        rest = rest - held
+    return rest
+
+
+def _judge_unreferenced(
+    draft: _Draft,
+    partition: str,
+    rows: Mapping[str, Tags],
+    unreferenced: set[str],
+    records: Mapping[str, FirstSeen],
+    now_ms: int,
+    policy: PlanPolicy,
+) -> None:
+    # Never delete a row on first sight, whatever the grace: an earlier sweep must have recorded it
+    # unreferenced (an unobserved owner is verified, never presumed gone). A record from the future
+    # (the store's clock went back) is not trusted either.
+    ages = {key: now_ms - records[key].at_ms for key in unreferenced & records.keys()}
+    ages = {key: age for key, age in ages.items() if age >= 0}
+    fresh = unreferenced - ages.keys()
+    if fresh:
+        draft.upserts[partition] = {key: FirstSeen(now_ms, Identity(digest_of(rows[key]))) for key in fresh}
+    eligible = [key for key, age in ages.items() if age >= policy.grace_ms]
+    draft.put(Decision.DELETE, partition, eligible)
+    draft.put(Decision.KEEP_GRACE, partition, unreferenced.difference(eligible))
+    draft.eligible.extend((-ages[key], partition, key) for key in eligible)
+    gone_or_referenced = records.keys() - unreferenced
+    if gone_or_referenced:
+        draft.drops[partition] = frozenset(gone_or_referenced)
+
+
+def _by_partition(references: References) -> dict[tuple[Source, str], set[str]]:
+    index: dict[tuple[Source, str], set[str]] = {}
+    for source in Source:
+        for partition, key in getattr(references, source.value):
+            index.setdefault((source, partition), set()).add(key)
+    return index
 
 
 def _blast_radius(eligible: int, in_scope: int, policy: PlanPolicy) -> str | None:

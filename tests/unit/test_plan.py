@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tq_gc.config import ScopeEntry
-from tq_gc.model import Decision, FirstSeen, Identity, Observation, References, RowId
+from tq_gc.model import Decision, FirstSeen, Identity, References, RowId, tags_digest
 from tq_gc.plan import PlanPolicy, plan
 
 STAGING = "rollout_staging"
+DATA = "rollout_data"
 GRACE_MS = 60_000
 NOW = 10_000_000
+ROW = RowId(STAGING, "r1/c1")
 
 
-def policy(**overrides: object) -> PlanPolicy:
-    values: dict[str, object] = {
+def policy(**overrides: Any) -> PlanPolicy:
+    values: dict[str, Any] = {
         "scope": (ScopeEntry(partition=STAGING, prefixes=("__generation_cut__/", "r")),),
         "grace_ms": GRACE_MS,
         "max_deletes": 1000,
@@ -23,97 +28,114 @@ def policy(**overrides: object) -> PlanPolicy:
         "fraction_min_rows": 0,
     }
     values.update(overrides)
-    return PlanPolicy(**values)  # type: ignore[arg-type]
+    return PlanPolicy(**values)
 
 
-def obs(key: str, partition: str = STAGING, digest: str = "d") -> Observation:
-    return Observation(RowId(partition, key), digest)
+def listing(*keys: str, partition: str = STAGING) -> dict[str, dict[str, dict[str, Any]]]:
+    return {partition: {key: {"rollout_id": key.split("/")[0]} for key in keys}}
 
 
-def seen(at_ms: int, digest: str = "d") -> FirstSeen:
-    return FirstSeen(at_ms, Identity(digest))
+def seen(at_ms: int, key: str = "r1/c1") -> dict[str, dict[str, FirstSeen]]:
+    return {STAGING: {key: FirstSeen(at_ms, Identity("any"))}}
 
 
 def test_unreferenced_row_first_seen_now_is_kept_within_grace() -> None:
-    result = plan([obs("r1/c1")], References(), {}, NOW, policy())
-    assert result.decisions == {RowId(STAGING, "r1/c1"): Decision.KEEP_GRACE}
-    assert result.first_seen_upserts[RowId(STAGING, "r1/c1")].at_ms == NOW
+    result = plan(listing("r1/c1"), References(), {}, NOW, policy())
+    assert result.decision_of(ROW) is Decision.KEEP_GRACE and result.counts().in_scope == 1
+    record = result.first_seen_upserts[STAGING]["r1/c1"]
+    assert record.at_ms == NOW and record.identity.tags_digest == tags_digest({"rollout_id": "r1"})
     assert result.to_delete == ()
 
 
-def test_row_unreferenced_for_grace_is_deleted() -> None:
-    row = RowId(STAGING, "r1/c1")
-    result = plan([obs("r1/c1")], References(), {row: seen(NOW - GRACE_MS)}, NOW, policy())
-    assert result.to_delete == (row,)
-    assert result.unreferenced_ms[row] == GRACE_MS
-    assert result.first_seen_upserts == {}
+@pytest.mark.parametrize("grace_ms", [0, 1, GRACE_MS])
+def test_never_deleted_on_first_sight_whatever_the_grace(grace_ms: int) -> None:
+    result = plan(listing("r1/c1"), References(), {}, NOW, policy(grace_ms=grace_ms))
+    assert result.to_delete == ()
 
 
-def test_row_one_ms_short_of_grace_is_kept() -> None:
-    row = RowId(STAGING, "r1/c1")
-    result = plan([obs("r1/c1")], References(), {row: seen(NOW - GRACE_MS + 1)}, NOW, policy())
-    assert result.decisions[row] is Decision.KEEP_GRACE
+@pytest.mark.parametrize(
+    ("first_seen_ms", "decision"),
+    [
+        (NOW - GRACE_MS, Decision.DELETE),
+        (NOW - GRACE_MS - 5_000, Decision.DELETE),
+        (NOW - GRACE_MS + 1, Decision.KEEP_GRACE),
+        (NOW, Decision.KEEP_GRACE),
+    ],
+)
+def test_grace_boundary(first_seen_ms: int, decision: Decision) -> None:
+    result = plan(listing("r1/c1"), References(), seen(first_seen_ms), NOW, policy())
+    assert result.decision_of(ROW) is decision
+    if decision is Decision.DELETE:
+        assert result.to_delete == (ROW,) and result.unreferenced_ms[ROW] == NOW - first_seen_ms
+        assert result.first_seen_upserts == {}
 
 
-def test_referenced_row_drops_its_clock() -> None:
-    row = RowId(STAGING, "r1/c1")
-    result = plan([obs("r1/c1")], References(manifests=frozenset({row})), {row: seen(0)}, NOW, policy())
-    assert result.decisions[row] is Decision.KEEP_MANIFEST
-    assert row in result.first_seen_drops
-
-
-def test_changed_tags_restart_the_clock() -> None:
-    row = RowId(STAGING, "r1/c1")
-    result = plan([obs("r1/c1", digest="new")], References(), {row: seen(0, "old")}, NOW, policy())
-    assert result.decisions[row] is Decision.KEEP_GRACE
-    assert result.first_seen_upserts[row] == FirstSeen(NOW, Identity("new"))
+@pytest.mark.parametrize(
+    ("refs", "decision"),
+    [
+        (References(admissions=frozenset({ROW})), Decision.KEEP_ADMISSION),
+        (References(manifests=frozenset({ROW})), Decision.KEEP_MANIFEST),
+        (References(tags=frozenset({ROW})), Decision.KEEP_TAG),
+        (References(frozenset({ROW}), frozenset({ROW}), frozenset({ROW})), Decision.KEEP_ADMISSION),
+        (References(manifests=frozenset({ROW}), tags=frozenset({ROW})), Decision.KEEP_MANIFEST),
+    ],
+)
+def test_referenced_rows_are_kept_by_the_first_source_and_drop_their_clock(
+    refs: References, decision: Decision
+) -> None:
+    result = plan(listing("r1/c1"), refs, seen(0), NOW, policy())
+    assert result.decision_of(ROW) is decision
+    assert result.first_seen_drops == {STAGING: frozenset({"r1/c1"})}
 
 
 def test_gone_rows_drop_their_clock() -> None:
-    gone = RowId(STAGING, "r9/c9")
-    result = plan([], References(), {gone: seen(0)}, NOW, policy())
-    assert result.first_seen_drops == {gone}
+    result = plan(listing(), References(), seen(0, "r9/c9"), NOW, policy())
+    assert result.first_seen_drops == {STAGING: frozenset({"r9/c9"})}
 
 
 def test_out_of_scope_rows_are_not_planned() -> None:
-    rows = [obs("x/1"), obs("r1/c1", partition="rollout_data")]
+    rows = {**listing("x/1"), **listing("r1/c1", partition=DATA)}
     result = plan(rows, References(), {}, NOW, policy())
-    assert result.decisions == {}
-    assert result.listed == 2
+    assert result.counts().in_scope == 0 and result.listed == 2 and result.first_seen_upserts == {}
 
 
-def test_source_precedence_admissions_then_manifests_then_tags() -> None:
-    row = RowId(STAGING, "r1/c1")
-    refs = References(admissions=frozenset({row}), manifests=frozenset({row}), tags=frozenset({row}))
-    assert plan([obs("r1/c1")], refs, {}, NOW, policy()).decisions[row] is Decision.KEEP_ADMISSION
+def test_a_record_from_the_future_restarts_the_clock() -> None:
+    result = plan(listing("r1/c1"), References(), seen(NOW + 5), NOW, policy())
+    assert result.decision_of(ROW) is Decision.KEEP_GRACE
+    assert result.first_seen_upserts[STAGING]["r1/c1"].at_ms == NOW
 
 
-def test_cap_keeps_the_youngest_eligible_rows() -> None:
-    rows = [obs(f"r{i}/c") for i in range(5)]
-    first_seen = {RowId(STAGING, f"r{i}/c"): seen(NOW - GRACE_MS - i * 1000) for i in range(5)}
-    result = plan(rows, References(), first_seen, NOW, policy(max_deletes=2))
+def test_cap_deletes_the_oldest_and_keeps_the_rest() -> None:
+    keys = [f"r{i}/c" for i in range(5)]
+    first_seen = {
+        STAGING: {key: FirstSeen(NOW - GRACE_MS - i * 1000, Identity("d")) for i, key in enumerate(keys)}
+    }
+    result = plan(listing(*keys), References(), first_seen, NOW, policy(max_deletes=2))
     assert result.to_delete == (RowId(STAGING, "r4/c"), RowId(STAGING, "r3/c"))
-    assert result.count(Decision.KEEP_OVER_CAP) == 3
+    assert result.count(Decision.KEEP_OVER_CAP) == 3 and result.counts().eligible == 5
 
 
-def test_blast_radius_aborts_above_the_fraction() -> None:
-    rows = [obs(f"r{i}/c") for i in range(10)]
-    first_seen = {RowId(STAGING, f"r{i}/c"): seen(0) for i in range(6)}
-    result = plan(rows, References(), first_seen, NOW, policy(max_delete_fraction=0.5))
-    assert result.abort_reason is not None and "6 of 10" in result.abort_reason
+def test_equal_ages_delete_in_row_order() -> None:
+    keys = ["r3/c", "r1/c", "r2/c"]
+    first_seen = {STAGING: {key: FirstSeen(0, Identity("d")) for key in keys}}
+    result = plan(listing(*keys), References(), first_seen, NOW, policy())
+    assert [row.key for row in result.to_delete] == ["r1/c", "r2/c", "r3/c"]
 
 
-def test_blast_radius_quiet_below_the_row_floor() -> None:
-    rows = [obs(f"r{i}/c") for i in range(10)]
-    first_seen = {RowId(STAGING, f"r{i}/c"): seen(0) for i in range(6)}
-    result = plan(rows, References(), first_seen, NOW, policy(max_delete_fraction=0.5, fraction_min_rows=6))
-    assert result.abort_reason is None
-
-
-def test_record_from_the_future_restarts_the_clock() -> None:
-    row = RowId(STAGING, "r1/c1")
-    result = plan([obs("r1/c1")], References(), {row: seen(NOW + 5)}, NOW, policy())
-    assert result.first_seen_upserts[row].at_ms == NOW
+@pytest.mark.parametrize(("floor", "aborts"), [(0, True), (5, True), (6, False)])
+def test_blast_radius(floor: int, aborts: bool) -> None:
+    keys = [f"r{i}/c" for i in range(10)]
+    first_seen = {STAGING: {key: FirstSeen(0, Identity("d")) for key in keys[:6]}}
+    result = plan(
+        listing(*keys),
+        References(),
+        first_seen,
+        NOW,
+        policy(max_delete_fraction=0.5, fraction_min_rows=floor),
+    )
+    assert (result.abort_reason is not None) is aborts
+    if aborts:
+        assert "6 of 10" in (result.abort_reason or "")
 
 
 # ---------------------------------------------------------------------------- properties
@@ -121,72 +143,83 @@ def test_record_from_the_future_restarts_the_clock() -> None:
 KEYS = st.sampled_from(
     [f"r{i}/c{j}" for i in range(4) for j in range(3)] + ["__generation_cut__/k/r/c/0", "x"]
 )
-ROWS = st.builds(RowId, st.sampled_from([STAGING, "rollout_data"]), KEYS)
+ROWS = st.builds(RowId, st.sampled_from([STAGING, DATA]), KEYS)
 ROW_SETS = st.frozensets(ROWS, max_size=12)
+Snapshot = tuple[dict[str, dict[str, Any]], References, dict[str, dict[str, FirstSeen]], int, PlanPolicy]
 
 
 @st.composite
-def snapshots(
-    draw: st.DrawFn,
-) -> tuple[list[Observation], References, dict[RowId, FirstSeen], int, PlanPolicy]:
-    listed = draw(ROW_SETS)
-    digests = {row: draw(st.sampled_from(["a", "b"])) for row in listed}
-    observations = [Observation(row, digests[row]) for row in sorted(listed)]
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    listed: dict[str, dict[str, Any]] = {}
+    for row in draw(ROW_SETS):
+        listed.setdefault(row.partition, {})[row.key] = {"v": draw(st.integers(0, 1))}
     refs = References(draw(ROW_SETS), draw(ROW_SETS), draw(ROW_SETS))
-    first_seen = {
-        row: FirstSeen(draw(st.integers(0, NOW + 1000)), Identity(draw(st.sampled_from(["a", "b"]))))
-        for row in draw(ROW_SETS)
-    }
+    first_seen: dict[str, dict[str, FirstSeen]] = {}
+    for row in draw(ROW_SETS):
+        first_seen.setdefault(row.partition, {})[row.key] = FirstSeen(
+            draw(st.integers(0, NOW + 1000)), Identity("d")
+        )
     pol = policy(
         grace_ms=draw(st.integers(0, NOW)),
         max_deletes=draw(st.integers(0, 20)),
         max_delete_fraction=draw(st.floats(0.01, 1.0)),
     )
-    return observations, refs, first_seen, draw(st.integers(NOW - 100, NOW + 100)), pol
+    return listed, refs, first_seen, draw(st.integers(NOW - 100, NOW + 100)), pol
+
+
+def _in_scope(snap: Snapshot) -> set[RowId]:
+    listed, _, _, _, pol = snap
+    return {RowId(p, k) for p, keys in listed.items() for k in keys if pol.in_scope(RowId(p, k))}
 
 
 @settings(max_examples=400)
 @given(snapshots())
-def test_no_referenced_or_young_or_out_of_scope_row_is_deleted(
-    snap: tuple[list[Observation], References, dict[RowId, FirstSeen], int, PlanPolicy],
-) -> None:
-    observations, refs, first_seen, now, pol = snap
-    result = plan(observations, refs, first_seen, now, pol)
+def test_no_referenced_young_unseen_or_out_of_scope_row_is_deleted(snap: Snapshot) -> None:
+    listed, refs, first_seen, now, pol = snap
+    result = plan(listed, refs, first_seen, now, pol)
     referenced = refs.admissions | refs.manifests | refs.tags
     for row in result.to_delete:
         assert row not in referenced
         assert pol.in_scope(row)
-        record = first_seen[row]
-        assert now - record.at_ms >= pol.grace_ms
-        assert record.identity.tags_digest == next(o.tags_digest for o in observations if o.row == row)
+        record = first_seen[row.partition][row.key]  # KeyError = deleted on first sight
+        assert now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms
     assert len(result.to_delete) <= pol.max_deletes
 
 
 @settings(max_examples=400)
 @given(snapshots())
-def test_buckets_partition_the_in_scope_rows(
-    snap: tuple[list[Observation], References, dict[RowId, FirstSeen], int, PlanPolicy],
-) -> None:
-    observations, refs, first_seen, now, pol = snap
-    result = plan(observations, refs, first_seen, now, pol)
-    in_scope = {o.row for o in observations if pol.in_scope(o.row)}
-    assert set(result.decisions) == in_scope
-    assert {r for r, d in result.decisions.items() if d is Decision.DELETE} == set(result.to_delete)
+def test_buckets_partition_the_in_scope_rows(snap: Snapshot) -> None:
+    result = plan(*snap)
+    buckets = [result.rows(decision) for decision in Decision]
+    assert set().union(*buckets) == _in_scope(snap)
+    assert sum(len(b) for b in buckets) == len(_in_scope(snap)), "a row in two buckets"
+    assert result.rows(Decision.DELETE) == set(result.to_delete)
     counts = result.counts()
     assert sum(counts.referenced.values()) + counts.within_grace + counts.eligible == counts.in_scope
 
 
 @settings(max_examples=400)
 @given(snapshots())
-def test_every_old_unreferenced_row_is_deleted_or_capped(
-    snap: tuple[list[Observation], References, dict[RowId, FirstSeen], int, PlanPolicy],
-) -> None:
-    observations, refs, first_seen, now, pol = snap
-    result = plan(observations, refs, first_seen, now, pol)
+def test_every_old_unreferenced_row_is_deleted_or_capped(snap: Snapshot) -> None:
+    listed, refs, first_seen, now, pol = snap
+    result = plan(listed, refs, first_seen, now, pol)
     referenced = refs.admissions | refs.manifests | refs.tags
-    for o in observations:
-        record = first_seen.get(o.row)
-        if record is None or record.identity.tags_digest != o.tags_digest:
-            continue
-        if pol.in_scope(o.row) and o.row not in referenced and now - record.at_ms >= max(pol.grace_ms, 0):
-            assert result.decisions[o.row] in (Decision.DELETE, Decision.KEEP_OVER_CAP)
+    for row in _in_scope(snap) - referenced:
+        record = first_seen.get(row.partition, {}).get(row.key)
+        if record is not None and now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms:
+            assert result.decision_of(row) in (Decision.DELETE, Decision.KEEP_OVER_CAP)
+
+
+@settings(max_examples=200)
+@given(snapshots())
+def test_first_seen_records_stay_only_for_unreferenced_in_scope_rows(snap: Snapshot) -> None:
+    listed, refs, first_seen, now, pol = snap
+    result = plan(listed, refs, first_seen, now, pol)
+    referenced = refs.admissions | refs.manifests | refs.tags
+    after = {
+        RowId(p, k)
+        for p in set(first_seen) | set(result.first_seen_upserts)
+        for k in (set(first_seen.get(p, {})) - result.first_seen_drops.get(p, frozenset()))
+        | set(result.first_seen_upserts.get(p, {}))
+    }
+    assert after == _in_scope(snap) - referenced

@@ -137,6 +137,7 @@ class AdmissionsSource:
         self._state = state
         self._expect_nonempty = expect_nonempty
         self._last: tuple[int, frozenset[RowId]] | None = None
+        self._index: tuple[frozenset[RowId], dict[str, frozenset[str]]] | None = None
 
     def read(self) -> frozenset[RowId]:
         """A fresh, complete snapshot."""
@@ -174,6 +175,16 @@ class AdmissionsSource:
             if unchanged:
                 return self._last[1]
         return self.read()
+
+    def reread_keys(self, partition: str) -> frozenset[str]:
+        """`reread()`, as the keys held in one partition (indexed once per snapshot)."""
+        rows = self.reread()
+        if self._index is None or self._index[0] is not rows:
+            index: dict[str, set[str]] = {}
+            for row_partition, key in rows:
+                index.setdefault(row_partition, set()).add(key)
+            self._index = (rows, {p: frozenset(keys) for p, keys in index.items()})
+        return self._index[1].get(partition, frozenset())
 
 
 def _checked_name(what: str, value: object) -> str:

@@ -161,8 +161,8 @@ class MemoryState:
 
     def live_fences(self) -> dict[str, int]:
         with self._lock:
-            self._prune(self.clock_ms())
-            return dict(self._fences)
+            now = self.clock_ms()
+            return {name: expires for name, expires in self._fences.items() if expires > now}
 
     def _prune(self, now: int) -> None:
         """Forget expired admissions and fences. Expired means expires_at_ms <= now, as in Redis."""

@@ -150,16 +150,17 @@ class TransferQueueRowStore:
         deleted: set[str] = set()
         for batch in _batches(list(expected), self._request_batch):
             keys, meta = self._snapshot(partition, batch)
-            current = _identities(keys, meta)
             # A row recreated (another index) or retagged since the plan saw it is not the row the
             # plan judged: it stays, and the collector counts it as recheck_saved.
-            matched = [i for i, key in enumerate(keys) if expected[key].matches(current[key])]
+            matched = _unchanged(keys, meta, expected)
             if not matched:
                 continue
             what = (
                 f"clear of {len(matched)} rows in {partition!r} (after {len(deleted)} deleted in this call)"
             )
-            self._call(what, self._client.async_clear_samples(meta.select_samples(matched)))
+            # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
+            doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
+            self._call(what, self._client.async_clear_samples(doomed))
             deleted.update(keys[i] for i in matched)
         return deleted
 
@@ -380,6 +381,17 @@ def _identities(keys: list[str], meta: Any) -> dict[str, Identity]:
         key: Identity(tags_digest(tags), int(index))
         for key, index, tags in zip(keys, meta.global_indexes, meta.custom_meta, strict=True)
     }
+
+
+def _unchanged(keys: list[str], meta: Any, expected: Mapping[str, Identity]) -> list[int]:
+    """Positions in the snapshot whose row is still the expected one (runs once per deleted row)."""
+    matched = []
+    for i, (key, index, tags) in enumerate(zip(keys, meta.global_indexes, meta.custom_meta, strict=True)):
+        want = expected[key]
+        same_index = want.global_index is None or want.global_index == index
+        if same_index and want.tags_digest == tags_digest(tags):
+            matched.append(i)
+    return matched
 
 
 def _batches(items: list[str], size: int) -> Iterator[list[str]]:
