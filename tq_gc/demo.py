@@ -92,8 +92,8 @@ class Demo:
             log_to_driver=False,
             logging_level=logging.ERROR,
         )
-        logging.getLogger("transfer_queue").setLevel(logging.ERROR)
         tq.init(TQ_CONFIG)
+        _quiet_transfer_queue()
         self.say("cluster up: this process plays the training job")
 
     def _play(self, config: Config, manifest_dir: Path) -> int:
@@ -111,6 +111,7 @@ class Demo:
         for step in (scenario.generation, scenario.checkpoint, scenario.restore, scenario.abandon):
             for line in step():
                 self.say(line)
+            self._next_sweep(handle)
         self.say(
             f"{len(scenario.fates.orphans)} orphans now sit in TQ with nothing pointing to them; "
             f"{sum(1 for r in scenario.fates.kept if r.partition == STAGING)} staging rows are referenced"
@@ -120,6 +121,18 @@ class Demo:
         self._metrics(status.get("metrics_port"))
         _get(handle.shutdown.remote())
         return 0 if ok else 1
+
+    def _next_sweep(self, handle: Any) -> None:
+        """Wait for the sidecar's next scheduled sweep and say what it saw."""
+        seen = {report["run_id"] for report in _get(handle.status.remote())["last_reports"]}
+        deadline = time.monotonic() + 10 * self.timings.interval_seconds
+        while time.monotonic() < deadline:
+            reports = _get(handle.status.remote())["last_reports"]
+            fresh = [report for report in reports if report["run_id"] not in seen]
+            if fresh:
+                self.say(_sweep_line(fresh[0]))
+                return
+            time.sleep(self.timings.interval_seconds / 4)
 
     def _watch(self, scenario: LeakScenario) -> dict[RowId, float]:
         import transfer_queue as tq
@@ -179,6 +192,22 @@ class Demo:
         self.console.print("[bold]final metrics[/bold] (/metrics, tqgc_*):")
         for line in lines:
             self.console.print(f"  {line}", highlight=False)
+
+
+def _sweep_line(report: dict[str, Any]) -> str:
+    counts = report["counts"]
+    held = ", ".join(f"{source} {n}" for source, n in counts["referenced"].items() if n)
+    return (
+        f"[cyan]sweep[/cyan]: {counts['in_scope']} staging rows; protected by {held or 'nothing'}; "
+        f"{counts['within_grace']} unreferenced rows waiting out their grace; {counts['deleted']} deleted"
+    )
+
+
+def _quiet_transfer_queue() -> None:
+    """TQ's loggers warn about thread counts on every call on a 2-core machine: noise for a demo."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("transfer_queue"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _get(ref: Any) -> Any:

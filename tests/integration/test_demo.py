@@ -1,0 +1,45 @@
+"""`tq-gc demo`, the README's first command, run as a user runs it: in its own process, its own cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT, subprocess_env
+
+pytestmark = pytest.mark.ray
+
+DEMO_TIMEOUT_S = 240
+
+
+def ray_processes() -> set[int]:
+    """Pids of Ray's own daemons on this machine (of every cluster)."""
+    listing = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout
+    daemons = ("raylet", "gcs_server")
+    return {
+        int(pid)
+        for pid, _, comm in (line.strip().partition(" ") for line in listing.splitlines())
+        if comm in daemons
+    }
+
+
+def test_demo_reclaims_every_orphan_keeps_every_referenced_row_and_cleans_up() -> None:
+    before = ray_processes()
+    done = subprocess.run(
+        [sys.executable, "-m", "tq_gc", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+        env={**subprocess_env(), "COLUMNS": "200"},
+        cwd=REPO_ROOT,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "OK: every orphan reclaimed" in out
+    for how in ("prefix chunk dropped by the forest lane", "abandoned attempt", "ghost key", "warm-up key"):
+        assert any(how in line and "reclaimed" in line and "/" in line for line in out.splitlines()), how
+    assert "protected by admissions" in out and "manifests 6" in out, "the manifest protected the chunks"
+    assert "tqgc_rows_deleted_total 10.0" in out
+    assert "LOST" not in out
+    assert ray_processes() <= before, "the demo left Ray daemons running"
