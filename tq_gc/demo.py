@@ -73,13 +73,13 @@ class Demo:
 
         with tempfile.TemporaryDirectory(prefix="tq-gc-demo-") as tmp:
             try:
-                self._start_cluster()
+                self._start_cluster(Path(tmp) / "ray")
                 return self._play(demo_config(Path(tmp), self.timings), Path(tmp))
             finally:
                 ray.shutdown()  # the local cluster is ours: this stops TQ, the sidecar, every worker
                 self.say("Ray cluster stopped; nothing left running")
 
-    def _start_cluster(self) -> None:
+    def _start_cluster(self, ray_dir: Path) -> None:
         import ray
         import torch  # noqa: F401  (CPU torch must be imported before transfer_queue)
         import transfer_queue as tq
@@ -87,6 +87,7 @@ class Demo:
         self.say("starting a local Ray cluster and a TransferQueue (SimpleStorage, 2 units) ...")
         ray.init(
             address="local",
+            _temp_dir=str(ray_dir),  # ours alone: nothing of another cluster on this machine is touched
             num_cpus=4,
             include_dashboard=False,
             log_to_driver=False,

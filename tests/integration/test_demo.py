@@ -13,19 +13,20 @@ pytestmark = pytest.mark.ray
 DEMO_TIMEOUT_S = 240
 
 
-def ray_processes() -> set[int]:
-    """Pids of Ray's own daemons on this machine (of every cluster)."""
-    listing = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout
-    daemons = ("raylet", "gcs_server")
-    return {
-        int(pid)
-        for pid, _, comm in (line.strip().partition(" ") for line in listing.splitlines())
-        if comm in daemons
-    }
+def demo_ray_processes() -> set[int]:
+    """Pids of Ray daemons of a demo's cluster (the demo keeps Ray's files in a tq-gc-demo- temp dir)."""
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    pids = set()
+    for line in listing.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        daemon = args.split(" ", 1)[0].rsplit("/", 1)[-1]
+        if daemon in ("raylet", "gcs_server") and "tq-gc-demo-" in args:
+            pids.add(int(pid))
+    return pids
 
 
 def test_demo_reclaims_every_orphan_keeps_every_referenced_row_and_cleans_up() -> None:
-    before = ray_processes()
+    before = demo_ray_processes()
     done = subprocess.run(
         [sys.executable, "-m", "tq_gc", "demo"],
         capture_output=True,
@@ -42,4 +43,4 @@ def test_demo_reclaims_every_orphan_keeps_every_referenced_row_and_cleans_up() -
     assert "protected by admissions" in out and "manifests 6" in out, "the manifest protected the chunks"
     assert "tqgc_rows_deleted_total 10.0" in out
     assert "LOST" not in out
-    assert ray_processes() <= before, "the demo left Ray daemons running"
+    assert demo_ray_processes() <= before, "the demo left Ray daemons running"
