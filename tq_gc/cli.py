@@ -251,3 +251,7 @@ def run() -> None:
 
 
 __all__ = ["EXIT_ABORTED", "EXIT_ERROR", "EXIT_OK", "EXIT_SKIPPED", "EXIT_USAGE", "Runtime", "cli", "main"]
+
+
+if __name__ == "__main__":
+    run()
