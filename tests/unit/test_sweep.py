@@ -74,6 +74,16 @@ def world(tmp_path: Path) -> World:
     return World(tmp_path)
 
 
+def three_batches_eligible(tmp_path: Path) -> World:
+    """Six orphans past their grace, deleted two per batch."""
+    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    for i in range(6):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+    return world
+
+
 def test_orphan_is_kept_within_grace_then_deleted(world: World) -> None:
     world.rows.put(STAGING, "r1/c1")
     first = world.sweep()
@@ -193,11 +203,7 @@ def test_fence_up_skips_the_sweep(world: World) -> None:
 
 
 def test_fence_raised_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
-    for i in range(6):
-        world.rows.put(STAGING, f"r{i}/c")
-    world.sweep()
-    world.age()
+    world = three_batches_eligible(tmp_path)
     # Raised while the first batch is being deleted: the second batch must not go.
     world.rows.before("delete", lambda: world.registry.fence("ckpt", 300))
     report = world.sweep()
@@ -245,11 +251,7 @@ def test_moving_reference_manifest_to_admission_is_never_unprotected(world: Worl
 
 
 def test_lease_lost_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
-    for i in range(6):
-        world.rows.put(STAGING, f"r{i}/c")
-    world.sweep()
-    world.age()
+    world = three_batches_eligible(tmp_path)
 
     def lease_expires_and_is_taken() -> None:
         world.age(world.config.lease_ttl_seconds + 1)
@@ -263,11 +265,7 @@ def test_lease_lost_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> No
 
 
 def test_row_store_failing_mid_sweep_stops_deleting(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
-    for i in range(6):
-        world.rows.put(STAGING, f"r{i}/c")
-    world.sweep()
-    world.age()
+    world = three_batches_eligible(tmp_path)
 
     def controller_dies() -> None:
         raise StoreUnavailable("TransferQueue controller unreachable")
