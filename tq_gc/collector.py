@@ -225,7 +225,7 @@ class Collector:
             DeletedRow(
                 partition=partition,
                 key=key,
-                unreferenced_s=result.unreferenced_ms[RowId(partition, key)] / 1000,
+                unreferenced_s=result.unreferenced_ms[partition][key] / 1000,
                 global_index=records[key].identity.global_index,
                 tags_digest=records[key].identity.tags_digest,
                 run_id=report.run_id,

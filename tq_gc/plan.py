@@ -66,7 +66,7 @@ KeysByPartition = Mapping[str, frozenset[str]]
 class Plan:
     buckets: Mapping[Decision, KeysByPartition]  # every in-scope row in exactly one bucket
     to_delete: tuple[RowId, ...]  # oldest first
-    unreferenced_ms: Mapping[RowId, int]  # of the rows to delete
+    unreferenced_ms: Mapping[str, Mapping[str, int]]  # partition -> key -> ms, of the eligible rows
     first_seen_upserts: Mapping[str, Mapping[str, FirstSeen]]  # partition -> key -> record
     first_seen_drops: KeysByPartition
     listed: int
@@ -101,7 +101,7 @@ class _Draft:
     buckets: dict[Decision, dict[str, frozenset[str]]] = field(
         default_factory=lambda: {decision: {} for decision in Decision}
     )
-    eligible: list[tuple[int, str, str]] = field(default_factory=list)  # (-age, partition, key)
+    ages: dict[str, dict[str, int]] = field(default_factory=dict)  # eligible rows: partition -> key -> ms
     upserts: dict[str, dict[str, FirstSeen]] = field(default_factory=dict)
     drops: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -111,15 +111,19 @@ class _Draft:
             self.buckets[decision][partition] = keys
 
     def cap(self, max_deletes: int) -> tuple[RowId, ...]:
-        """Oldest first (ties in row order); rows past the cap move to keep_over_cap."""
-        self.eligible.sort()
+        """The rows to delete: all eligible rows in row order, or, past the cap, the oldest first (ties
+        in row order), the rest moving to keep_over_cap. Sorting by age only when the cap bites keeps
+        the common case cheap."""
+        if sum(len(keys) for keys in self.ages.values()) <= max_deletes:
+            return tuple(RowId(p, key) for p in sorted(self.ages) for key in sorted(self.ages[p]))
+        ordered = sorted((-age, p, key) for p, ages in self.ages.items() for key, age in ages.items())
         over: dict[str, set[str]] = {}
-        for _, partition, key in self.eligible[max_deletes:]:
+        for _, partition, key in ordered[max_deletes:]:
             over.setdefault(partition, set()).add(key)
         for partition, keys in over.items():
             self.buckets[Decision.DELETE][partition] = self.buckets[Decision.DELETE][partition] - keys
             self.put(Decision.KEEP_OVER_CAP, partition, keys)
-        return tuple(RowId(partition, key) for _, partition, key in self.eligible[:max_deletes])
+        return tuple(RowId(partition, key) for _, partition, key in ordered[:max_deletes])
 
 
 def plan(
@@ -141,13 +145,11 @@ def plan(
     for partition, records in first_seen.items():
         if partition not in listing and records:
             draft.drops[partition] = frozenset(records)
-    eligible_count = len(draft.eligible)
-    to_delete = draft.cap(policy.max_deletes)
-    ages = {RowId(partition, key): -neg_age for neg_age, partition, key in draft.eligible[: len(to_delete)]}
+    eligible_count = sum(len(keys) for keys in draft.ages.values())
     result = Plan(
         buckets=draft.buckets,
-        to_delete=to_delete,
-        unreferenced_ms=ages,
+        to_delete=draft.cap(policy.max_deletes),
+        unreferenced_ms=draft.ages,
         first_seen_upserts=draft.upserts,
         first_seen_drops=draft.drops,
         listed=sum(len(rows) for rows in listing.values()),
@@ -188,7 +190,8 @@ def _judge_unreferenced(
     eligible = [key for key, age in ages.items() if age >= policy.grace_ms]
     draft.put(Decision.DELETE, partition, eligible)
     draft.put(Decision.KEEP_GRACE, partition, unreferenced.difference(eligible))
-    draft.eligible.extend((-ages[key], partition, key) for key in eligible)
+    if eligible:
+        draft.ages[partition] = {key: ages[key] for key in eligible}
     gone_or_referenced = records.keys() - unreferenced
     if gone_or_referenced:
         draft.drops[partition] = frozenset(gone_or_referenced)

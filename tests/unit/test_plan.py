@@ -66,7 +66,7 @@ def test_grace_boundary(first_seen_ms: int, decision: Decision) -> None:
     result = plan(listing("r1/c1"), References(), seen(first_seen_ms), NOW, policy())
     assert result.decision_of(ROW) is decision
     if decision is Decision.DELETE:
-        assert result.to_delete == (ROW,) and result.unreferenced_ms[ROW] == NOW - first_seen_ms
+        assert result.to_delete == (ROW,) and result.unreferenced_ms[STAGING]["r1/c1"] == NOW - first_seen_ms
         assert result.first_seen_upserts == {}
 
 
