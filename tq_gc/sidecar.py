@@ -48,6 +48,7 @@ from tq_gc.references.admissions import AdmissionRegistry
 from tq_gc.state import open_state
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import RowStore, attach_transfer_queue
+from tq_gc.stores.deferred import DeferredRowStore
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +87,9 @@ class SidecarActor:
         config = self._config
         self._state = open_state(config.state_url, config.namespace)
         self._closing.callback(self._state.close)
-        rows = row_store_factory(config)
-        close_rows = getattr(rows, "close", None)  # only the client we attached; never tq.close()
-        if callable(close_rows):
-            self._closing.callback(close_rows)
+        # Attached at the first sweep, not here: the job may create its TransferQueue after the sidecar.
+        rows = DeferredRowStore(lambda: row_store_factory(config))
+        self._closing.callback(rows.close)  # only the client we attached; never tq.close()
         holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
         self._collector = Collector(config, self._state, rows, holder=holder)
         self._metrics = SweepMetrics()
@@ -300,7 +300,8 @@ def start_sidecar(config: Config, row_store_factory: RowStoreFactory | None = No
     `config.sidecar.name` in `config.sidecar.ray_namespace` (whatever config it was started with).
 
     Joins the cluster at `config.transfer_queue.ray_address` if Ray is not initialized. Returns once the
-    actor is up (its row store attached, its schedule started); a failed start raises TqGcError.
+    actor is up (its state store open, its schedule started); a failed start raises TqGcError. The actor
+    attaches to the job's TQ at its first sweep: until the TQ exists, sweeps end aborted with the reason.
     `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
     a module-level function importable in Ray's workers, or a functools.partial of one.
     """

@@ -39,15 +39,16 @@ def test_admitted_rows_are_kept_while_renewed_and_reclaimed_after_the_ttl(
     sidecar(config)
     registry = registry_of(config)
 
-    admitted_at = time.monotonic()
-    registry.admit("trainer", rows={tq_partition: ["renewed"]}, ttl_seconds=TTL_S)
     # A publisher in a Ray worker admits a row, then dies without renewing. admit() has returned only
     # once the sidecar recorded it, so the very next sweep sees it.
+    admitted_at = time.monotonic()  # no later than the worker's admit: its lease ends after TTL_S from here
     ray.get(
         admit_and_vanish.remote(
             config.sidecar.name, config.sidecar.ray_namespace, tq_partition, "abandoned", TTL_S
         )
     )
+    # Admitted after the worker returned: starting a worker can take longer than the TTL on 2 cores.
+    registry.admit("trainer", rows={tq_partition: ["renewed"]}, ttl_seconds=TTL_S)
     assert set(registry.live()) == {"trainer", "vanishing-abandoned"}
 
     gone_at: dict[str, float] = {}
