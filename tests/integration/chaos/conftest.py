@@ -1,0 +1,95 @@
+"""Chaos fixtures: reaped CLI processes, and a job's partition with orphans and referenced rows.
+
+Ray and the TransferQueue come from tests/integration/conftest.py (this pytest process plays the
+training job); the partition is `tq_partition`'s, cleared after the test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tq_gc import AdmissionRegistry
+
+from .helpers import Job, KillableRedisServer, Processes, write_config, write_manifest
+
+GRACE_S = 1.0
+DELETE_BATCH = 100
+DELETES_PER_SECOND = 2000.0  # 3,000 orphans in batches of 100: a delete phase of about 1.5 s
+ORPHANS = 3000
+ADMITTED = 40
+MANIFESTED = 40
+ADMISSION_TTL_S = 600.0
+KILL_AFTER = 1000  # rows deleted before the chaos strikes: well into the delete phase
+
+MakeJob = Callable[..., Job]
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """Starts `tq-gc` processes; kills and reaps every one of them at the end of the test."""
+    workdir = tmp_path / "cli"
+    workdir.mkdir()
+    running = Processes(workdir)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[KillableRedisServer]:
+    """A redis-server of this test's own, to kill mid-sweep; stopped at the end whatever happened."""
+    server = KillableRedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_path: Path) -> MakeJob:
+    """make_job(state_url, lease_ttl_s): rows in the test's partition, their references, a config.
+
+    Keys row-00000...: every ORPHANS+ADMITTED+MANIFESTED of them in one partition, the referenced ones
+    spread among the orphans (so that they share delete batches' key ranges)."""
+
+    def make(state_url: str, lease_ttl_s: float = 30.0) -> Job:
+        total = ORPHANS + ADMITTED + MANIFESTED
+        keys = [f"row-{i:05d}" for i in range(total)]
+        step = total // (ADMITTED + MANIFESTED)
+        referenced = keys[::step][: ADMITTED + MANIFESTED]
+        admitted, manifested = set(referenced[::2]), set(referenced[1::2])
+        orphans = set(keys) - admitted - manifested
+        assert (len(orphans), len(admitted), len(manifested)) == (ORPHANS, ADMITTED, MANIFESTED)
+        put_rows(tq_partition, keys)
+
+        namespace = f"chaos-{uuid.uuid4().hex[:8]}"
+        with AdmissionRegistry.connect(state_url, namespace=namespace) as registry:
+            registry.admit("trainer-step-7", {tq_partition: sorted(admitted)}, ttl_seconds=ADMISSION_TTL_S)
+        manifests = tmp_path / "ckpt"
+        write_manifest(manifests, tq_partition, sorted(manifested))
+        config = write_config(
+            tmp_path / "tq-gc.yaml",
+            namespace=namespace,
+            state_url=state_url,
+            transfer_queue={"ray_address": ray_cluster.address},
+            scope=[{"partition": tq_partition, "all_keys": True}],
+            grace_seconds=GRACE_S,
+            allow_short_grace=True,
+            lease_ttl_seconds=lease_ttl_s,
+            manifests=[{"glob": f"{manifests}/**/gc-manifest.json"}],
+            limits={
+                "delete_batch": DELETE_BATCH,
+                "max_deletes_per_second": DELETES_PER_SECOND,
+                "max_delete_fraction": 1.0,  # nearly all of the partition is orphans, on purpose
+            },
+        )
+        return Job(tq_partition, config, namespace, orphans, admitted, manifested)
+
+    return make

@@ -1,0 +1,253 @@
+"""Chaos test helpers: CLI processes that are always reaped, a job's worth of rows and references,
+and polling with deadlines.
+
+Every `tq-gc` process runs in a session of its own, so a test can SIGKILL it (and anything it
+spawned) by process group, and the `processes` fixture kills whatever is left at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import subprocess_env
+
+from redis_server import RedisServer
+
+TQ_GC = Path(sys.executable).with_name("tq-gc")  # the console script users run
+CLI_TIMEOUT_S = 90.0
+POLL_S = 0.02
+
+RecordTiming = Callable[[str, float], None]
+
+
+def cli_env() -> dict[str, str]:
+    """The environment a CLI subprocess needs to join the test cluster, without TQGC_... variables:
+    the config file alone says what the CLI does."""
+    return {k: v for k, v in subprocess_env().items() if not k.startswith("TQGC_")}
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def json(self) -> dict[str, Any]:
+        """`--json` prints exactly one JSON document on stdout."""
+        doc = json.loads(self.stdout)
+        assert isinstance(doc, dict), self.stdout
+        return doc
+
+    def why(self) -> str:
+        return (
+            f"exit {self.code} after {self.seconds:.1f} s\n"
+            f"stdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-4000:]}"
+        )
+
+
+@dataclass
+class Cli:
+    """One `tq-gc` process, its output in files (a pipe nobody reads could fill up and block it)."""
+
+    args: tuple[str, ...]
+    process: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the process and its session (the CLI's and anything it started), then reap it.
+        Only while it is unreaped: its pid, and so the group id, cannot have been reused yet."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def wait(self, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
+        """Wait for the exit (killed if it outlives timeout_s: the test fails with its output)."""
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            command = " ".join(self.args)
+            why = self.result().why()
+            raise AssertionError(f"tq-gc {command} outlived {timeout_s:g} s:\n{why}") from None
+        return self.result()
+
+    def result(self) -> CliResult:
+        return CliResult(
+            self.process.returncode if self.process.returncode is not None else -1,
+            self.stdout_path.read_text(errors="replace"),
+            self.stderr_path.read_text(errors="replace"),
+            time.monotonic() - self.started,
+        )
+
+
+class Processes:
+    """Starts `tq-gc` processes; close() kills (SIGKILL, by group) and reaps any still running."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self._started: list[Cli] = []
+
+    def start(self, *args: str) -> Cli:
+        n = len(self._started)
+        stdout_path, stderr_path = self.workdir / f"cli-{n}.out", self.workdir / f"cli-{n}.err"
+        with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                [str(TQ_GC), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=cli_env(),
+                start_new_session=True,  # its own process group: killpg reaches all of it
+            )
+        cli = Cli(tuple(args), process, stdout_path, stderr_path)
+        self._started.append(cli)
+        return cli
+
+    def run(self, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
+        return self.start(*args).wait(timeout_s)
+
+    def close(self) -> None:
+        for cli in self._started:
+            cli.kill()
+
+
+def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float, poll_s: float = POLL_S) -> Any:
+    """Poll `predicate` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        time.sleep(poll_s)
+
+
+def keys_in(tq: Any, partition: str) -> set[str]:
+    return set(tq.kv_list(partition).get(partition, {}))
+
+
+def assert_readable(tq: Any, partition: str, keys: Sequence[str]) -> None:
+    """Every key is there with its data (put_rows writes a zero 4-vector per row)."""
+    keys = sorted(keys)
+    rows = tq.kv_batch_get(keys, partition)["x"].unbind()  # a jagged nested tensor, one row per key
+    assert [(tuple(row.shape), float(row.abs().sum())) for row in rows] == [((4,), 0.0)] * len(keys)
+
+
+def wait_for_deletes(
+    tq: Any, partition: str, total: int, at_least: int, sweeper: Cli, timeout_s: float
+) -> int:
+    """Poll TQ until the sweeper has deleted at least `at_least` rows; return how many are left then.
+    Fails (with the sweeper's output) if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = len(tq.kv_list(partition).get(partition, {}))
+        if left <= total - at_least:
+            return left
+        if not sweeper.running():
+            why = sweeper.result().why()
+            raise AssertionError(f"the sweep ended with {left} of {total} rows left:\n{why}")
+        if time.monotonic() > deadline:
+            why = sweeper.result().why()
+            raise AssertionError(f"{left} of {total} rows left after {timeout_s:g} s:\n{why}")
+        time.sleep(POLL_S)
+
+
+class KillableRedisServer(RedisServer):
+    """A per-test redis-server that a test can kill (SIGKILL) or freeze (SIGSTOP) mid-sweep."""
+
+    def signal(self, sig: signal.Signals) -> None:
+        process = self._process
+        assert process is not None and process.poll() is None, "redis-server is not running"
+        process.send_signal(sig)
+        if sig == signal.SIGKILL:
+            process.wait(timeout=10)
+
+    def stop(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a frozen server could not act on stop()'s SIGTERM
+        super().stop()
+
+
+@dataclass
+class Job:
+    """A partition full of orphans, plus rows a live admission and an active manifest hold."""
+
+    partition: str
+    config: Path
+    namespace: str
+    orphans: set[str]
+    admitted: set[str]
+    manifested: set[str]
+
+    @property
+    def referenced(self) -> set[str]:
+        return self.admitted | self.manifested
+
+    @property
+    def all_keys(self) -> set[str]:
+        return self.orphans | self.referenced
+
+    def sweep_args(self) -> tuple[str, ...]:
+        return ("sweep", "--config", str(self.config), "--execute", "--json")
+
+
+def write_manifest(directory: Path, partition: str, keys: Sequence[str]) -> Path:
+    path = directory / "ckpt-000001" / "gc-manifest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "format": "tq-gc/manifest/v1",
+        "manifest_id": "ckpt-000001",
+        "state": "active",
+        "rows": {partition: sorted(keys)},
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def write_config(path: Path, **values: Any) -> Path:
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
+    """Run the `tq-gc` CLI in this process (it attaches to the session's TQ in well under a second,
+    where a fresh process needs ~6 s to import TransferQueue and join Ray). Leaves the `tq_gc`
+    logger as it found it (the CLI points it at the captured stderr)."""
+    from tq_gc.cli import main
+
+    logger = logging.getLogger("tq_gc")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    capsys.readouterr()
+    started = time.monotonic()
+    try:
+        code = main(list(args))
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+        logger.setLevel(level)
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err, time.monotonic() - started)

@@ -1,0 +1,81 @@
+"""The state store (Redis) dies mid-delete: the sweep stops at once, aborted (exit 4, one JSON report),
+and deletes nothing more than the batch already in flight. No referenced row is touched.
+
+A redis-server of the test's own is SIGKILLed once the sweep (the `tq-gc` console script in a
+subprocess, against the session's real TransferQueue) has deleted a good part of the orphans.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from tq_gc.state.redis import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S
+
+from .conftest import DELETE_BATCH, GRACE_S, KILL_AFTER, ORPHANS, MakeJob
+from .helpers import (
+    KillableRedisServer,
+    Processes,
+    RecordTiming,
+    assert_readable,
+    keys_in,
+    wait_for_deletes,
+)
+
+pytestmark = pytest.mark.ray
+
+# The most a sweep may spend on the state store once it has failed: the failing call, then the run
+# record and the lease release, each failing too (measured with a frozen Redis, SIGSTOP: 10 s each,
+# ~32 s to exit; a dead one refuses connections at once: ~2.5 s to exit, mostly Ray's shutdown).
+ABORT_WITHIN_S = 3 * (CONNECT_TIMEOUT_S + SOCKET_TIMEOUT_S)
+
+
+def test_redis_killed_mid_delete_aborts_and_deletes_nothing_more(
+    make_job: MakeJob,
+    own_redis: KillableRedisServer,
+    processes: Processes,
+    tq: Any,
+    record_timing: RecordTiming,
+) -> None:
+    job = make_job(own_redis.url)
+    total = len(job.all_keys)
+
+    mark = processes.run(*job.sweep_args())
+    marked = time.monotonic()
+    assert mark.code == 0, mark.why()
+    assert mark.json()["counts"]["within_grace"] == ORPHANS, mark.stdout
+    time.sleep(max(0.0, marked + GRACE_S + 0.2 - time.monotonic()))
+
+    sweeper = processes.start(*job.sweep_args())
+    wait_for_deletes(tq, job.partition, total, KILL_AFTER, sweeper, timeout_s=60)
+    own_redis.signal(signal.SIGKILL)
+    died, died_wall = time.monotonic(), time.time()
+    left_at_death = keys_in(tq, job.partition)
+
+    result = sweeper.wait(timeout_s=ABORT_WITHIN_S + 30)
+    exited = time.monotonic()
+    assert result.code == 4, result.why()
+    report = result.json()  # exactly one JSON document on stdout
+    assert report["outcome"] == "aborted", report
+    assert "state store" in report["reason"], report
+    # A dead Redis refuses at once: the sweep decides to stop without waiting out any timeout.
+    aborted_after = datetime.fromisoformat(report["finished_at"]).timestamp() - died_wall
+    assert aborted_after < CONNECT_TIMEOUT_S, (aborted_after, result.why())
+    assert exited - died < ABORT_WITHIN_S, result.why()
+    record_timing("chaos: Redis SIGKILLed -> sweep aborted (report)", aborted_after)
+    record_timing("chaos: Redis SIGKILLed -> sweep process exited", exited - died)
+
+    # Nothing deleted after Redis died but the batch that was in flight.
+    left = keys_in(tq, job.partition)
+    assert left <= left_at_death
+    assert len(left_at_death - left) <= DELETE_BATCH, (len(left_at_death), len(left))
+    assert report["counts"]["deleted"] <= total - len(left), report
+    # Referenced rows: all there, all readable.
+    assert job.referenced <= left
+    assert_readable(tq, job.partition, sorted(job.referenced))
+    time.sleep(0.5)
+    assert keys_in(tq, job.partition) == left
