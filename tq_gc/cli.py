@@ -25,6 +25,7 @@ from tq_gc.model import Outcome
 from tq_gc.state import open_state
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore, attach_transfer_queue
+from tq_gc.stores.deferred import DeferredRowStore
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
 OUTCOME_EXIT = {
@@ -54,7 +55,11 @@ class Runtime:
                 stack.callback(state.close)
             rows = self.row_store
             if rows is None and need_rows:
-                rows = (self.row_store_factory or attach_transfer_queue)(config)
+                attach = self.row_store_factory or attach_transfer_queue
+                # Attached at first use: a sweep skipped for a held lease or a fence never joins Ray.
+                deferred = DeferredRowStore(lambda: attach(config), missing_queue_is_transient=False)
+                stack.callback(deferred.close)
+                rows = deferred
             yield state, rows
 
 

@@ -26,3 +26,18 @@ def test_deferred_store_attaches_once_the_queue_exists() -> None:
     assert store.list_rows("p") == {"k": {}}
     assert store.list_rows("p") == {"k": {}}
     assert len(attempts) == 2, "attached once it could, then kept"
+
+
+def test_a_missing_queue_can_be_the_callers_mistake() -> None:
+    def attach() -> MemoryRowStore:
+        raise TransferQueueNotFound("auto")
+
+    with pytest.raises(TransferQueueNotFound):
+        DeferredRowStore(attach, missing_queue_is_transient=False).partitions()
+
+
+def test_nothing_attached_nothing_closed() -> None:
+    attempts: list[int] = []
+    store = DeferredRowStore(lambda: attempts.append(1) or MemoryRowStore())  # type: ignore[func-returns-value]
+    store.close()
+    assert attempts == []

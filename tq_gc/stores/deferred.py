@@ -1,7 +1,10 @@
 """A row store that attaches on first use, and again after a failed attempt.
 
 The sidecar may start before the job has created its TransferQueue (a driver that starts tq-gc, then the
-training command). Until TQ is there, each sweep ends aborted with the reason, and the schedule goes on.
+training command): with `missing_queue_is_transient`, until TQ is there each sweep ends aborted with the
+reason, and the schedule goes on. The CLI attaches late too, so that a sweep skipped for a held lease or
+a fence costs no Ray connection (nor the seconds it takes to import TransferQueue); a missing TQ is its
+user's mistake there (exit 2).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from tq_gc.stores.base import RowStore
 
 
 class DeferredRowStore:
-    def __init__(self, attach: Callable[[], RowStore]) -> None:
+    def __init__(self, attach: Callable[[], RowStore], missing_queue_is_transient: bool = True) -> None:
         self._attach = attach
+        self._missing_queue_is_transient = missing_queue_is_transient
         self._store: RowStore | None = None
         self._lock = threading.Lock()
 
@@ -26,6 +30,8 @@ class DeferredRowStore:
                 try:
                     self._store = self._attach()
                 except TransferQueueNotFound as exc:
+                    if not self._missing_queue_is_transient:
+                        raise
                     raise StoreUnavailable(f"{exc} (has the job created its TransferQueue yet?)") from exc
             return self._store
 
