@@ -89,7 +89,7 @@ class SidecarActor:
         self._closing.callback(self._state.close)
         # Attached at the first sweep, not here: the job may create its TransferQueue after the sidecar.
         rows = DeferredRowStore(lambda: row_store_factory(config))
-        self._closing.callback(rows.close)  # only the client we attached; never tq.close()
+        self._closing.callback(rows.close)  # only the client we attached, never the job's TQ
         holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
         self._collector = Collector(config, self._state, rows, holder=holder)
         self._metrics = SweepMetrics()

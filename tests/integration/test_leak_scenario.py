@@ -78,7 +78,7 @@ def tq_gc(*args: str, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
 
 
 def clear_partition(tq: Any, partition: str) -> None:
-    """Clear every key of `partition` with TQ's own calls (never tq.close(): the session owns TQ)."""
+    """Clear every key of `partition` with TQ's own calls (never TQ's own close: the session owns TQ)."""
     keys = list(tq.kv_list(partition).get(partition, {}))
     for start in range(0, len(keys), CLEAR_BATCH):
         tq.kv_clear(keys[start : start + CLEAR_BATCH], partition)

@@ -7,9 +7,10 @@ Attach, never own (DESIGN.md rule 10). How this module makes sure of it:
   or without a config) creates a new, empty TQ.
 - It builds its own `TransferQueueClient` from the config the controller publishes (what TQ's own
   `_init_from_existing()` does), and leaves TQ's process-global state alone. `_init_from_existing()`
-  would record the controller handle in `transfer_queue.interface`, and from then on any `tq.close()`
-  in this process runs `ray.kill(controller)`: the job's TQ gone. With our own client, a stray
-  `tq.close()` here has nothing to kill. It also lets `close()` close exactly the client we opened,
+  would record the controller handle in `transfer_queue.interface`, and from then on TQ's
+  module-level `close` in this process runs `ray.kill(controller)`: the job's TQ gone. With our own
+  client, a stray module-level `close` here has nothing to kill. It also lets `close()` close exactly
+  the client we opened,
   and lets every request carry a deadline (TQ's client waits forever on a dead controller).
 - `close()` closes that client, and disconnects from Ray only if `attach()` connected this process
   (`ray.shutdown()` ends this driver's connection; the cluster and the job's actors are untouched).
