@@ -150,6 +150,11 @@ class TransferQueueRowStore:
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         deleted: set[str] = set()
         for batch in _batches(list(expected), self._request_batch):
+            what = f"re-check and clear of {len(batch)} rows in {partition!r}"
+            cleared = self._call(what, self._clear_if_unchanged(partition, batch, expected))
+            if cleared is not None:  # the usual case: one round trip to the client's loop
+                deleted.update(cleared)
+                continue
             keys, meta = self._snapshot(partition, batch)
             # A row recreated (another index) or retagged since the plan saw it is not the row the
             # plan judged: it stays, and the collector counts it as recheck_saved.
@@ -211,6 +216,21 @@ class TransferQueueRowStore:
         )
 
     # ---- internals ----
+
+    async def _clear_if_unchanged(
+        self, partition: str, keys: list[str], expected: Mapping[str, Identity]
+    ) -> list[str] | None:
+        """Snapshot, match and clear in one coroutine, back to back on the client's loop. None when
+        some keys are gone (the snapshot is then not aligned with `keys`): the caller takes the long way."""
+        meta = await self._retrieve_meta(partition, keys)
+        if meta.size != len(keys):
+            return None
+        matched = _unchanged(keys, meta, expected)
+        if matched:
+            # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
+            doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
+            await self._client.async_clear_samples(doomed)
+        return [keys[i] for i in matched]
 
     def _snapshot(self, partition: str, keys: list[str]) -> tuple[list[str], Any]:
         """(keys, meta): the keys of `keys` that exist, and their BatchMeta, row i being keys[i], as one
