@@ -10,9 +10,7 @@ CLI exits 2 and creates nothing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -24,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harness import TQ_GC, CliResult, cli_env, keys_in
 
 from tq_gc import AdmissionRegistry
 from tq_gc.simulation import CANONICAL, STAGING, TOKENS, LeakScenario
@@ -33,7 +32,6 @@ pytestmark = pytest.mark.ray
 RunPython = Callable[..., Any]
 RecordTiming = Callable[[str, float], None]
 
-TQ_GC = Path(sys.executable).with_name("tq-gc")  # the console script users run (`python -m` has no main)
 CLI_TIMEOUT_S = 90.0
 GRACE_S = 2.0
 CLEAR_BATCH = 2000
@@ -41,31 +39,6 @@ CONTROLLER = "TransferQueueController"
 TQ_NAMESPACE = "transfer_queue"
 ADMITTED = ("live admission", "restored call's admission (normal lane)")
 TAGGED = ("named by a canonical row's route plan",)
-
-
-def cli_env() -> dict[str, str]:
-    """The environment a CLI subprocess needs to join a test cluster (as conftest's subprocess_env),
-    without TQGC_... variables: the config file alone says what the CLI does."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and not k.startswith("TQGC_")}
-    env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
-    return env
-
-
-@dataclass
-class CliResult:
-    code: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def json(self) -> dict[str, Any]:
-        """`--json` prints exactly one JSON document on stdout."""
-        doc = json.loads(self.stdout)
-        assert isinstance(doc, dict), self.stdout
-        return doc
-
-    def why(self) -> str:
-        return f"exit {self.code}\nstdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-4000:]}"
 
 
 def tq_gc(*args: str, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
@@ -83,10 +56,6 @@ def clear_partition(tq: Any, partition: str) -> None:
     for start in range(0, len(keys), CLEAR_BATCH):
         tq.kv_clear(keys[start : start + CLEAR_BATCH], partition)
     assert not tq.kv_list(partition).get(partition)
-
-
-def keys_in(tq: Any, partition: str) -> set[str]:
-    return set(tq.kv_list(partition).get(partition, {}))
 
 
 def controller_id() -> str:

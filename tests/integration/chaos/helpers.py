@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,41 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import subprocess_env
+from harness import TQ_GC, CliResult, cli_env
 
 from redis_server import RedisServer
 
-TQ_GC = Path(sys.executable).with_name("tq-gc")  # the console script users run
 CLI_TIMEOUT_S = 90.0
-POLL_S = 0.02
+POLL_S = 0.02  # chaos polls TQ while a sweep deletes: finer than the default
 
 RecordTiming = Callable[[str, float], None]
-
-
-def cli_env() -> dict[str, str]:
-    """The environment a CLI subprocess needs to join the test cluster, without TQGC_... variables:
-    the config file alone says what the CLI does."""
-    return {k: v for k, v in subprocess_env().items() if not k.startswith("TQGC_")}
-
-
-@dataclass
-class CliResult:
-    code: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def json(self) -> dict[str, Any]:
-        """`--json` prints exactly one JSON document on stdout."""
-        doc = json.loads(self.stdout)
-        assert isinstance(doc, dict), self.stdout
-        return doc
-
-    def why(self) -> str:
-        return (
-            f"exit {self.code} after {self.seconds:.1f} s\n"
-            f"stdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-4000:]}"
-        )
 
 
 @dataclass
@@ -132,22 +104,6 @@ class Processes:
     def close(self) -> None:
         for cli in self._started:
             cli.kill()
-
-
-def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float, poll_s: float = POLL_S) -> Any:
-    """Poll `predicate` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what}")
-        time.sleep(poll_s)
-
-
-def keys_in(tq: Any, partition: str) -> set[str]:
-    return set(tq.kv_list(partition).get(partition, {}))
 
 
 def assert_readable(tq: Any, partition: str, keys: Sequence[str]) -> None:

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from harness import keys_in, wait_until
 
 from tq_gc.state import RedisState
 
@@ -24,10 +25,8 @@ from .helpers import (
     Processes,
     RecordTiming,
     assert_readable,
-    keys_in,
     tq_gc_in_process,
     wait_for_deletes,
-    wait_until,
 )
 
 pytestmark = pytest.mark.ray

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from harness import keys_in
 
 from tq_gc.state.redis import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S
 
@@ -22,7 +23,6 @@ from .helpers import (
     Processes,
     RecordTiming,
     assert_readable,
-    keys_in,
     wait_for_deletes,
 )
 

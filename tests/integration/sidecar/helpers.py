@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import harness
 import ray
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,18 +27,7 @@ def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
 
 def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
     """Poll `predicate` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what}")
-        time.sleep(0.05)
-
-
-def keys_in(tq: Any, partition: str) -> set[str]:
-    return set(tq.kv_list(partition).get(partition, {}))
+    return harness.wait_until(what, predicate, timeout_s)
 
 
 def reports(handle: Any) -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import ray
+from harness import keys_in
 
-from .helpers import MakeConfig, RecordTiming, StartSidecar, call, keys_in, reports, scrape, wait_until
+from .helpers import MakeConfig, RecordTiming, StartSidecar, call, reports, scrape, wait_until
 from .remote_side import failing_tq_store, max_concurrency, slow_tq_store
 
 pytestmark = pytest.mark.ray

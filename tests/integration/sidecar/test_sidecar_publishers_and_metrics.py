@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import ray
+from harness import keys_in
 
 from tq_gc.config import Config
 from tq_gc.metrics import KEEP_REASONS, kept_by_reason
@@ -18,7 +19,7 @@ from tq_gc.references.admissions import AdmissionRegistry
 from tq_gc.sidecar import sidecar_registry
 from tq_gc.state import RedisState
 
-from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, keys_in, scrape, wait_until
+from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, scrape, wait_until
 from .remote_side import admit_and_vanish
 
 pytestmark = pytest.mark.ray

@@ -7,10 +7,11 @@ import time
 from typing import Any
 
 import pytest
+from harness import keys_in
 
 from tq_gc.state import RedisState
 
-from .helpers import GRACE_S, MakeConfig, RecordTiming, StartSidecar, keys_in, reports, wait_until
+from .helpers import GRACE_S, MakeConfig, RecordTiming, StartSidecar, reports, wait_until
 
 pytestmark = pytest.mark.ray
 
