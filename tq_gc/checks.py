@@ -12,7 +12,7 @@ from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.state import open_state
 from tq_gc.state.base import StateStore
-from tq_gc.stores import RowStore, attach_transfer_queue
+from tq_gc.stores import RowStore
 
 if TYPE_CHECKING:
     from tq_gc.cli import Runtime
@@ -70,7 +70,7 @@ def _attach(config: Config, runtime: Runtime, results: list[CheckResult]) -> Row
     found: list[RowStore] = []
 
     def probe() -> str:
-        rows = runtime.row_store or (runtime.row_store_factory or attach_transfer_queue)(config)
+        rows = runtime.attach(config)
         found.append(rows)
         sizes = ", ".join(f"{e.partition}: {len(rows.list_rows(e.partition))} rows" for e in config.scope)
         return sizes or "reachable"

@@ -46,6 +46,12 @@ class Runtime:
     row_store: RowStore | None = None
     row_store_factory: Callable[[Config], RowStore] | None = None
 
+    def attach(self, config: Config) -> RowStore:
+        """The row store handed in, else the job's TransferQueue (or what the test factory builds)."""
+        if self.row_store is not None:
+            return self.row_store
+        return (self.row_store_factory or attach_transfer_queue)(config)
+
     @contextmanager
     def stores(self, config: Config, need_rows: bool = True) -> Iterator[tuple[StateStore, RowStore | None]]:
         with ExitStack() as stack:
@@ -55,9 +61,8 @@ class Runtime:
                 stack.callback(state.close)
             rows = self.row_store
             if rows is None and need_rows:
-                attach = self.row_store_factory or attach_transfer_queue
                 # Attached at first use: a sweep skipped for a held lease or a fence never joins Ray.
-                deferred = DeferredRowStore(lambda: attach(config), missing_queue_is_transient=False)
+                deferred = DeferredRowStore(lambda: self.attach(config), missing_queue_is_transient=False)
                 stack.callback(deferred.close)
                 rows = deferred
             yield state, rows

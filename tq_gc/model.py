@@ -49,13 +49,6 @@ class Identity:
         return self.global_index == other.global_index
 
 
-class Observation(NamedTuple):
-    """A row as listed by the row store (tags_digest empty where nobody needs it: referenced rows)."""
-
-    row: RowId
-    tags_digest: str
-
-
 @dataclass(frozen=True, slots=True)
 class FirstSeen:
     """When the collector first saw a row unreferenced (store clock, ms), and the row's identity then."""
@@ -77,15 +70,6 @@ class References:
     admissions: frozenset[RowId] = frozenset()
     manifests: frozenset[RowId] = frozenset()
     tags: frozenset[RowId] = frozenset()
-
-    def source_of(self, row: RowId) -> Source | None:
-        if row in self.admissions:
-            return Source.ADMISSIONS
-        if row in self.manifests:
-            return Source.MANIFESTS
-        if row in self.tags:
-            return Source.TAGS
-        return None
 
 
 class Decision(StrEnum):
