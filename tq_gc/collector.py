@@ -38,6 +38,8 @@ from tq_gc.stores.base import RowStore
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+# How a report says the lease was held elsewhere; metrics count lease contention by it.
+LEASE_HELD_REASON = "lease held by"
 
 
 class SweepStopped(Exception):
@@ -107,7 +109,7 @@ class Collector:
         if lease is None:
             holder = self.state.lease_holder()
             who = holder.holder if holder else "another sweeper"
-            raise SweepStopped(Outcome.SKIPPED, f"lease held by {who}")
+            raise SweepStopped(Outcome.SKIPPED, f"{LEASE_HELD_REASON} {who}")
         return lease
 
     def _check_fences(self) -> None:

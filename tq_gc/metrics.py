@@ -21,6 +21,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 
+from tq_gc.collector import LEASE_HELD_REASON
 from tq_gc.model import PHASES, Outcome, Source, SweepReport
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,6 @@ _KEEP_BY_SOURCE = {Source.ADMISSIONS: "admission", Source.MANIFESTS: "manifest",
 _SUCCESS = (Outcome.COMPLETED, Outcome.DRY_RUN)
 # Gauges a run that did not succeed must not overwrite on a Pushgateway: they hold the last good run's.
 _KEPT_AFTER_FAILURE = (PREFIX + "last_success_timestamp_seconds", PREFIX + "orphans_waiting")
-# The collector says why a sweep was skipped only in words; this is how it words a held lease.
-_LEASE_HELD_REASON = "lease held"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +125,7 @@ class SweepMetrics:
         """Count one finished sweep (any outcome)."""
         c = self._c
         c.sweeps.labels(outcome=report.outcome.value).inc()
-        if report.outcome is Outcome.SKIPPED and (report.reason or "").startswith(_LEASE_HELD_REASON):
+        if report.outcome is Outcome.SKIPPED and (report.reason or "").startswith(LEASE_HELD_REASON):
             c.lease_contention.inc()
         for phase in PHASES:
             spent_ms = report.phases_ms.get(phase, 0.0)
