@@ -102,7 +102,7 @@ def naive_clear(data: DataSet, registry: Any) -> int:
 
     listed = tq.kv_list(PARTITION).get(PARTITION, {})
     referenced = {key for rows in registry.live().values() for key in rows.get(PARTITION, [])}
-    referenced |= {row.key for row in ManifestsSource(config_for(data).manifests).read()}
+    referenced |= ManifestsSource(config_for(data).manifests).read().get(PARTITION, frozenset())
     doomed = [key for key in listed if key not in referenced]
     for start in range(0, len(doomed), BATCH):
         tq.kv_clear(doomed[start : start + BATCH], PARTITION)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tq_gc.config import Config
 from tq_gc.errors import TqGcError
+from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.tags import TagsSource
@@ -79,5 +80,5 @@ def _attach(config: Config, runtime: Runtime, results: list[CheckResult]) -> Row
     return found[0] if found else None
 
 
-def _count(rows: frozenset[Any], what: str) -> str:
-    return f"{len(rows)} {what}"
+def _count(rows: KeysByPartition, what: str) -> str:
+    return f"{sum(len(keys) for keys in rows.values())} {what}"

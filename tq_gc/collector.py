@@ -19,15 +19,7 @@ from datetime import UTC, datetime
 
 from tq_gc.config import Config
 from tq_gc.errors import LeaseLost, ReferenceSourceError, StoreUnavailable
-from tq_gc.model import (
-    DELETED_SAMPLE_SIZE,
-    DeletedRow,
-    FirstSeen,
-    Outcome,
-    References,
-    RowId,
-    SweepReport,
-)
+from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, FirstSeen, Outcome, References, SweepReport
 from tq_gc.plan import FirstSeenByPartition, Listing, Plan, PlanPolicy, plan
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
@@ -175,18 +167,20 @@ class Collector:
         """Delete in batches. `pinned` holds the identity each row had when first seen unreferenced:
         rows are never deleted on first sight, so every row to delete has such a record."""
         limits = self.config.limits
-        total = len(result.to_delete)
+        total = sum(len(keys) for keys in result.to_delete.values())
         for batch in _batches(result.to_delete, limits.delete_batch):
             started = time.monotonic()
             lease = self._recheck_lease(lease)
-            deleted = self._delete_unless_changed(batch, pinned.get(batch.partition, {}))
-            saved = [key for key in batch.keys if key not in deleted]
-            report.counts.recheck_saved += len(saved)
-            if saved:
+            records = pinned.get(batch.partition, {})
+            cleared = self._delete_unless_changed(batch, records)
+            deleted = [key for key in batch.keys if key in cleared]
+            if len(deleted) < len(batch.keys):
                 # Each is a race we lost, counted, not an error: the row starts its grace again.
+                saved = [key for key in batch.keys if key not in cleared]
+                report.counts.recheck_saved += len(saved)
                 self.state.save_first_seen(batch.partition, {}, saved)
             if deleted:
-                self._record_deleted(report, result, batch.partition, sorted(deleted), pinned)
+                self._record_deleted(report, result.now_ms, batch.partition, deleted, records)
             if progress is not None:
                 progress(report.counts.deleted + report.counts.recheck_saved, total)
             _throttle(len(batch.keys), limits.max_deletes_per_second, started)
@@ -217,28 +211,26 @@ class Collector:
     def _record_deleted(
         self,
         report: SweepReport,
-        result: Plan,
+        now_ms: int,
         partition: str,
         keys: Sequence[str],
-        pinned: FirstSeenByPartition,
+        records: Mapping[str, FirstSeen],
     ) -> None:
-        records = pinned[partition]
-        deleted = [
-            DeletedRow(
-                partition=partition,
-                key=key,
-                unreferenced_s=result.unreferenced_ms[partition][key] / 1000,
-                global_index=records[key].identity.global_index,
-                tags_digest=records[key].identity.tags_digest,
-                run_id=report.run_id,
-            )
-            for key in keys
-        ]
-        self.state.append_audit(deleted)
-        self.state.save_first_seen(partition, {}, keys)
-        report.counts.deleted += len(deleted)
+        """Audit the deleted rows and drop their first-seen records (one state call per batch)."""
+        seen = [records[key] for key in keys]
+        batch = AuditBatch(
+            run_id=report.run_id,
+            partition=partition,
+            keys=tuple(keys),
+            unreferenced_ms=tuple(now_ms - record.at_ms for record in seen),
+            global_indexes=tuple(record.identity.global_index for record in seen),
+            tags_digests=tuple(record.identity.tags_digest for record in seen),
+        )
+        self.state.record_deletes(batch)
+        report.counts.deleted += len(batch)
         room = DELETED_SAMPLE_SIZE - len(report.deleted_sample)
-        report.deleted_sample.extend(deleted[: max(room, 0)])
+        if room > 0:
+            report.deleted_sample.extend(batch.rows()[:room])
 
     def _finish(self, report: SweepReport, lease: Lease | None) -> None:
         try:
@@ -260,12 +252,9 @@ class Collector:
             report.phases_ms[name] = report.phases_ms.get(name, 0.0) + (time.perf_counter() - started) * 1000
 
 
-def _batches(rows: Sequence[RowId], size: int) -> Iterator[Batch]:
-    """Batches of one partition each, keeping the rows' order (oldest first) within a partition."""
-    by_partition: dict[str, list[str]] = {}
-    for partition, key in rows:
-        by_partition.setdefault(partition, []).append(key)
-    for partition, keys in by_partition.items():
+def _batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batch]:
+    """Batches of one partition each, keeping the plan's order within a partition."""
+    for partition, keys in to_delete.items():
         for start in range(0, len(keys), size):
             yield Batch(partition, tuple(keys[start : start + size]))
 

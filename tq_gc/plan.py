@@ -15,7 +15,18 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from tq_gc.config import Config, ScopeEntry
-from tq_gc.model import KEEP_BY_SOURCE, Counts, Decision, FirstSeen, Identity, References, RowId, Source, Tags
+from tq_gc.model import (
+    KEEP_BY_SOURCE,
+    Counts,
+    Decision,
+    FirstSeen,
+    Identity,
+    KeysByPartition,
+    References,
+    RowId,
+    Tags,
+    rows_of,
+)
 from tq_gc.model import tags_digest as digest_of
 
 Listing = Mapping[str, Mapping[str, Tags]]  # partition -> key -> tags
@@ -59,21 +70,21 @@ class PlanPolicy:
         return {entry.partition: entry for entry in self.scope}
 
 
-KeysByPartition = Mapping[str, frozenset[str]]
-
-
 @dataclass(frozen=True)
 class Plan:
     buckets: Mapping[Decision, KeysByPartition]  # every in-scope row in exactly one bucket
-    to_delete: tuple[RowId, ...]  # oldest first
-    unreferenced_ms: Mapping[str, Mapping[str, int]]  # partition -> key -> ms, of the eligible rows
+    to_delete: Mapping[str, tuple[str, ...]]  # partition -> keys in delete order (oldest first if capped)
     first_seen_upserts: Mapping[str, Mapping[str, FirstSeen]]  # partition -> key -> record
     first_seen_drops: KeysByPartition
     listed: int
+    now_ms: int  # the store's clock the plan was made at: a deleted row's age is now_ms - first seen
     abort_reason: str | None = None
 
+    def rows_to_delete(self) -> list[RowId]:
+        return [RowId(partition, key) for partition, keys in self.to_delete.items() for key in keys]
+
     def rows(self, decision: Decision) -> set[RowId]:
-        return {RowId(p, key) for p, keys in self.buckets.get(decision, {}).items() for key in keys}
+        return rows_of(self.buckets.get(decision, {}))
 
     def decision_of(self, row: RowId) -> Decision | None:
         for decision, by_partition in self.buckets.items():
@@ -101,7 +112,7 @@ class _Draft:
     buckets: dict[Decision, dict[str, frozenset[str]]] = field(
         default_factory=lambda: {decision: {} for decision in Decision}
     )
-    ages: dict[str, dict[str, int]] = field(default_factory=dict)  # eligible rows: partition -> key -> ms
+    eligible: dict[str, list[str]] = field(default_factory=dict)
     upserts: dict[str, dict[str, FirstSeen]] = field(default_factory=dict)
     drops: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -110,20 +121,25 @@ class _Draft:
         if keys:
             self.buckets[decision][partition] = keys
 
-    def cap(self, max_deletes: int) -> tuple[RowId, ...]:
-        """The rows to delete: all eligible rows in row order, or, past the cap, the oldest first (ties
-        in row order), the rest moving to keep_over_cap. Sorting by age only when the cap bites keeps
-        the common case cheap."""
-        if sum(len(keys) for keys in self.ages.values()) <= max_deletes:
-            return tuple(RowId(p, key) for p in sorted(self.ages) for key in sorted(self.ages[p]))
-        ordered = sorted((-age, p, key) for p, ages in self.ages.items() for key, age in ages.items())
+    def cap(self, max_deletes: int, first_seen: FirstSeenByPartition) -> dict[str, tuple[str, ...]]:
+        """The rows to delete: all eligible rows in key order, or, past the cap, the longest unreferenced
+        first (ties in key order), the rest moving to keep_over_cap. Sorting by age only when the cap
+        bites keeps the common case cheap."""
+        if sum(len(keys) for keys in self.eligible.values()) <= max_deletes:
+            return {p: tuple(sorted(keys)) for p, keys in sorted(self.eligible.items())}
+        ordered = sorted(
+            (first_seen[p][key].at_ms, p, key) for p, keys in self.eligible.items() for key in keys
+        )
         over: dict[str, set[str]] = {}
         for _, partition, key in ordered[max_deletes:]:
             over.setdefault(partition, set()).add(key)
         for partition, keys in over.items():
             self.buckets[Decision.DELETE][partition] = self.buckets[Decision.DELETE][partition] - keys
             self.put(Decision.KEEP_OVER_CAP, partition, keys)
-        return tuple(RowId(partition, key) for _, partition, key in ordered[:max_deletes])
+        kept: dict[str, list[str]] = {}
+        for _, partition, key in ordered[:max_deletes]:
+            kept.setdefault(partition, []).append(key)
+        return {partition: tuple(keys) for partition, keys in sorted(kept.items())}
 
 
 def plan(
@@ -134,10 +150,9 @@ def plan(
     policy: PlanPolicy,
 ) -> Plan:
     draft = _Draft()
-    referenced = _by_partition(references)
     for partition, rows in listing.items():
         in_scope = policy.scoped_keys(partition, rows)
-        unreferenced = _sort_referenced(draft, partition, in_scope, referenced)
+        unreferenced = _sort_referenced(draft, partition, in_scope, references)
         records = first_seen.get(partition, {})
         _judge_unreferenced(draft, partition, rows, unreferenced, records, now_ms, policy)
     # A record is kept only while its row is listed, in scope and unreferenced: seen referenced
@@ -145,26 +160,24 @@ def plan(
     for partition, records in first_seen.items():
         if partition not in listing and records:
             draft.drops[partition] = frozenset(records)
-    eligible_count = sum(len(keys) for keys in draft.ages.values())
+    eligible_count = sum(len(keys) for keys in draft.eligible.values())
     result = Plan(
         buckets=draft.buckets,
-        to_delete=draft.cap(policy.max_deletes),
-        unreferenced_ms=draft.ages,
+        to_delete=draft.cap(policy.max_deletes, first_seen),
         first_seen_upserts=draft.upserts,
         first_seen_drops=draft.drops,
         listed=sum(len(rows) for rows in listing.values()),
+        now_ms=now_ms,
     )
     reason = _blast_radius(eligible_count, result.counts().in_scope, policy)
     return replace(result, abort_reason=reason) if reason else result
 
 
-def _sort_referenced(
-    draft: _Draft, partition: str, in_scope: set[str], referenced: Mapping[tuple[Source, str], set[str]]
-) -> set[str]:
+def _sort_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
     """Put referenced rows in their source's bucket (admissions, then manifests, then tags)."""
     rest = in_scope
     for source, decision in KEEP_BY_SOURCE.items():
-        held = rest & referenced.get((source, partition), set())
+        held = rest & references.held(source, partition)
         draft.put(decision, partition, held)
         rest = rest - held
     return rest
@@ -181,28 +194,22 @@ def _judge_unreferenced(
 ) -> None:
     # Never delete a row on first sight, whatever the grace: an earlier sweep must have recorded it
     # unreferenced (an unobserved owner is verified, never presumed gone). A record from the future
-    # (the store's clock went back) is not trusted either.
-    ages = {key: now_ms - records[key].at_ms for key in unreferenced & records.keys()}
-    ages = {key: age for key, age in ages.items() if age >= 0}
-    fresh = unreferenced - ages.keys()
+    # (the store's clock went back) is not trusted either: the row is seen afresh.
+    seen = unreferenced & records.keys()
+    cutoff = now_ms - policy.grace_ms  # seen unreferenced at or before this: grace has passed
+    eligible = [key for key in seen if records[key].at_ms <= cutoff]
+    waiting = seen.difference(eligible)
+    from_the_future = {key for key in waiting if records[key].at_ms > now_ms}
+    fresh = (unreferenced - seen) | from_the_future
     if fresh:
         draft.upserts[partition] = {key: FirstSeen(now_ms, Identity(digest_of(rows[key]))) for key in fresh}
-    eligible = [key for key, age in ages.items() if age >= policy.grace_ms]
     draft.put(Decision.DELETE, partition, eligible)
     draft.put(Decision.KEEP_GRACE, partition, unreferenced.difference(eligible))
     if eligible:
-        draft.ages[partition] = {key: ages[key] for key in eligible}
+        draft.eligible[partition] = eligible
     gone_or_referenced = records.keys() - unreferenced
     if gone_or_referenced:
         draft.drops[partition] = frozenset(gone_or_referenced)
-
-
-def _by_partition(references: References) -> dict[tuple[Source, str], set[str]]:
-    index: dict[tuple[Source, str], set[str]] = {}
-    for source in Source:
-        for partition, key in getattr(references, source.value):
-            index.setdefault((source, partition), set()).add(key)
-    return index
 
 
 def _blast_radius(eligible: int, in_scope: int, policy: PlanPolicy) -> str | None:

@@ -8,7 +8,7 @@ import pytest
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.model import RowId
+from tq_gc.model import RowId, rows_of
 from tq_gc.references.base import ReferenceSource
 from tq_gc.references.manifests import NATIVE_FORMAT, ManifestsSource, read_manifest
 
@@ -120,26 +120,26 @@ def test_reads_rows(
         with pytest.raises(ReferenceSourceError):
             reader.read()
     else:
-        assert reader.read() == expected
+        assert rows_of(reader.read()) == expected
 
 
 def test_retired_manifest_may_omit_its_rows(tmp_path: Path) -> None:
     document = native("retired")
     del document["rows"]
     write(tmp_path / "gc-manifest.json", document)
-    assert ManifestsSource([NATIVE], root=tmp_path).read() == rows()
+    assert rows_of(ManifestsSource([NATIVE], root=tmp_path).read()) == rows()
 
 
 def test_retiring_or_deleting_a_manifest_releases_its_rows(tmp_path: Path) -> None:
     path = write(tmp_path / "ckpt-1/gc-manifest.json", native())
     reader = ManifestsSource([NATIVE], root=tmp_path)
-    assert reader.read() == rows(CUT)
+    assert rows_of(reader.read()) == rows(CUT)
     write(path, native("retired"))
-    assert reader.read() == rows()
+    assert rows_of(reader.read()) == rows()
     write(path, native())
-    assert reader.read() == rows(CUT)
+    assert rows_of(reader.read()) == rows(CUT)
     path.unlink()
-    assert reader.read() == rows()
+    assert rows_of(reader.read()) == rows()
 
 
 def test_a_file_deleted_after_the_glob_holds_no_rows(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_double_star_globs_across_nested_checkpoint_dirs(tmp_path: Path) -> None
     write(tmp_path / "run/a/ckpt-2/deep/er/gc-manifest.json", native(rows={STAGING: ["three"]}))
     write(tmp_path / "run/a/ckpt-2/not-a-manifest.json", native(rows={STAGING: ["ignored"]}))
     reader = ManifestsSource([NATIVE], root=tmp_path)
-    assert reader.read() == rows("top", "one", "two", "three")
+    assert rows_of(reader.read()) == rows("top", "one", "two", "three")
     [matched] = reader.files()
     assert [path.relative_to(tmp_path).as_posix() for path in matched.files] == [
         "ckpt-1/gc-manifest.json",
@@ -180,7 +180,7 @@ def test_records_jsonl_glob_across_steps_and_servers(tmp_path: Path) -> None:
             record = {"continuation": {"staging_keys": [f"{step}/{server}"]}}
             write(tmp_path / "ckpt" / step / "gym/model" / server / "records.jsonl", jsonl(record))
     source = RECORDS.model_copy(update={"glob": str(tmp_path / "ckpt/**/gym/model/*/records.jsonl")})
-    assert ManifestsSource([source]).read() == rows(
+    assert rows_of(ManifestsSource([source]).read()) == rows(
         "step_10/server-0", "step_10/server-1", "step_20/server-0", "step_20/server-1"
     )
 
@@ -191,20 +191,20 @@ def test_absolute_globs_ignore_the_root_and_relative_ones_use_it(tmp_path: Path)
     absolute = ManifestSource(glob=str(tmp_path / "a/gc-manifest.json"))
     relative = ManifestSource(glob="gc-manifest.json")
     reader = ManifestsSource([absolute, relative], root=tmp_path / "b")
-    assert reader.read() == rows("a", "b")
+    assert rows_of(reader.read()) == rows("a", "b")
 
 
 def test_a_root_holding_glob_characters_is_taken_literally(tmp_path: Path) -> None:
     root = tmp_path / "ckpt[1]*"
     write(root / "gc-manifest.json", native())
     write(tmp_path / "ckpt1x/gc-manifest.json", native(rows={STAGING: ["decoy"]}))
-    assert ManifestsSource([NATIVE], root=root).read() == rows(CUT)
+    assert rows_of(ManifestsSource([NATIVE], root=root).read()) == rows(CUT)
 
 
 def test_sources_are_unioned(tmp_path: Path) -> None:
     write(tmp_path / "gc-manifest.json", native(rows={STAGING: ["a", "shared"]}))
     write(tmp_path / "lineage/r.jsonl", jsonl({"staging_key": "shared"}, {"staging_key": "b"}))
-    assert ManifestsSource([NATIVE, LINEAGE], root=tmp_path).read() == rows("a", "b", "shared")
+    assert rows_of(ManifestsSource([NATIVE, LINEAGE], root=tmp_path).read()) == rows("a", "b", "shared")
 
 
 @pytest.mark.parametrize(
@@ -346,7 +346,7 @@ def test_expect_nonempty_is_per_source(tmp_path: Path) -> None:
     with pytest.raises(ReferenceSourceError, match=r"lineage/\*\.jsonl"):
         ManifestsSource([NATIVE, empty_lineage], root=tmp_path).read()
     write(tmp_path / "lineage/r.jsonl", jsonl({"staging_key": "k"}))
-    assert ManifestsSource([NATIVE, empty_lineage], root=tmp_path).read() == rows(CUT, "k")
+    assert rows_of(ManifestsSource([NATIVE, empty_lineage], root=tmp_path).read()) == rows(CUT, "k")
 
 
 def test_describe_reports_each_source_without_raising(tmp_path: Path) -> None:

@@ -44,13 +44,13 @@ def test_unreferenced_row_first_seen_now_is_kept_within_grace() -> None:
     assert result.decision_of(ROW) is Decision.KEEP_GRACE and result.counts().in_scope == 1
     record = result.first_seen_upserts[STAGING]["r1/c1"]
     assert record.at_ms == NOW and record.identity.tags_digest == tags_digest({"rollout_id": "r1"})
-    assert result.to_delete == ()
+    assert result.to_delete == {}
 
 
 @pytest.mark.parametrize("grace_ms", [0, 1, GRACE_MS])
 def test_never_deleted_on_first_sight_whatever_the_grace(grace_ms: int) -> None:
     result = plan(listing("r1/c1"), References(), {}, NOW, policy(grace_ms=grace_ms))
-    assert result.to_delete == ()
+    assert result.to_delete == {}
 
 
 @pytest.mark.parametrize(
@@ -66,18 +66,18 @@ def test_grace_boundary(first_seen_ms: int, decision: Decision) -> None:
     result = plan(listing("r1/c1"), References(), seen(first_seen_ms), NOW, policy())
     assert result.decision_of(ROW) is decision
     if decision is Decision.DELETE:
-        assert result.to_delete == (ROW,) and result.unreferenced_ms[STAGING]["r1/c1"] == NOW - first_seen_ms
+        assert result.rows_to_delete() == [ROW] and result.now_ms == NOW
         assert result.first_seen_upserts == {}
 
 
 @pytest.mark.parametrize(
     ("refs", "decision"),
     [
-        (References(admissions=frozenset({ROW})), Decision.KEEP_ADMISSION),
-        (References(manifests=frozenset({ROW})), Decision.KEEP_MANIFEST),
-        (References(tags=frozenset({ROW})), Decision.KEEP_TAG),
-        (References(frozenset({ROW}), frozenset({ROW}), frozenset({ROW})), Decision.KEEP_ADMISSION),
-        (References(manifests=frozenset({ROW}), tags=frozenset({ROW})), Decision.KEEP_MANIFEST),
+        (References.from_rows(admissions=[ROW]), Decision.KEEP_ADMISSION),
+        (References.from_rows(manifests=[ROW]), Decision.KEEP_MANIFEST),
+        (References.from_rows(tags=[ROW]), Decision.KEEP_TAG),
+        (References.from_rows([ROW], [ROW], [ROW]), Decision.KEEP_ADMISSION),
+        (References.from_rows(manifests=[ROW], tags=[ROW]), Decision.KEEP_MANIFEST),
     ],
 )
 def test_referenced_rows_are_kept_by_the_first_source_and_drop_their_clock(
@@ -111,7 +111,7 @@ def test_cap_deletes_the_oldest_and_keeps_the_rest() -> None:
         STAGING: {key: FirstSeen(NOW - GRACE_MS - i * 1000, Identity("d")) for i, key in enumerate(keys)}
     }
     result = plan(listing(*keys), References(), first_seen, NOW, policy(max_deletes=2))
-    assert result.to_delete == (RowId(STAGING, "r4/c"), RowId(STAGING, "r3/c"))
+    assert result.rows_to_delete() == [RowId(STAGING, "r4/c"), RowId(STAGING, "r3/c")]
     assert result.count(Decision.KEEP_OVER_CAP) == 3 and result.counts().eligible == 5
 
 
@@ -119,7 +119,7 @@ def test_equal_ages_delete_in_row_order() -> None:
     keys = ["r3/c", "r1/c", "r2/c"]
     first_seen = {STAGING: {key: FirstSeen(0, Identity("d")) for key in keys}}
     result = plan(listing(*keys), References(), first_seen, NOW, policy())
-    assert [row.key for row in result.to_delete] == ["r1/c", "r2/c", "r3/c"]
+    assert [row.key for row in result.rows_to_delete()] == ["r1/c", "r2/c", "r3/c"]
 
 
 @pytest.mark.parametrize(("floor", "aborts"), [(0, True), (5, True), (6, False)])
@@ -153,7 +153,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     listed: dict[str, dict[str, Any]] = {}
     for row in draw(ROW_SETS):
         listed.setdefault(row.partition, {})[row.key] = {"v": draw(st.integers(0, 1))}
-    refs = References(draw(ROW_SETS), draw(ROW_SETS), draw(ROW_SETS))
+    refs = References.from_rows(draw(ROW_SETS), draw(ROW_SETS), draw(ROW_SETS))
     first_seen: dict[str, dict[str, FirstSeen]] = {}
     for row in draw(ROW_SETS):
         first_seen.setdefault(row.partition, {})[row.key] = FirstSeen(
@@ -177,13 +177,13 @@ def _in_scope(snap: Snapshot) -> set[RowId]:
 def test_no_referenced_young_unseen_or_out_of_scope_row_is_deleted(snap: Snapshot) -> None:
     listed, refs, first_seen, now, pol = snap
     result = plan(listed, refs, first_seen, now, pol)
-    referenced = refs.admissions | refs.manifests | refs.tags
-    for row in result.to_delete:
+    referenced = refs.rows()
+    for row in result.rows_to_delete():
         assert row not in referenced
         assert pol.in_scope(row)
         record = first_seen[row.partition][row.key]  # KeyError = deleted on first sight
         assert now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms
-    assert len(result.to_delete) <= pol.max_deletes
+    assert len(result.rows_to_delete()) <= pol.max_deletes
 
 
 @settings(max_examples=400)
@@ -193,7 +193,7 @@ def test_buckets_partition_the_in_scope_rows(snap: Snapshot) -> None:
     buckets = [result.rows(decision) for decision in Decision]
     assert set().union(*buckets) == _in_scope(snap)
     assert sum(len(b) for b in buckets) == len(_in_scope(snap)), "a row in two buckets"
-    assert result.rows(Decision.DELETE) == set(result.to_delete)
+    assert result.rows(Decision.DELETE) == set(result.rows_to_delete())
     counts = result.counts()
     assert sum(counts.referenced.values()) + counts.within_grace + counts.eligible == counts.in_scope
 
@@ -203,7 +203,7 @@ def test_buckets_partition_the_in_scope_rows(snap: Snapshot) -> None:
 def test_every_old_unreferenced_row_is_deleted_or_capped(snap: Snapshot) -> None:
     listed, refs, first_seen, now, pol = snap
     result = plan(listed, refs, first_seen, now, pol)
-    referenced = refs.admissions | refs.manifests | refs.tags
+    referenced = refs.rows()
     for row in _in_scope(snap) - referenced:
         record = first_seen.get(row.partition, {}).get(row.key)
         if record is not None and now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms:
@@ -215,7 +215,7 @@ def test_every_old_unreferenced_row_is_deleted_or_capped(snap: Snapshot) -> None
 def test_first_seen_records_stay_only_for_unreferenced_in_scope_rows(snap: Snapshot) -> None:
     listed, refs, first_seen, now, pol = snap
     result = plan(listed, refs, first_seen, now, pol)
-    referenced = refs.admissions | refs.manifests | refs.tags
+    referenced = refs.rows()
     after = {
         RowId(p, k)
         for p in set(first_seen) | set(result.first_seen_upserts)

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from tq_gc.errors import ConfigError, StoreUnavailable
-from tq_gc.model import DeletedRow, FirstSeen, Identity
+from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
-from tq_gc.state.keys import FIRST_SEEN_CHUNK, RUNS_KEPT
+from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, FIRST_SEEN_CHUNK, RUNS_KEPT
 
 from redis_server import RedisServer, free_port
 
@@ -151,10 +151,21 @@ def deleted(run_id: str, key: str, index: int | None = 1) -> DeletedRow:
     return DeletedRow("staging", key, 901.25, global_index=index, tags_digest="abc", run_id=run_id)
 
 
+def batch(run_id: str, *keys: str, indexes: tuple[int | None, ...] | None = None) -> AuditBatch:
+    return AuditBatch(
+        run_id=run_id,
+        partition="staging",
+        keys=keys,
+        unreferenced_ms=(901_250,) * len(keys),
+        global_indexes=indexes or (1,) * len(keys),
+        tags_digests=("abc",) * len(keys),
+    )
+
+
 def test_audit_newest_first_and_filtered_by_run(state: StateStore) -> None:
-    state.append_audit([deleted("run-1", "a"), deleted("run-1", "b", None)])
-    state.append_audit([deleted("run-2", "c"), deleted("run-2", "d")])
-    state.append_audit([])
+    state.record_deletes(batch("run-1", "a", "b", indexes=(1, None)))
+    state.record_deletes(batch("run-2", "c", "d"))
+    state.record_deletes(batch("run-2"))
 
     assert state.read_audit("run-1", limit=10) == [deleted("run-1", "b", None), deleted("run-1", "a")]
     assert [r.key for r in state.read_audit(None, limit=3)] == ["d", "c", "b"]
@@ -162,12 +173,41 @@ def test_audit_newest_first_and_filtered_by_run(state: StateStore) -> None:
     assert state.read_audit(None, limit=0) == []
 
 
+def test_recording_deletes_drops_their_first_seen_records(state: StateStore) -> None:
+    state.save_first_seen("staging", {"a": seen(1), "b": seen(2), "c": seen(3)}, drops=[])
+    state.save_first_seen("other", {"a": seen(4)}, drops=[])
+    state.record_deletes(batch("run-1", "a", "b", "never-seen"))
+
+    assert state.load_first_seen("staging") == {"c": seen(3)}
+    assert state.load_first_seen("other") == {"a": seen(4)}
+
+
 def test_audit_filter_pages_past_other_runs(state: StateStore) -> None:
-    state.append_audit([deleted("old", "x")])
-    state.append_audit([deleted("new", f"k{i}") for i in range(2_500)])
+    state.record_deletes(batch("old", "x"))
+    for i in range(3 * AUDIT_PAGE):
+        state.record_deletes(batch("new", *(f"k{i}-{j}" for j in range(50))))
 
     assert state.read_audit("old", limit=5) == [deleted("old", "x")]
-    assert len(state.read_audit("new", limit=2_400)) == 2_400
+    newest = state.read_audit("new", limit=2_390)
+    assert len(newest) == 2_390 and newest[0].key == f"k{3 * AUDIT_PAGE - 1}-49"
+
+
+def test_audit_trims_whole_batches_and_keeps_the_newest_maxlen_rows(state: StateStore) -> None:
+    size = AUDIT_MAXLEN // 50
+    for i in range(60):
+        state.record_deletes(batch("run", *(f"b{i}/{j}" for j in range(size))))
+
+    kept = state.read_audit(None, limit=2 * AUDIT_MAXLEN)
+    assert len(kept) == AUDIT_MAXLEN
+    assert kept[0].key == f"b59/{size - 1}" and kept[-1].key == "b10/0"
+
+
+def test_audit_never_trims_the_newest_batch(state: StateStore) -> None:
+    state.record_deletes(batch("old", "x"))
+    state.record_deletes(batch("huge", *(f"k{j}" for j in range(AUDIT_MAXLEN + 5))))
+
+    kept = state.read_audit(None, limit=2 * AUDIT_MAXLEN)
+    assert len(kept) == AUDIT_MAXLEN + 5 and {row.run_id for row in kept} == {"huge"}
 
 
 # admissions and fences --------------------------------------------------------------------------
@@ -282,7 +322,7 @@ def exercise(store: StateStore) -> None:
     lease = store.acquire_lease("me", ttl_ms=60_000)
     assert lease is not None
     store.record_run({"run_id": store.namespace})
-    store.append_audit([deleted(store.namespace, "k")])
+    store.record_deletes(batch(store.namespace, "k"))
     store.admit("adm", {"staging": [store.namespace]}, ttl_ms=60_000)
     store.raise_fence("fence", ttl_ms=60_000)
 
@@ -322,7 +362,7 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
         "lease_holder": store.lease_holder,
         "record_run": lambda: store.record_run({"run_id": "r"}),
         "recent_runs": lambda: store.recent_runs(5),
-        "append_audit": lambda: store.append_audit([deleted("r", "k")]),
+        "record_deletes": lambda: store.record_deletes(batch("r", "k")),
         "read_audit": lambda: store.read_audit(None, 5),
         "admit": lambda: store.admit("a", {"p": ["k"]}, 1_000),
         "renew_admission": lambda: store.renew_admission("a", 1_000),

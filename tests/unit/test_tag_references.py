@@ -8,7 +8,7 @@ import pytest
 
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError, StoreUnavailable
-from tq_gc.model import Identity, RowId, Tags
+from tq_gc.model import Identity, RowId, Tags, rows_of
 from tq_gc.references.base import ReferenceSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.stores.memory import MemoryRowStore
@@ -61,7 +61,7 @@ class BrokenStore(RecordingStore):
 def test_is_a_reference_source() -> None:
     source: ReferenceSource = TagsSource([ROUTE_PLAN], MemoryRowStore())
     assert source.name == "tags"
-    assert source.read() == frozenset()
+    assert rows_of(source.read()) == frozenset()
 
 
 @pytest.mark.parametrize(
@@ -98,12 +98,12 @@ def test_is_a_reference_source() -> None:
 )
 def test_reads_route_plan_cleanup_keys(data_rows: dict[str, Tags | None], expected: frozenset[RowId]) -> None:
     store = store_with({DATA: data_rows, STAGING: {"r1/c1": {"rollout_id": "r1"}}})
-    assert TagsSource([ROUTE_PLAN], store).read() == expected
+    assert rows_of(TagsSource([ROUTE_PLAN], store).read()) == expected
 
 
 def test_only_the_configured_partition_is_read() -> None:
     store = store_with({DATA: {"g1_g0": plan("a")}, "other": {"x": plan("not-me")}})
-    assert TagsSource([ROUTE_PLAN], store).read() == staging("a")
+    assert rows_of(TagsSource([ROUTE_PLAN], store).read()) == staging("a")
 
 
 def test_several_references_share_one_listing_per_partition() -> None:
@@ -112,7 +112,7 @@ def test_several_references_share_one_listing_per_partition() -> None:
     store.put("scratch", "s1", {"needs": "c"})
     lineage = TagReference(partition=DATA, key_path="lineage.keys", target_partition="archive")
     scratch = TagReference(partition="scratch", key_path="needs", target_partition=STAGING)
-    assert TagsSource([ROUTE_PLAN, lineage, scratch], store).read() == staging("a", "c") | {
+    assert rows_of(TagsSource([ROUTE_PLAN, lineage, scratch], store).read()) == staging("a", "c") | {
         RowId("archive", "b")
     }
     assert sorted(store.listed) == ["rollout_data", "scratch"]
@@ -125,7 +125,7 @@ def test_a_listing_from_the_collector_replaces_listing_again() -> None:
     scratch = TagReference(partition="scratch", key_path="needs", target_partition=STAGING)
     source = TagsSource([ROUTE_PLAN, scratch], store)
     assert source.partitions == [DATA, "scratch"]
-    assert source.read(listed={DATA: {"g1_g0": plan("fresh")}, STAGING: {}}) == staging("fresh", "c")
+    assert rows_of(source.read(listed={DATA: {"g1_g0": plan("fresh")}, STAGING: {}})) == staging("fresh", "c")
     assert store.listed == ["scratch"]
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
-from tq_gc.model import RowId
+from tq_gc.model import KeysByPartition
 from tq_gc.state.base import AdmissionRows
 
 log = logging.getLogger(__name__)
@@ -136,11 +136,10 @@ class AdmissionsSource:
     def __init__(self, state: AdmissionSnapshots, expect_nonempty: bool = False) -> None:
         self._state = state
         self._expect_nonempty = expect_nonempty
-        self._last: tuple[int, frozenset[RowId]] | None = None
-        self._index: tuple[frozenset[RowId], dict[str, frozenset[str]]] | None = None
+        self._last: tuple[int, KeysByPartition] | None = None
 
-    def read(self) -> frozenset[RowId]:
-        """A fresh, complete snapshot."""
+    def read(self) -> KeysByPartition:
+        """A fresh, complete snapshot: {partition: keys held}."""
         try:
             version = self._state.admissions_version()  # before the snapshot: never newer than it
             live = self._state.live_admissions()
@@ -152,16 +151,15 @@ class AdmissionsSource:
                 "no live admission, but admissions.expect_nonempty is set: are the publishers "
                 "writing to this state_url and namespace?",
             )
-        rows = frozenset(
-            RowId(partition, key)
-            for held in live.values()
-            for partition, keys in held.items()
-            for key in keys
-        )
-        self._last = (version, rows)
-        return rows
+        held: dict[str, set[str]] = {}
+        for rows in live.values():
+            for partition, keys in rows.items():
+                held.setdefault(partition, set()).update(keys)
+        snapshot = {partition: frozenset(keys) for partition, keys in held.items()}
+        self._last = (version, snapshot)
+        return snapshot
 
-    def reread(self) -> frozenset[RowId]:
+    def reread(self) -> KeysByPartition:
         """Admissions as of now: the last snapshot while no admission was recorded since, else a fresh one.
 
         The last snapshot may still hold admissions released or expired since: it protects more rows,
@@ -177,14 +175,8 @@ class AdmissionsSource:
         return self.read()
 
     def reread_keys(self, partition: str) -> frozenset[str]:
-        """`reread()`, as the keys held in one partition (indexed once per snapshot)."""
-        rows = self.reread()
-        if self._index is None or self._index[0] is not rows:
-            index: dict[str, set[str]] = {}
-            for row_partition, key in rows:
-                index.setdefault(row_partition, set()).add(key)
-            self._index = (rows, {p: frozenset(keys) for p, keys in index.items()})
-        return self._index[1].get(partition, frozenset())
+        """`reread()`, as the keys held in one partition."""
+        return self.reread().get(partition, frozenset())
 
 
 def _checked_name(what: str, value: object) -> str:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tq_gc.model import RowId
+from tq_gc.model import KeysByPartition
 
 
 class ReferenceSource(Protocol):
     name: str
 
-    def read(self) -> frozenset[RowId]:
-        """Every row this source references now. Raises ReferenceSourceError if not readable in full."""
+    def read(self) -> KeysByPartition:
+        """Every row this source references now, as {partition: keys}.
+
+        Raises ReferenceSourceError if it cannot be read in full."""
         ...

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.model import RowId, Source
+from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition
 from tq_gc.references.keypath import extract_keys, split_key_path
 
 NATIVE_FORMAT = "tq-gc/manifest/v1"
@@ -70,11 +70,12 @@ class ManifestsSource:
         """The files each source matches, in config order. Never raises: a glob that fails matches nothing."""
         return [MatchedFiles(source, self._glob(source.glob)) for source in self._sources]
 
-    def read(self) -> frozenset[RowId]:
+    def read(self) -> KeysByPartition:
+        """{partition: keys} every matched manifest references, or ReferenceSourceError."""
         rows: set[RowId] = set()
         for matched in self.files():
             rows.update(_read_matched(matched))
-        return frozenset(rows)
+        return group_by_partition(rows)
 
     def describe(self) -> list[SourceSummary]:
         """Read each source on its own and report instead of raising (for `tq-gc check`)."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.model import RowId, Source, Tags
+from tq_gc.model import KeysByPartition, RowId, Source, Tags, group_by_partition
 from tq_gc.references.keypath import extract_keys
 from tq_gc.stores.base import RowStore
 
@@ -35,7 +35,7 @@ class TagsSource:
         """The partitions this source lists: a collector that lists them anyway can pass its listing."""
         return list(self._by_partition)
 
-    def read(self, listed: Listing | None = None) -> frozenset[RowId]:
+    def read(self, listed: Listing | None = None) -> KeysByPartition:
         """`listed` ({partition: {key: tags}}) replaces listing a partition the caller listed this sweep."""
         rows: set[RowId] = set()
         for partition, references in self._by_partition.items():
@@ -45,7 +45,7 @@ class TagsSource:
                 tagged_rows = self._list(partition)
             for reference in references:
                 rows.update(_referenced_rows(reference, tagged_rows))
-        return frozenset(rows)
+        return group_by_partition(rows)
 
     def _list(self, partition: str) -> Mapping[str, Tags]:
         try:

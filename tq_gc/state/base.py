@@ -10,11 +10,11 @@ Every method raises StoreUnavailable when the store cannot answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tq_gc.model import DeletedRow, FirstSeen
+from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 
 AdmissionRows = dict[str, list[str]]
 
@@ -68,8 +68,10 @@ class StateStore(Protocol):
         """The newest run summaries, newest first."""
         ...
 
-    def append_audit(self, rows: Sequence[DeletedRow]) -> None:
-        """Record deleted rows (a capped log)."""
+    def record_deletes(self, batch: AuditBatch) -> None:
+        """Append a deleted batch to the audit log and drop the rows' first-seen records, together.
+
+        The log is capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows."""
         ...
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:

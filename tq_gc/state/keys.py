@@ -7,7 +7,7 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:lease                 STRING  JSON {token, holder}; expires by PX = the lease TTL
     tqgc:{ns}:first_seen:<part>     HASH    key -> "<at_ms>|<tags_digest>|<global_index or ''>"
     tqgc:{ns}:runs                  LIST    run summaries (JSON), newest first, capped at RUNS_KEPT
-    tqgc:{ns}:audit                 STREAM  one entry per deleted row, capped at ~AUDIT_MAXLEN
+    tqgc:{ns}:audit                 STREAM  one entry per delete batch (model.AuditBatch), capped by rows
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
     tqgc:{ns}:admissions:version    STRING  counter, INCR on every admit (see StateStore.admissions_version)
@@ -24,9 +24,10 @@ import re
 # interval, enough to see a pattern after an incident, while the list stays a few hundred KB.
 RUNS_KEPT = 200
 
-# One entry per deleted row, about 200 bytes each: ~20 MB of Redis memory. It equals the default
+# Rows the audit log keeps, about 80 bytes each: ~8 MB of Redis memory. It equals the default
 # max_deletes_per_run, so the newest full run is always still there when someone asks "what did it
-# delete?". `~` lets Redis trim whole stream nodes (cheap); it may keep slightly more, never fewer.
+# delete?". Whole batches are trimmed, oldest first, only while the newer ones still hold this many
+# rows: the log may keep up to one batch more, never fewer.
 AUDIT_MAXLEN = 100_000
 
 # First-seen hashes can hold a million fields (a huge staging partition). HSCAN COUNT, HSET and HDEL
@@ -37,8 +38,8 @@ FIRST_SEEN_CHUNK = 5_000
 # Commands buffered in one pipeline before it is sent: bounds client memory on huge saves.
 PIPELINE_COMMANDS = 20
 
-# XREVRANGE page size when reading the audit log filtered by run id.
-AUDIT_PAGE = 1_000
+# XREVRANGE page size, in batches (up to limits.delete_batch rows each), when reading the audit log.
+AUDIT_PAGE = 16
 
 # Braces would break the hash tag; `:` is fine (config allows `job:42`).
 _NAMESPACE = re.compile(r"^[^{}\s]+$")

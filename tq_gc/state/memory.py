@@ -7,10 +7,10 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tq_gc.model import DeletedRow, FirstSeen
+from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.state.base import AdmissionRows, Lease
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
@@ -40,7 +40,8 @@ class MemoryState:
         self._first_seen: dict[str, dict[str, FirstSeen]] = {}
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
-        self._audit: deque[DeletedRow] = deque(maxlen=AUDIT_MAXLEN)
+        self._audit: deque[AuditBatch] = deque()
+        self._audit_rows = 0
         # id -> (expires_at_ms, rows); expired entries are pruned on read
         self._admissions: dict[str, tuple[int, AdmissionRows]] = {}
         self._fences: dict[str, int] = {}
@@ -107,15 +108,29 @@ class MemoryState:
             documents = list(self._runs)[: max(limit, 0)]
         return [json.loads(document) for document in documents]
 
-    def append_audit(self, rows: Sequence[DeletedRow]) -> None:
+    def record_deletes(self, batch: AuditBatch) -> None:
+        if not batch:
+            return
         with self._lock:
-            self._audit.extend(rows)
+            self._audit.append(batch)
+            self._audit_rows += len(batch)
+            while self._audit_rows - len(self._audit[0]) >= AUDIT_MAXLEN:
+                self._audit_rows -= len(self._audit.popleft())
+            records = self._first_seen.get(batch.partition, {})
+            for key in batch.keys:
+                records.pop(key, None)
+            if not records:
+                self._first_seen.pop(batch.partition, None)
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
+        found: list[DeletedRow] = []
         with self._lock:
-            newest_first = reversed(self._audit)
-            matching = [row for row in newest_first if run_id is None or row.run_id == run_id]
-        return matching[: max(limit, 0)]
+            batches = [b for b in reversed(self._audit) if run_id is None or b.run_id == run_id]
+        for batch in batches:
+            if len(found) >= limit:
+                break
+            found.extend(reversed(batch.rows()))
+        return found[: max(limit, 0)]
 
     def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
         copied = {partition: list(keys) for partition, keys in rows.items()}

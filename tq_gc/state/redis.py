@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -19,11 +19,10 @@ from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 from redis.retry import Retry
-from redis.typing import EncodableT, FieldT
 
 from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreUnavailable
-from tq_gc.model import DeletedRow, FirstSeen, Identity
+from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state.base import AdmissionRows, Lease
 from tq_gc.state.keys import (
     AUDIT_MAXLEN,
@@ -104,14 +103,31 @@ return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 
 # One call per delete batch instead of one XADD per row: packing 2,000 commands client-side cost more
 # than the batch's whole TransferQueue round trip. Each row still becomes its own stream entry.
+# One stream entry per deleted batch. `total` counts every row appended so far, so the rows newer than
+# an entry are `total(newest) - total(entry)`: the oldest entries are trimmed while the newer ones still
+# hold ARGV[1] rows, the newest never.
 _APPEND_AUDIT = """
-local maxlen = ARGV[1]
-for _, row in ipairs(cjson.decode(ARGV[2])) do
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*',
-    'run_id', row[1], 'partition', row[2], 'key', row[3],
-    'global_index', row[4], 'tags_digest', row[5], 'unreferenced_s', row[6])
+local maxlen = tonumber(ARGV[1])
+local function total_of(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'total' then return tonumber(fields[i + 1]) end
+  end
+  return 0
 end
-return 1
+local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+local total = tonumber(ARGV[4]) + (newest and total_of(newest) or 0)
+redis.call('XADD', KEYS[1], '*', 'run_id', ARGV[2], 'partition', ARGV[3], 'n', ARGV[4],
+  'total', string.format('%d', total), 'rows', ARGV[5])
+local start = '-'
+while true do
+  local oldest = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)[1]
+  if total - total_of(oldest) < maxlen then
+    redis.call('XTRIM', KEYS[1], 'MINID', oldest[1])
+    return 1
+  end
+  start = '(' .. oldest[1]
+end
 """
 
 _RENEW_LEASE = _with_clock("""
@@ -281,11 +297,24 @@ class RedisState:
             documents = self._client.lrange(self._keys.runs, 0, limit - 1)
         return [json.loads(document) for document in documents]
 
-    def append_audit(self, rows: Sequence[DeletedRow]) -> None:
-        with self._guard("append to the audit log"):
-            for start in range(0, len(rows), AUDIT_PAGE):
-                page = [list(_encode_audit(row).values()) for row in rows[start : start + AUDIT_PAGE]]
-                self._append_audit(keys=[self._keys.audit], args=[AUDIT_MAXLEN, json.dumps(page)])
+    def record_deletes(self, batch: AuditBatch) -> None:
+        if not batch:
+            return
+        rows = json.dumps(
+            {
+                "keys": batch.keys,
+                "unreferenced_ms": batch.unreferenced_ms,
+                "global_indexes": batch.global_indexes,
+                "tags_digests": batch.tags_digests,
+            }
+        )
+        args: list[str | int] = [AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows]
+        first_seen = self._keys.first_seen(batch.partition)
+        with self._guard("record deleted rows"), self._client.pipeline(transaction=True) as pipe:
+            self._append_audit(keys=[self._keys.audit], args=args, client=pipe)
+            for start in range(0, len(batch), FIRST_SEEN_CHUNK):
+                pipe.hdel(first_seen, *batch.keys[start : start + FIRST_SEEN_CHUNK])
+            pipe.execute()
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
         found: list[DeletedRow] = []
@@ -296,11 +325,9 @@ class RedisState:
                     list[tuple[str, dict[str, str]]],
                     self._client.xrevrange(self._keys.audit, max=newest, min="-", count=AUDIT_PAGE),
                 )
-                found.extend(
-                    _decode_audit(fields)
-                    for _, fields in page
-                    if run_id is None or fields.get("run_id") == run_id
-                )
+                for _, fields in page:
+                    if run_id is None or fields.get("run_id") == run_id:
+                        found.extend(reversed(_decode_audit(fields)))
                 if len(page) < AUDIT_PAGE:
                     break
                 newest = "(" + page[-1][0]  # exclusive: continue below the oldest entry seen
@@ -371,8 +398,10 @@ def _encode_first_seen(record: FirstSeen) -> str:
 
 
 def _decode_first_seen(value: str) -> FirstSeen:
-    at_ms, rest = value.split("|", 1)
-    digest, index = rest.rsplit("|", 1)
+    at_ms, _, rest = value.partition("|")
+    digest, bar, index = rest.rpartition("|")
+    if not bar:
+        raise ValueError(f"not <at_ms>|<digest>|<index>: {value!r}")
     return FirstSeen(int(at_ms), Identity(digest, int(index) if index else None))
 
 
@@ -391,24 +420,15 @@ def _decode_first_seen_all(partition: str, raw: Mapping[str, str]) -> dict[str, 
     return records
 
 
-def _encode_audit(row: DeletedRow) -> dict[FieldT, EncodableT]:
-    return {
-        "run_id": row.run_id,
-        "partition": row.partition,
-        "key": row.key,
-        "global_index": "" if row.global_index is None else str(row.global_index),
-        "tags_digest": row.tags_digest,
-        "unreferenced_s": repr(row.unreferenced_s),
-    }
-
-
-def _decode_audit(fields: Mapping[str, str]) -> DeletedRow:
-    index = fields.get("global_index", "")
-    return DeletedRow(
+def _decode_audit(fields: Mapping[str, str]) -> list[DeletedRow]:
+    """The rows of one audit entry, in the batch's order."""
+    columns = json.loads(fields["rows"])
+    batch = AuditBatch(
+        run_id=fields["run_id"],
         partition=fields["partition"],
-        key=fields["key"],
-        unreferenced_s=float(fields.get("unreferenced_s", "0")),
-        global_index=int(index) if index else None,
-        tags_digest=fields.get("tags_digest", ""),
-        run_id=fields.get("run_id", ""),
+        keys=tuple(columns["keys"]),
+        unreferenced_ms=tuple(columns["unreferenced_ms"]),
+        global_indexes=tuple(columns["global_indexes"]),
+        tags_digests=tuple(columns["tags_digests"]),
     )
+    return batch.rows()
