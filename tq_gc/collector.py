@@ -24,7 +24,7 @@ from tq_gc.plan import FirstSeenByPartition, Listing, Plan, PlanPolicy, plan
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.state.base import Lease, StateStore
+from tq_gc.state.base import Lease, Recheck, StateStore
 from tq_gc.stores.base import RowStore
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class Collector:
         try:
             with self._phase(report, "lease"):
                 lease = self._take_lease()
-                self._check_fences()
+                _stop_if_fenced(self.state.live_fences())
             result, first_seen = self._mark(report, PlanPolicy.from_config(self.config, max_deletes))
             if dry_run:
                 report.outcome = Outcome.DRY_RUN
@@ -103,11 +103,6 @@ class Collector:
             who = holder.holder if holder else "another sweeper"
             raise SweepStopped(Outcome.SKIPPED, f"{LEASE_HELD_REASON} {who}")
         return lease
-
-    def _check_fences(self) -> None:
-        fences = self.state.live_fences()
-        if fences:
-            raise SweepStopped(Outcome.SKIPPED, f"checkpoint fence up: {', '.join(sorted(fences))}")
 
     def _mark(self, report: SweepReport, policy: PlanPolicy) -> tuple[Plan, FirstSeenByPartition]:
         with self._phase(report, "list"):
@@ -170,11 +165,13 @@ class Collector:
         total = sum(len(keys) for keys in result.to_delete.values())
         for batch in _batches(result.to_delete, limits.delete_batch):
             started = time.monotonic()
-            lease = self._recheck_lease(lease)
+            recheck = self.state.recheck(lease, self._lease_ttl_ms)
+            lease = self._renewed(recheck)
             records = pinned.get(batch.partition, {})
-            cleared = self._delete_unless_changed(batch, records)
-            deleted = [key for key in batch.keys if key in cleared]
-            if len(deleted) < len(batch.keys):
+            cleared = self._delete_unless_changed(batch, records, recheck)
+            deleted = batch.keys
+            if len(cleared) < len(batch.keys):
+                deleted = tuple(key for key in batch.keys if key in cleared)
                 # Each is a race we lost, counted, not an error: the row starts its grace again.
                 saved = [key for key in batch.keys if key not in cleared]
                 report.counts.recheck_saved += len(saved)
@@ -187,22 +184,22 @@ class Collector:
         report.outcome = Outcome.COMPLETED
         return lease
 
-    def _recheck_lease(self, lease: Lease) -> Lease:
-        renewed = self.state.renew_lease(lease, self._lease_ttl_ms)
-        if renewed is None:
+    def _renewed(self, recheck: Recheck) -> Lease:
+        if recheck.lease is None:
             raise LeaseLost(self.config.namespace)
-        return renewed
+        return recheck.lease
 
-    def _delete_unless_changed(self, batch: Batch, records: Mapping[str, FirstSeen]) -> set[str]:
+    def _delete_unless_changed(
+        self, batch: Batch, records: Mapping[str, FirstSeen], recheck: Recheck
+    ) -> set[str]:
         """Re-check, then delete: the keys of the batch deleted. Fences and admissions are read as
-        late as we can, then the store matches each row's identity and clears in back-to-back calls
-        (TQ has no compare-and-delete)."""
-        self._check_fences()
-        admitted = self.admissions.reread_keys(batch.partition)
+        late as we can (with the lease renewal), then the store matches each row's identity and
+        clears in back-to-back calls (TQ has no compare-and-delete)."""
+        _stop_if_fenced(recheck.fences)
+        admitted = self.admissions.reread_keys(batch.partition, recheck.admissions_version)
         # Kept: re-referenced since we listed (a writer or a restore admitted it), or never pinned.
-        expected = {
-            key: records[key].identity for key in batch.keys if key not in admitted and key in records
-        }
+        keys = batch.keys if admitted.isdisjoint(batch.keys) else [k for k in batch.keys if k not in admitted]
+        expected = {key: records[key].identity for key in keys if key in records}
         if not expected:
             return set()
         # Kept too: recreated under the same key (new global index or tags) or already gone.
@@ -257,6 +254,11 @@ def _batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batc
     for partition, keys in to_delete.items():
         for start in range(0, len(keys), size):
             yield Batch(partition, tuple(keys[start : start + size]))
+
+
+def _stop_if_fenced(fences: Mapping[str, int]) -> None:
+    if fences:
+        raise SweepStopped(Outcome.SKIPPED, f"checkpoint fence up: {', '.join(sorted(fences))}")
 
 
 def _throttle(deleted: int, max_per_second: float, started: float) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.model import Identity, Tags
-from tq_gc.state.base import Lease
+from tq_gc.state.base import Lease, Recheck
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 
@@ -61,12 +61,12 @@ class ScriptedRowStore(Script, MemoryRowStore):
 
 
 class ScriptedState(Script, MemoryState):
-    """A memory state with a hook on the lease renewal that opens each delete batch."""
+    """A memory state with a hook on the re-check (lease, fences, admissions) that opens each batch."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         MemoryState.__init__(self, *args, **kwargs)
         self._init_script()
 
-    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
-        self._enter("renew_lease")
-        return super().renew_lease(lease, ttl_ms)
+    def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
+        self._enter("recheck")
+        return super().recheck(lease, ttl_ms)

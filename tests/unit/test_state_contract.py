@@ -132,6 +132,28 @@ def test_renewing_keeps_the_lease_alive(state: StateStore, advance: Advance) -> 
     assert state.acquire_lease("cronjob", ttl_ms=TTL_MS) is None
 
 
+def test_recheck_renews_and_reads_fences_and_admissions_together(state: StateStore, advance: Advance) -> None:
+    lease = state.acquire_lease("sidecar", ttl_ms=TTL_MS)
+    assert lease is not None
+    state.admit("adm", {"staging": ["k"]}, ttl_ms=60_000)
+    state.raise_fence("ckpt", ttl_ms=60_000)
+    state.raise_fence("brief", ttl_ms=TTL_MS)
+    advance(TTL_MS / 2000)
+
+    check = state.recheck(lease, ttl_ms=TTL_MS)
+    assert check.lease is not None and check.lease.token == lease.token
+    assert check.lease.expires_at_ms > lease.expires_at_ms
+    assert check.fences == state.live_fences() and set(check.fences) == {"ckpt", "brief"}
+    assert check.admissions_version == state.admissions_version() > 0
+
+    advance(PAST_TTL_S)
+    lost = state.recheck(check.lease, ttl_ms=TTL_MS)
+    assert lost.lease is None and set(lost.fences) == {"ckpt"}
+    forged = Lease("not-the-token", "sidecar", 0)
+    assert state.acquire_lease("cronjob", ttl_ms=60_000) is not None
+    assert state.recheck(forged, ttl_ms=60_000).lease is None
+
+
 # runs and audit ---------------------------------------------------------------------------------
 
 
@@ -360,6 +382,7 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
         "renew_lease": lambda: store.renew_lease(lease, 1_000),
         "release_lease": lambda: store.release_lease(lease),
         "lease_holder": store.lease_holder,
+        "recheck": lambda: store.recheck(lease, 1_000),
         "record_run": lambda: store.record_run({"run_id": "r"}),
         "recent_runs": lambda: store.recent_runs(5),
         "record_deletes": lambda: store.record_deletes(batch("r", "k")),

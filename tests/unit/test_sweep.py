@@ -228,7 +228,7 @@ def test_row_admitted_between_plan_and_delete_is_kept(world: World) -> None:
     world.sweep()
     world.age()
     # Writer race: a restored call admits its saved prefix after references were read.
-    world.state.before("renew_lease", lambda: world.registry.admit("adm", {STAGING: ["r1/c1"]}, 600))
+    world.state.before("recheck", lambda: world.registry.admit("adm", {STAGING: ["r1/c1"]}, 600))
     report = world.sweep()
     assert report.counts.recheck_saved == 1 and report.counts.deleted == 1
     assert world.staging() == {"r1/c1"}

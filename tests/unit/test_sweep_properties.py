@@ -123,7 +123,7 @@ class SweepMachine(RuleBasedStateMachine):
             self.write(k)
 
     @rule(
-        point=st.sampled_from(["none", "list_rows", "renew_lease", "delete"]),
+        point=st.sampled_from(["none", "list_rows", "recheck", "delete"]),
         action=st.sampled_from(["restore", "admit", "rewrite"]),
         pick=st.sampled_from([0, 0, 1, 2]),
     )
@@ -135,8 +135,8 @@ class SweepMachine(RuleBasedStateMachine):
             # Right before the clear only a rewrite can slip in: an admission there is the window no
             # collector over TQ can close (see the module docstring).
             self.rows.before("delete", lambda: self.slip("rewrite", k))
-        elif point == "renew_lease":  # between the plan and the re-check of the first batch
-            self.state.before("renew_lease", lambda: self.slip(action, k))
+        elif point == "recheck":  # between the plan and the re-check of the first batch
+            self.state.before("recheck", lambda: self.slip(action, k))
         elif point == "list_rows":
             self.rows.before(point, lambda: self.slip(action, k))
         # What the sweep reads (right after a slip before listing) restarts the clock of what it names.

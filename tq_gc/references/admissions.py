@@ -159,24 +159,25 @@ class AdmissionsSource:
         self._last = (version, snapshot)
         return snapshot
 
-    def reread(self) -> KeysByPartition:
+    def reread(self, version: int | None = None) -> KeysByPartition:
         """Admissions as of now: the last snapshot while no admission was recorded since, else a fresh one.
 
         The last snapshot may still hold admissions released or expired since: it protects more rows,
-        never fewer, so reusing it is safe, and it makes the per-batch re-check cost one GET.
+        never fewer, so reusing it is safe, and it makes the per-batch re-check cost no extra read.
+        `version` is the registry's admissions_version read just now, if the caller has it.
         """
         if self._last is not None:
             try:
-                unchanged = self._state.admissions_version() == self._last[0]
+                current = self._state.admissions_version() if version is None else version
             except StoreUnavailable as exc:
                 raise ReferenceSourceError(self.name, str(exc)) from exc
-            if unchanged:
+            if current == self._last[0]:
                 return self._last[1]
         return self.read()
 
-    def reread_keys(self, partition: str) -> frozenset[str]:
-        """`reread()`, as the keys held in one partition."""
-        return self.reread().get(partition, frozenset())
+    def reread_keys(self, partition: str, version: int | None = None) -> frozenset[str]:
+        """`reread(version)`, as the keys held in one partition."""
+        return self.reread(version).get(partition, frozenset())
 
 
 def _checked_name(what: str, value: object) -> str:

@@ -26,6 +26,15 @@ class Lease:
     expires_at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    """What the collector must know right before each delete batch (rule 5), read in one call."""
+
+    lease: Lease | None  # renewed, or None: lost, the sweeper must stop
+    fences: dict[str, int]  # fences up now: {name: expires_at_ms}
+    admissions_version: int
+
+
 class StateStore(Protocol):
     namespace: str
 
@@ -57,6 +66,10 @@ class StateStore(Protocol):
 
     def lease_holder(self) -> Lease | None:
         """Who holds the lease now, or None."""
+        ...
+
+    def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
+        """renew_lease, live_fences and admissions_version together: one round trip per delete batch."""
         ...
 
     # run summaries and the audit log

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
-from tq_gc.state.base import AdmissionRows, Lease
+from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
 
@@ -91,6 +91,9 @@ class MemoryState:
     def lease_holder(self) -> Lease | None:
         with self._lock:
             return self._live_lease(self.clock_ms())
+
+    def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
+        return Recheck(self.renew_lease(lease, ttl_ms), self.live_fences(), self.admissions_version())
 
     def _live_lease(self, now: int) -> Lease | None:
         if self._lease is not None and self._lease.expires_at_ms <= now:

@@ -23,7 +23,7 @@ from redis.retry import Retry
 from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
-from tq_gc.state.base import AdmissionRows, Lease
+from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import (
     AUDIT_MAXLEN,
     AUDIT_PAGE,
@@ -101,12 +101,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now_ms()))
 return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 """)
 
-# One call per delete batch instead of one XADD per row: packing 2,000 commands client-side cost more
-# than the batch's whole TransferQueue round trip. Each row still becomes its own stream entry.
-# One stream entry per deleted batch. `total` counts every row appended so far, so the rows newer than
-# an entry are `total(newest) - total(entry)`: the oldest entries are trimmed while the newer ones still
-# hold ARGV[1] rows, the newest never.
-_APPEND_AUDIT = """
+# One stream entry per deleted batch, and the batch's first-seen records dropped, in one call.
+# `total` counts every row appended so far, so the rows newer than an entry are total(newest) -
+# total(entry): the oldest entries are trimmed while the newer ones still hold ARGV[1] rows, the newest
+# never. The keys to forget are ARGV[6..], dropped 1,000 at a time (Lua's unpack has a stack limit).
+_RECORD_DELETES = """
 local maxlen = tonumber(ARGV[1])
 local function total_of(entry)
   local fields = entry[2]
@@ -114,6 +113,9 @@ local function total_of(entry)
     if fields[i] == 'total' then return tonumber(fields[i + 1]) end
   end
   return 0
+end
+for i = 6, #ARGV, 1000 do
+  redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
 local total = tonumber(ARGV[4]) + (newest and total_of(newest) or 0)
@@ -137,6 +139,23 @@ if not value or cjson.decode(value).token ~= ARGV[1] then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return now_ms() + tonumber(ARGV[2])
+""")
+
+# renew_lease + live_fences + admissions_version: [expires_at_ms or '', version, fence, expiry, ...]
+_RECHECK = _with_clock("""
+local now = now_ms()
+local renewed = ''
+local value = redis.call('GET', KEYS[1])
+if value and cjson.decode(value).token == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  renewed = string.format('%d', now + tonumber(ARGV[2]))
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
+local out = {renewed, redis.call('GET', KEYS[3]) or '0'}
+for _, item in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')) do
+  out[#out + 1] = item
+end
+return out
 """)
 
 _RELEASE_LEASE = """
@@ -170,7 +189,8 @@ class RedisState:
         self._keys = Keys(namespace)
         register = client.register_script
         self._admit = register(_ADMIT)
-        self._append_audit = register(_APPEND_AUDIT)
+        self._record_deletes = register(_RECORD_DELETES)
+        self._recheck = register(_RECHECK)
         self._renew_admission = register(_RENEW_ADMISSION)
         self._live_admissions = register(_LIVE_ADMISSIONS)
         self._raise_fence = register(_RAISE_FENCE)
@@ -268,6 +288,16 @@ class RedisState:
             return None
         return Lease(lease.token, lease.holder, int(expires_at_ms))
 
+    def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
+        keys = [self._keys.lease, self._keys.fences, self._keys.admission_version]
+        with self._guard("re-check the lease, fences and admissions"):
+            renewed, version, *fences = self._recheck(keys=keys, args=[lease.token, ttl_ms])
+        return Recheck(
+            lease=Lease(lease.token, lease.holder, int(renewed)) if renewed else None,
+            fences={fences[i]: int(float(fences[i + 1])) for i in range(0, len(fences), 2)},
+            admissions_version=int(version),
+        )
+
     def release_lease(self, lease: Lease) -> None:
         with self._guard("release the lease"):
             self._release_lease(keys=[self._keys.lease], args=[lease.token])
@@ -308,13 +338,10 @@ class RedisState:
                 "tags_digests": batch.tags_digests,
             }
         )
-        args: list[str | int] = [AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows]
-        first_seen = self._keys.first_seen(batch.partition)
-        with self._guard("record deleted rows"), self._client.pipeline(transaction=True) as pipe:
-            self._append_audit(keys=[self._keys.audit], args=args, client=pipe)
-            for start in range(0, len(batch), FIRST_SEEN_CHUNK):
-                pipe.hdel(first_seen, *batch.keys[start : start + FIRST_SEEN_CHUNK])
-            pipe.execute()
+        keys = [self._keys.audit, self._keys.first_seen(batch.partition)]
+        args: list[str | int] = [AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows, *batch.keys]
+        with self._guard("record deleted rows"):
+            self._record_deletes(keys=keys, args=args)
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
         found: list[DeletedRow] = []
