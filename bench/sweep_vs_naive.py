@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -298,16 +298,17 @@ def main() -> None:
     parser.add_argument("--state", choices=["memory", "redis", "both"], default="both")
     args = parser.parse_args()
 
+    # TQ sets each of its loggers' level from this when the logger is made: set it before importing TQ,
+    # or every put logs a warning about this machine's 2 cores.
+    os.environ.setdefault("TQ_LOGGING_LEVEL", "ERROR")
     import ray
     import torch  # noqa: F401  (CPU torch before transfer_queue)
     import transfer_queue as tq
 
-    logging.getLogger("transfer_queue").setLevel(logging.ERROR)
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     redis_proc = None
     try:
         tq.init(TQ_CONFIG)
-        logging.getLogger("transfer_queue").setLevel(logging.ERROR)
         results = []
         with tempfile.TemporaryDirectory(prefix="tq-gc-bench-") as tmp:
             if args.state in ("memory", "both"):

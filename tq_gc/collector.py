@@ -169,13 +169,7 @@ class Collector:
             lease = self._renewed(recheck)
             records = pinned.get(batch.partition, {})
             cleared = self._delete_unless_changed(batch, records, recheck)
-            deleted = batch.keys
-            if len(cleared) < len(batch.keys):
-                deleted = tuple(key for key in batch.keys if key in cleared)
-                # Each is a race we lost, counted, not an error: the row starts its grace again.
-                saved = [key for key in batch.keys if key not in cleared]
-                report.counts.recheck_saved += len(saved)
-                self.state.save_first_seen(batch.partition, {}, saved)
+            deleted = self._count_saved(report, batch, cleared)
             if deleted:
                 self._record_deleted(report, result.now_ms, batch.partition, deleted, records)
             if progress is not None:
@@ -204,6 +198,16 @@ class Collector:
             return set()
         # Kept too: recreated under the same key (new global index or tags) or already gone.
         return self.row_store.delete_if_unchanged(batch.partition, expected)
+
+    def _count_saved(self, report: SweepReport, batch: Batch, cleared: set[str]) -> Sequence[str]:
+        """The batch's deleted keys, in batch order. The others a re-check saved: each is a race we
+        lost, counted, not an error, and the row starts its grace again."""
+        if len(cleared) == len(batch.keys):  # the usual case
+            return batch.keys
+        saved = [key for key in batch.keys if key not in cleared]
+        report.counts.recheck_saved += len(saved)
+        self.state.save_first_seen(batch.partition, {}, saved)
+        return [key for key in batch.keys if key in cleared]
 
     def _record_deleted(
         self,

@@ -131,7 +131,7 @@ class Outcome(StrEnum):
 
 
 class DeletedRow(NamedTuple):
-    """An audit entry. A tuple, not a dataclass: a sweep makes one per deleted row."""
+    """One deleted row, as the audit log reads back (AuditBatch.rows)."""
 
     partition: str
     key: str
