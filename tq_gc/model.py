@@ -37,7 +37,7 @@ def tags_digest(tags: Tags | None) -> str:
 class Identity(NamedTuple):
     """What makes a row the same row: TQ recycles global indexes and keys can be recreated.
 
-    A tuple, not a dataclass: a sweep loads one per first-seen record and builds them 4x faster."""
+    A tuple, not a frozen dataclass: a sweep loads one per first-seen record, and tuples build faster."""
 
     tags_digest: str
     global_index: int | None = None

@@ -59,12 +59,15 @@ class MemoryState:
 
     def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
         with self._lock:
-            records = self._first_seen.setdefault(partition, {})
-            records.update(upserts)
-            for key in drops:
-                records.pop(key, None)
-            if not records:
-                del self._first_seen[partition]
+            self._first_seen.setdefault(partition, {}).update(upserts)
+            self._forget_first_seen(partition, drops)
+
+    def _forget_first_seen(self, partition: str, keys: Iterable[str]) -> None:
+        records = self._first_seen.get(partition, {})
+        for key in keys:
+            records.pop(key, None)
+        if not records:
+            self._first_seen.pop(partition, None)
 
     def acquire_lease(self, holder: str, ttl_ms: int) -> Lease | None:
         with self._lock:
@@ -119,11 +122,7 @@ class MemoryState:
             self._audit_rows += len(batch)
             while self._audit_rows - len(self._audit[0]) >= AUDIT_MAXLEN:
                 self._audit_rows -= len(self._audit.popleft())
-            records = self._first_seen.get(batch.partition, {})
-            for key in batch.keys:
-                records.pop(key, None)
-            if not records:
-                self._first_seen.pop(batch.partition, None)
+            self._forget_first_seen(batch.partition, batch.keys)
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
         found: list[DeletedRow] = []

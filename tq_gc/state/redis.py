@@ -132,15 +132,6 @@ while true do
 end
 """
 
-_RENEW_LEASE = _with_clock("""
-local value = redis.call('GET', KEYS[1])
-if not value or cjson.decode(value).token ~= ARGV[1] then
-  return false
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return now_ms() + tonumber(ARGV[2])
-""")
-
 # renew_lease + live_fences + admissions_version: [expires_at_ms or '', version, fence, expiry, ...]
 _RECHECK = _with_clock("""
 local now = now_ms()
@@ -195,7 +186,6 @@ class RedisState:
         self._live_admissions = register(_LIVE_ADMISSIONS)
         self._raise_fence = register(_RAISE_FENCE)
         self._live_fences = register(_LIVE_FENCES)
-        self._renew_lease = register(_RENEW_LEASE)
         self._release_lease = register(_RELEASE_LEASE)
         self._lease_holder = register(_LEASE_HOLDER)
 
@@ -282,11 +272,7 @@ class RedisState:
         return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
 
     def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
-        with self._guard("renew the lease"):
-            expires_at_ms = self._renew_lease(keys=[self._keys.lease], args=[lease.token, ttl_ms])
-        if not expires_at_ms:  # nil: the lease expired or another sweeper holds it
-            return None
-        return Lease(lease.token, lease.holder, int(expires_at_ms))
+        return self.recheck(lease, ttl_ms).lease
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
         keys = [self._keys.lease, self._keys.fences, self._keys.admission_version]
