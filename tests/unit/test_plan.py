@@ -172,17 +172,20 @@ def _in_scope(snap: Snapshot) -> set[RowId]:
     return {RowId(p, k) for p, keys in listed.items() for k in keys if pol.in_scope(RowId(p, k))}
 
 
+def _past_grace(record: FirstSeen, now: int, pol: PlanPolicy) -> bool:
+    return now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms
+
+
 @settings(max_examples=400)
 @given(snapshots())
 def test_no_referenced_young_unseen_or_out_of_scope_row_is_deleted(snap: Snapshot) -> None:
-    listed, refs, first_seen, now, pol = snap
-    result = plan(listed, refs, first_seen, now, pol)
-    referenced = refs.rows()
+    _, refs, first_seen, now, pol = snap
+    result, referenced = plan(*snap), refs.rows()
     for row in result.rows_to_delete():
         assert row not in referenced
         assert pol.in_scope(row)
         record = first_seen[row.partition][row.key]  # KeyError = deleted on first sight
-        assert now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms
+        assert _past_grace(record, now, pol)
     assert len(result.rows_to_delete()) <= pol.max_deletes
 
 
@@ -201,21 +204,19 @@ def test_buckets_partition_the_in_scope_rows(snap: Snapshot) -> None:
 @settings(max_examples=400)
 @given(snapshots())
 def test_every_old_unreferenced_row_is_deleted_or_capped(snap: Snapshot) -> None:
-    listed, refs, first_seen, now, pol = snap
-    result = plan(listed, refs, first_seen, now, pol)
-    referenced = refs.rows()
+    _, refs, first_seen, now, pol = snap
+    result, referenced = plan(*snap), refs.rows()
     for row in _in_scope(snap) - referenced:
         record = first_seen.get(row.partition, {}).get(row.key)
-        if record is not None and now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms:
+        if record is not None and _past_grace(record, now, pol):
             assert result.decision_of(row) in (Decision.DELETE, Decision.KEEP_OVER_CAP)
 
 
 @settings(max_examples=200)
 @given(snapshots())
 def test_first_seen_records_stay_only_for_unreferenced_in_scope_rows(snap: Snapshot) -> None:
-    listed, refs, first_seen, now, pol = snap
-    result = plan(listed, refs, first_seen, now, pol)
-    referenced = refs.rows()
+    _, refs, first_seen, _, _ = snap
+    result, referenced = plan(*snap), refs.rows()
     after = {
         RowId(p, k)
         for p in set(first_seen) | set(result.first_seen_upserts)
