@@ -8,18 +8,32 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from datetime import UTC
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import yaml
+from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tq_gc.errors import ConfigError
+from tq_gc.references.keypath import split_key_path
 
 MIN_GRACE_SECONDS = 60.0
+# Below, a sweep could lose its lease between two renewals; above, a crashed sweeper blocks the next
+# one for over an hour.
+MIN_LEASE_TTL_SECONDS = 5.0
+MAX_LEASE_TTL_SECONDS = 3600.0
+# The canonical samples: protected even when protected_partitions leaves them out.
+CANONICAL_PARTITION = "rollout_data"
 STATE_SCHEMES = ("memory", "redis", "rediss", "unix")
 ENV_PREFIX = "TQGC_"
+REDACTED = "***"
+# A URL query parameter whose name holds one of these carries a secret or names key material.
+_SECRET_PARAMETER_WORDS = (
+    "pass", "secret", "token", "key", "certfile", "ca_certs", "ca_data", "credential", "auth",
+)  # fmt: skip
 _DURATION_WITH_UNIT = re.compile(r"^\s*\d+(\.\d+)?\s*[a-zA-Z]+\s*$")
 
 
@@ -89,39 +103,64 @@ class TagReference(_Frozen):
     partition: str = Field(min_length=1)
     key_path: str = Field(min_length=1)
     target_partition: str = Field(min_length=1)
+    # A key path that resolves in none of the partition's rows fails the sweep instead of reading as
+    # "references nothing".
+    expect_nonempty: bool = False
+
+    @field_validator("key_path")
+    @classmethod
+    def _well_formed_key_path(cls, key_path: str) -> str:
+        split_key_path(key_path)  # a malformed path would abort every sweep later: refuse it now
+        return key_path
 
 
 class Limits(_Frozen):
     max_deletes_per_run: int = Field(default=100_000, ge=0)
-    max_delete_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    max_delete_fraction: float = Field(default=0.5, gt=0.0, le=1.0, allow_inf_nan=False)
     delete_batch: int = Field(default=2000, ge=1)
-    max_deletes_per_second: float = Field(default=0.0, ge=0.0)
+    max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small
     # staging partition is legitimately all orphans.
     fraction_min_rows: int = Field(default=100, ge=0)
 
 
 class Schedule(_Frozen):
-    interval_seconds: float | None = Field(default=60.0, gt=0.0)
+    interval_seconds: float | None = Field(default=60.0, gt=0.0, allow_inf_nan=False)
     cron: str | None = None
-    jitter_seconds: float = Field(default=0.0, ge=0.0)
-    misfire_grace_seconds: float = Field(default=30.0, gt=0.0)
+    jitter_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    misfire_grace_seconds: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_trigger(self) -> Schedule:
-        if self.cron is not None:
-            if len(self.cron.split()) != 5:
-                raise ValueError(f"cron {self.cron!r} must have 5 fields, like '*/5 * * * *'")
-            object.__setattr__(self, "interval_seconds", None)
-        elif self.interval_seconds is None:
-            raise ValueError("set either interval_seconds or cron")
+        if self.cron is None:
+            if self.interval_seconds is None:
+                raise ValueError("set either interval_seconds or cron")
+            return self
+        # interval_seconds has a default: only one the user wrote conflicts with cron.
+        if "interval_seconds" in self.model_fields_set and self.interval_seconds is not None:
+            raise ValueError(
+                f"both interval_seconds ({self.interval_seconds:g}) and cron ({self.cron!r}) are set: "
+                "keep one of them"
+            )
+        _check_crontab(self.cron)
+        object.__setattr__(self, "interval_seconds", None)
         return self
+
+
+def _check_crontab(cron: str) -> None:
+    """The sidecar builds its trigger the same way: a cron it cannot use fails here, at load."""
+    try:
+        CronTrigger.from_crontab(cron, timezone=UTC)
+    except ValueError as exc:
+        raise ValueError(
+            f"cron {cron!r} is not a crontab expression ({exc}): write 5 fields, like '*/5 * * * *'"
+        ) from None
 
 
 class SidecarConfig(_Frozen):
     name: str = "tq-gc"
     ray_namespace: str = "tq_gc"
-    num_cpus: float = Field(default=0.1, ge=0.0)
+    num_cpus: float = Field(default=0.1, ge=0.0, allow_inf_nan=False)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # The sidecar's scheduled sweeps delete (it is how tq-gc runs in production); false makes them dry
     # runs, to watch what it would reclaim (reports, metrics) before letting it.
@@ -135,9 +174,9 @@ class Config(_Frozen):
     scope: tuple[ScopeEntry, ...] = ()
     protected_partitions: tuple[str, ...] = ("rollout_data",)
     allow_unsafe_scope: bool = False
-    grace_seconds: float = Field(default=900.0, ge=0.0)
+    grace_seconds: float = Field(default=900.0, ge=0.0, allow_inf_nan=False)
     allow_short_grace: bool = False
-    lease_ttl_seconds: float = Field(default=60.0, gt=0.0)
+    lease_ttl_seconds: float = Field(default=60.0, allow_inf_nan=False)
     admissions: AdmissionsConfig = AdmissionsConfig()
     manifests: tuple[ManifestSource, ...] = ()
     tag_references: tuple[TagReference, ...] = ()
@@ -152,6 +191,17 @@ class Config(_Frozen):
         if isinstance(value, str) and _DURATION_WITH_UNIT.match(value):
             raise ValueError(f"is in seconds: write a number such as 900, not {value!r}")
         return value
+
+    @field_validator("lease_ttl_seconds")
+    @classmethod
+    def _lease_ttl_in_bounds(cls, ttl: float) -> float:
+        if not MIN_LEASE_TTL_SECONDS <= ttl <= MAX_LEASE_TTL_SECONDS:
+            raise ValueError(
+                f"{ttl:g} s is outside {MIN_LEASE_TTL_SECONDS:g}..{MAX_LEASE_TTL_SECONDS:g} s: shorter, a "
+                "sweep can lose its lease between two renewals; longer, a crashed sweeper blocks the next "
+                "one that long. Set a value in that range (the default is 60)"
+            )
+        return ttl
 
     @field_validator("state_url")
     @classmethod
@@ -173,17 +223,32 @@ class Config(_Frozen):
                 "allow_short_grace: true (tests and demos only)"
             )
         if not self.allow_unsafe_scope:
-            for entry in self.scope:
-                if entry.partition in self.protected_partitions:
-                    raise ValueError(
-                        f"scope: partition {entry.partition!r} is protected (protected_partitions): "
-                        "the trainer treats any change there as fatal. Remove it from scope, or set "
-                        "allow_unsafe_scope: true if you really mean it"
-                    )
+            self._no_protected_partition_in_scope()
         partitions = [entry.partition for entry in self.scope]
         if len(partitions) != len(set(partitions)):
             raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
+        _check_batch_fits_lease(self.limits, self.lease_ttl_seconds)
         return self
+
+    def _no_protected_partition_in_scope(self) -> None:
+        for entry in self.scope:
+            if entry.partition not in self.protected:
+                continue
+            why = (
+                "protected_partitions"
+                if entry.partition in self.protected_partitions
+                else "the canonical samples, protected even when protected_partitions leaves it out"
+            )
+            raise ValueError(
+                f"scope: partition {entry.partition!r} is protected ({why}): the trainer treats any "
+                "change there as fatal. Remove it from scope, or set allow_unsafe_scope: true if you "
+                "really mean it"
+            )
+
+    @property
+    def protected(self) -> frozenset[str]:
+        """Every partition no sweep may touch unless allow_unsafe_scope."""
+        return frozenset((CANONICAL_PARTITION, *self.protected_partitions))
 
     def scope_for(self, partition: str) -> ScopeEntry | None:
         return next((entry for entry in self.scope if entry.partition == partition), None)
@@ -199,13 +264,72 @@ class Config(_Frozen):
         return data
 
 
+def _check_batch_fits_lease(limits: Limits, lease_ttl_seconds: float) -> None:
+    """A throttled delete batch must end well inside the lease, or the lease runs out mid-batch (and a
+    rate near zero sleeps for years, wedging the sidecar's scheduler)."""
+    rate = limits.max_deletes_per_second
+    if rate == 0:
+        return
+    batch_seconds = limits.delete_batch / rate
+    budget = lease_ttl_seconds / 2
+    if batch_seconds < budget:
+        return
+    fixes = [f"Raise max_deletes_per_second above {limits.delete_batch / budget:.3g}"]
+    if rate * budget > 1:
+        fixes.append(f"lower delete_batch below {rate * budget:.3g}")
+    if 2 * batch_seconds < MAX_LEASE_TTL_SECONDS:
+        fixes.append(f"raise lease_ttl_seconds above {2 * batch_seconds:.3g}")
+    raise ValueError(
+        f"limits.delete_batch={limits.delete_batch} at limits.max_deletes_per_second={rate:g} takes "
+        f"{batch_seconds:.3g} s per batch, not under half of lease_ttl_seconds={lease_ttl_seconds:g}: the "
+        f"lease could run out mid-batch. {'; or '.join(fixes)} (0 means unthrottled)"
+    )
+
+
 def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
+    """`url` with every secret replaced by ***, the rest left readable: the user-info password, the
+    value of each query parameter whose name says secret or key material (`?password=` is how
+    `unix://` takes one; `ssl_keyfile`, `ssl_password`...), and any fragment (redis-py ignores it, so
+    it can only be the tail of a password holding an unescaped '#')."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    user_info, rest = _split_user_info(rest)
+    rest, hash_sign, fragment = rest.partition("#")
+    path, question_mark, query = rest.partition("?")
+    shown = scheme + separator + user_info + path + question_mark + _redact_query(query)
+    return shown + hash_sign + (REDACTED if fragment else "")
+
+
+def _split_user_info(rest: str) -> tuple[str, str]:
+    """(user-info shown, the rest). The user-info ends at the last '@' before any query value: a
+    password may hold '@' (and a query value may too)."""
+    query_start = rest.find("?")
+    first_value = rest.find("=", query_start) if query_start >= 0 else -1
+    at = rest.rfind("@", 0, first_value if first_value >= 0 else len(rest))
+    if at < 0:
+        return "", rest
+    user_info, rest = rest[:at], rest[at + 1 :]
+    if any(char in user_info for char in "/?#"):
+        # An unescaped '/', '?' or '#' in the password: no telling the user name from it.
+        return f"{REDACTED}@", rest
+    user, colon, _password = user_info.partition(":")
+    return (f"{user}:{REDACTED}@" if colon else f"{user}@"), rest
+
+
+def _redact_query(query: str) -> str:
+    parameters = []
+    for parameter in query.split("&"):
+        name, _, value = parameter.partition("=")
+        if value and _names_a_secret(unquote_plus(name)):
+            parameter = f"{name}={REDACTED}"
+        parameters.append(parameter)
+    return "&".join(parameters)
+
+
+def _names_a_secret(parameter_name: str) -> bool:
+    lowered = parameter_name.lower()
+    return any(word in lowered for word in _SECRET_PARAMETER_WORDS)
 
 
 def load_config(
@@ -224,17 +348,24 @@ def parse_config(data: Mapping[str, Any], origin: str = "config") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid config ({origin}):\n{format_validation_error(exc)}") from None
+        details = format_validation_error(exc)
+    # Raised outside the handler: the ValidationError (whose text quotes input values, a state_url's
+    # password included) must not ride along as the ConfigError's context.
+    raise ConfigError(f"invalid config ({origin}):\n{details}")
 
 
 def format_validation_error(exc: ValidationError) -> str:
+    """One line per error, naming the field. Never the input value: it may hold a secret."""
     lines = []
-    for error in exc.errors():
-        field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    for error in exc.errors(include_input=False, include_context=False, include_url=False):
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key (check its spelling against the README's config reference)"
-        lines.append(f"  {field}: {message}")
+        elif error["type"] == "finite_number":
+            message = "must be a finite number, not .inf or .nan"
+        field = ".".join(str(part) for part in error["loc"])
+        # A rule across fields (a model validator) has no field of its own: its message names them.
+        lines.append(f"  {field}: {message}" if field else f"  {message}")
     return "\n".join(lines)
 
 

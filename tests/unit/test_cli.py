@@ -135,6 +135,17 @@ def test_unparsable_manifest_exits_4_and_deletes_nothing(cli: Cli) -> None:
         ({"state_url": "postgres://x"}, "state_url"),
         ({"grace_seconds": "15m"}, "grace_seconds"),
         ({"bogus_key": 1}, "bogus_key"),
+        (
+            {"protected_partitions": [], "scope": [{"partition": "rollout_data", "all_keys": True}]},
+            "protected",
+        ),
+        ({"lease_ttl_seconds": float("inf")}, "lease_ttl_seconds"),
+        ({"limits": {"max_deletes_per_second": 1e-9}}, "limits.max_deletes_per_second"),
+        ({"schedule": {"interval_seconds": 60, "cron": "*/5 * * * *"}}, "schedule"),
+        (
+            {"tag_references": [{"partition": "d", "key_path": "a..b", "target_partition": STAGING}]},
+            "key_path",
+        ),
     ],
 )
 def test_bad_config_exits_2_with_the_field_named(cli: Cli, config: dict[str, Any], needle: str) -> None:

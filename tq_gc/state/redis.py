@@ -202,11 +202,14 @@ class RedisState:
                 retry=Retry(NoBackoff(), 0),
             )
         except ValueError:
-            # redis-py's message may quote the URL, password included: say it ourselves.
+            client = None
+        if client is None:
+            # redis-py's message (and its chain) may quote the URL, password included: say it ourselves,
+            # outside the handler so that no part of it rides along as context.
             raise ConfigError(
                 f"{redact_url(url)!r} is not a valid Redis URL: use redis://[:password@]host:6379/0, "
                 "rediss://... or unix:///path/to/redis.sock"
-            ) from None
+            )
         return cls(client, namespace, owns_client=True, url=url)
 
     def __repr__(self) -> str:

@@ -1,0 +1,172 @@
+"""Config refuses, at load, every value that would make a sweep unsafe or wedge it later (issue 9, defect 10).
+
+Each refusal names the field and the fix; each bound is checked on both sides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tq_gc.config import Config, parse_config
+from tq_gc.errors import ConfigError
+
+STAGING = "rollout_staging"
+CANONICAL = "rollout_data"
+
+
+def config_with(yaml_text: str = "{}") -> dict[str, Any]:
+    """A valid config plus the YAML given (parsed as a user's file would be: `.inf` is a float)."""
+    extra = yaml.safe_load(yaml_text)
+    base: dict[str, Any] = {"namespace": "job", "scope": [{"partition": STAGING, "all_keys": True}]}
+    return {**base, **extra}
+
+
+def refusal(yaml_text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config_with(yaml_text))
+    return str(caught.value)
+
+
+# protected partitions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protected", ["[]", "[other_partition]"])
+def test_the_canonical_partition_stays_protected_whatever_protected_partitions_says(protected: str) -> None:
+    message = refusal(
+        f"protected_partitions: {protected}\nscope: [{{partition: {CANONICAL}, all_keys: true}}]"
+    )
+    assert CANONICAL in message and "allow_unsafe_scope: true" in message
+
+
+def test_allow_unsafe_scope_still_admits_the_canonical_partition() -> None:
+    config = parse_config(
+        config_with(
+            f"protected_partitions: []\nallow_unsafe_scope: true\n"
+            f"scope: [{{partition: {CANONICAL}, all_keys: true}}]"
+        )
+    )
+    assert config.scope_for(CANONICAL) is not None
+
+
+def test_a_listed_partition_is_protected_beside_the_canonical_one() -> None:
+    message = refusal("protected_partitions: [archive]\nscope: [{partition: archive, all_keys: true}]")
+    assert "'archive' is protected" in message
+
+
+# finite numbers ----------------------------------------------------------------------------------
+
+FLOAT_FIELDS = [
+    ("grace_seconds", "grace_seconds: {}"),
+    ("lease_ttl_seconds", "lease_ttl_seconds: {}"),
+    ("schedule.interval_seconds", "schedule: {{interval_seconds: {}}}"),
+    ("schedule.jitter_seconds", "schedule: {{jitter_seconds: {}}}"),
+    ("schedule.misfire_grace_seconds", "schedule: {{misfire_grace_seconds: {}}}"),
+    ("limits.max_deletes_per_second", "limits: {{max_deletes_per_second: {}}}"),
+    ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
+]
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan"])
+@pytest.mark.parametrize(("field", "template"), FLOAT_FIELDS, ids=[f for f, _ in FLOAT_FIELDS])
+def test_every_float_field_must_be_finite(field: str, template: str, value: str) -> None:
+    message = refusal(template.format(value))
+    assert f"{field}: " in message and "finite" in message
+
+
+# lease TTL ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ttl", [0.0001, 4.9, 3600.5, 86_400])
+def test_lease_ttl_outside_5_to_3600_seconds_is_refused(ttl: float) -> None:
+    message = refusal(f"lease_ttl_seconds: {ttl}")
+    assert "lease_ttl_seconds" in message and "5" in message and "3600" in message
+
+
+@pytest.mark.parametrize("ttl", [5, 3600])
+def test_lease_ttl_bounds_are_inclusive(ttl: float) -> None:
+    assert parse_config(config_with(f"lease_ttl_seconds: {ttl}")).lease_ttl_seconds == ttl
+
+
+# throttle against the lease ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        "{max_deletes_per_second: 1.0e-9}",  # one batch would take 63,000 years: wedges the sidecar
+        "{delete_batch: 2000, max_deletes_per_second: 10}",  # 200 s per batch, lease 60 s
+        "{delete_batch: 3000, max_deletes_per_second: 100}",  # 30 s: exactly half the lease is too long
+    ],
+)
+def test_a_delete_batch_must_fit_in_half_the_lease(limits: str) -> None:
+    message = refusal(f"lease_ttl_seconds: 60\nlimits: {limits}")
+    for name in ("limits.delete_batch", "limits.max_deletes_per_second", "lease_ttl_seconds"):
+        assert name in message, message
+    assert "(top level)" not in message
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "lease_ttl_seconds: 60\nlimits: {delete_batch: 2000, max_deletes_per_second: 0}",  # unthrottled
+        "lease_ttl_seconds: 60\nlimits: {delete_batch: 2000, max_deletes_per_second: 100}",  # 20 s < 30 s
+        "lease_ttl_seconds: 600\nlimits: {delete_batch: 2000, max_deletes_per_second: 10}",  # 200 s < 300 s
+    ],
+)
+def test_a_throttle_that_fits_in_half_the_lease_is_accepted(yaml_text: str) -> None:
+    parse_config(config_with(yaml_text))
+
+
+def test_the_refusal_says_what_value_would_fit() -> None:
+    message = refusal("lease_ttl_seconds: 60\nlimits: {delete_batch: 2000, max_deletes_per_second: 10}")
+    assert "above 66.7" in message and "below 300" in message
+
+
+# tag references ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key_path", ["a..b", ".a", "a.", ".", "route..keys.x"])
+def test_a_malformed_tag_key_path_is_refused_at_load(key_path: str) -> None:
+    refs = [{"partition": CANONICAL, "key_path": key_path, "target_partition": STAGING}]
+    with pytest.raises(ConfigError) as caught:
+        parse_config({**config_with(), "tag_references": refs})
+    assert "tag_references.0.key_path" in str(caught.value) and "empty segment" in str(caught.value)
+
+
+def test_tag_references_take_expect_nonempty_default_false() -> None:
+    refs = [
+        {"partition": CANONICAL, "key_path": "plan.keys", "target_partition": STAGING},
+        {"partition": "lineage", "key_path": "keys", "target_partition": STAGING, "expect_nonempty": True},
+    ]
+    config = parse_config({**config_with(), "tag_references": refs})
+    assert [ref.expect_nonempty for ref in config.tag_references] == [False, True]
+
+
+# schedule ----------------------------------------------------------------------------------------
+
+
+def test_interval_and_cron_together_are_refused() -> None:
+    message = refusal("schedule: {interval_seconds: 60, cron: '*/5 * * * *'}")
+    assert "schedule" in message and "interval_seconds" in message and "cron" in message
+
+
+def test_cron_alone_leaves_no_interval_and_the_default_interval_stays_otherwise() -> None:
+    assert parse_config(config_with("schedule: {cron: '*/5 * * * *'}")).schedule.interval_seconds is None
+    assert parse_config(config_with("schedule: {interval_seconds: null, cron: '0 * * * *'}")).schedule.cron
+    assert parse_config(config_with()).schedule.interval_seconds == 60
+
+
+def test_cron_with_jitter_is_accepted() -> None:
+    config: Config = parse_config(config_with("schedule: {jitter_seconds: 5, cron: '*/2 * * * *'}"))
+    assert (config.schedule.cron, config.schedule.jitter_seconds) == ("*/2 * * * *", 5)
+
+
+@pytest.mark.parametrize(
+    "cron", ["61 * * * *", "* * 32 * *", "*/5 * * * mon-funday", "* * * *", "0 0 * * * *"]
+)
+def test_a_bad_cron_fails_at_load(cron: str) -> None:
+    message = refusal(f"schedule: {{cron: '{cron}'}}")
+    assert "schedule" in message and repr(cron) in message
