@@ -85,6 +85,23 @@ class ManifestSource(_Frozen):
     key_path: str | None = None
     partition: str | None = None
     expect_nonempty: bool = False
+    # A larger file fails the source: a runaway or wrong file must not exhaust the sweeper's memory.
+    max_file_bytes: int = Field(default=64 * 2**20, gt=0)
+
+    @field_validator("glob")
+    @classmethod
+    def _absolute_file_pattern(cls, glob: str) -> str:
+        if not os.path.isabs(glob):
+            raise ValueError(
+                f"{glob!r} is relative, so it would be read from whatever directory tq-gc runs in: "
+                "use an absolute path, such as /ckpt/**/gc-manifest.json"
+            )
+        if glob.rsplit("/", 1)[-1] in ("", "**"):
+            raise ValueError(
+                f"{glob!r} matches directories: end it with a file name pattern, "
+                "such as /ckpt/**/gc-manifest.json"
+            )
+        return glob
 
     @model_validator(mode="after")
     def _paths_fit_format(self) -> ManifestSource:

@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+import glob
 import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from tq_gc.config import ManifestSource
+from tq_gc.config import ManifestSource, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.model import RowId, rows_of
 from tq_gc.references.base import ReferenceSource
@@ -14,17 +21,30 @@ from tq_gc.references.manifests import NATIVE_FORMAT, ManifestsSource, read_mani
 
 STAGING = "rollout_staging"
 CUT = "__generation_cut__/ckpt-000123/r7_g0_a1/call3/0"
-NATIVE = ManifestSource(glob="**/gc-manifest.json")
-RECORDS = ManifestSource(
-    glob="**/gym/model/*/records.jsonl",
-    format="jsonl",
-    key_path="continuation.staging_keys",
-    partition=STAGING,
-)
-LINEAGE = ManifestSource(glob="lineage/*.jsonl", format="jsonl", key_path="staging_key", partition=STAGING)
-SNAPSHOT = ManifestSource(
-    glob="snapshots/*/manifest.json", format="json", key_path="rows.key", partition=STAGING
-)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A manifest source with its glob relative to a test's directory (the config refuses relative globs)."""
+
+    glob: str
+    format: Literal["native", "json", "jsonl"] = "native"
+    key_path: str | None = None
+    partition: str | None = None
+
+    def at(self, root: Path, **update: Any) -> ManifestSource:
+        fields = {"format": self.format, "key_path": self.key_path, "partition": self.partition} | update
+        return ManifestSource(glob=f"{root}/{self.glob}", **fields)
+
+
+NATIVE = Spec("**/gc-manifest.json")
+RECORDS = Spec("**/gym/model/*/records.jsonl", "jsonl", "continuation.staging_keys", STAGING)
+LINEAGE = Spec("lineage/*.jsonl", "jsonl", "staging_key", STAGING)
+SNAPSHOT = Spec("snapshots/*/manifest.json", "json", "rows.key", STAGING)
+
+
+def reader(root: Path, *specs: Spec) -> ManifestsSource:
+    return ManifestsSource([spec.at(root) for spec in specs])
 
 
 def native(state: str = "active", rows: Any = None, **extra: Any) -> dict[str, Any]:
@@ -51,7 +71,7 @@ def rows(*keys: str, partition: str = STAGING) -> frozenset[RowId]:
 
 
 def test_is_a_reference_source(tmp_path: Path) -> None:
-    source: ReferenceSource = ManifestsSource([NATIVE], root=tmp_path)
+    source: ReferenceSource = reader(tmp_path, NATIVE)
     assert source.name == "manifests"
 
 
@@ -111,50 +131,50 @@ def test_is_a_reference_source(tmp_path: Path) -> None:
     ],
 )
 def test_reads_rows(
-    tmp_path: Path, source: ManifestSource, files: dict[str, Any], expected: frozenset[RowId] | None
+    tmp_path: Path, source: Spec, files: dict[str, Any], expected: frozenset[RowId] | None
 ) -> None:
     for name, content in files.items():
         write(tmp_path / name, content)
-    reader = ManifestsSource([source], root=tmp_path)
+    manifests = reader(tmp_path, source)
     if expected is None:
         with pytest.raises(ReferenceSourceError):
-            reader.read()
+            manifests.read()
     else:
-        assert rows_of(reader.read()) == expected
+        assert rows_of(manifests.read()) == expected
 
 
 def test_retired_manifest_may_omit_its_rows(tmp_path: Path) -> None:
     document = native("retired")
     del document["rows"]
     write(tmp_path / "gc-manifest.json", document)
-    assert rows_of(ManifestsSource([NATIVE], root=tmp_path).read()) == rows()
+    assert rows_of(reader(tmp_path, NATIVE).read()) == rows()
 
 
 def test_retiring_or_deleting_a_manifest_releases_its_rows(tmp_path: Path) -> None:
     path = write(tmp_path / "ckpt-1/gc-manifest.json", native())
-    reader = ManifestsSource([NATIVE], root=tmp_path)
-    assert rows_of(reader.read()) == rows(CUT)
+    manifests = reader(tmp_path, NATIVE)
+    assert rows_of(manifests.read()) == rows(CUT)
     write(path, native("retired"))
-    assert rows_of(reader.read()) == rows()
+    assert rows_of(manifests.read()) == rows()
     write(path, native())
-    assert rows_of(reader.read()) == rows(CUT)
+    assert rows_of(manifests.read()) == rows(CUT)
     path.unlink()
-    assert rows_of(reader.read()) == rows()
+    assert rows_of(manifests.read()) == rows()
 
 
 def test_a_file_deleted_after_the_glob_holds_no_rows(tmp_path: Path) -> None:
     path = write(tmp_path / "ckpt-1/gc-manifest.json", native())
-    [matched] = ManifestsSource([NATIVE], root=tmp_path).files()
+    [matched] = reader(tmp_path, NATIVE).files()
     assert matched.files == (path,)
     path.unlink()
-    assert read_manifest(matched.files[0], NATIVE) == []
+    assert read_manifest(matched.files[0], NATIVE.at(tmp_path)) == []
 
 
 def test_a_checkpoint_dir_pruned_after_the_glob_holds_no_rows(tmp_path: Path) -> None:
     path = write(tmp_path / "ckpt-1/gc-manifest.json", native())
     path.unlink()
     path.parent.rmdir()
-    assert read_manifest(path, NATIVE) == []
+    assert read_manifest(path, NATIVE.at(tmp_path)) == []
 
 
 def test_double_star_globs_across_nested_checkpoint_dirs(tmp_path: Path) -> None:
@@ -163,9 +183,9 @@ def test_double_star_globs_across_nested_checkpoint_dirs(tmp_path: Path) -> None
     write(tmp_path / "run/a/ckpt-2/gc-manifest.json", native(rows={STAGING: ["two"]}))
     write(tmp_path / "run/a/ckpt-2/deep/er/gc-manifest.json", native(rows={STAGING: ["three"]}))
     write(tmp_path / "run/a/ckpt-2/not-a-manifest.json", native(rows={STAGING: ["ignored"]}))
-    reader = ManifestsSource([NATIVE], root=tmp_path)
-    assert rows_of(reader.read()) == rows("top", "one", "two", "three")
-    [matched] = reader.files()
+    manifests = reader(tmp_path, NATIVE)
+    assert rows_of(manifests.read()) == rows("top", "one", "two", "three")
+    [matched] = manifests.files()
     assert [path.relative_to(tmp_path).as_posix() for path in matched.files] == [
         "ckpt-1/gc-manifest.json",
         "gc-manifest.json",
@@ -179,32 +199,23 @@ def test_records_jsonl_glob_across_steps_and_servers(tmp_path: Path) -> None:
         for server in ("server-0", "server-1"):
             record = {"continuation": {"staging_keys": [f"{step}/{server}"]}}
             write(tmp_path / "ckpt" / step / "gym/model" / server / "records.jsonl", jsonl(record))
-    source = RECORDS.model_copy(update={"glob": str(tmp_path / "ckpt/**/gym/model/*/records.jsonl")})
-    assert rows_of(ManifestsSource([source]).read()) == rows(
+    assert rows_of(reader(tmp_path / "ckpt", RECORDS).read()) == rows(
         "step_10/server-0", "step_10/server-1", "step_20/server-0", "step_20/server-1"
     )
 
 
-def test_absolute_globs_ignore_the_root_and_relative_ones_use_it(tmp_path: Path) -> None:
-    write(tmp_path / "a/gc-manifest.json", native(rows={STAGING: ["a"]}))
-    write(tmp_path / "b/gc-manifest.json", native(rows={STAGING: ["b"]}))
-    absolute = ManifestSource(glob=str(tmp_path / "a/gc-manifest.json"))
-    relative = ManifestSource(glob="gc-manifest.json")
-    reader = ManifestsSource([absolute, relative], root=tmp_path / "b")
-    assert rows_of(reader.read()) == rows("a", "b")
-
-
-def test_a_root_holding_glob_characters_is_taken_literally(tmp_path: Path) -> None:
+def test_an_escaped_glob_character_is_taken_literally(tmp_path: Path) -> None:
     root = tmp_path / "ckpt[1]*"
     write(root / "gc-manifest.json", native())
     write(tmp_path / "ckpt1x/gc-manifest.json", native(rows={STAGING: ["decoy"]}))
-    assert rows_of(ManifestsSource([NATIVE], root=root).read()) == rows(CUT)
+    source = ManifestSource(glob=f"{glob.escape(str(root))}/gc-manifest.json")
+    assert rows_of(ManifestsSource([source]).read()) == rows(CUT)
 
 
 def test_sources_are_unioned(tmp_path: Path) -> None:
     write(tmp_path / "gc-manifest.json", native(rows={STAGING: ["a", "shared"]}))
     write(tmp_path / "lineage/r.jsonl", jsonl({"staging_key": "shared"}, {"staging_key": "b"}))
-    assert rows_of(ManifestsSource([NATIVE, LINEAGE], root=tmp_path).read()) == rows("a", "b", "shared")
+    assert rows_of(reader(tmp_path, NATIVE, LINEAGE).read()) == rows("a", "b", "shared")
 
 
 @pytest.mark.parametrize(
@@ -298,33 +309,27 @@ def test_sources_are_unioned(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_manifests_fail_the_source_naming_the_file(
-    tmp_path: Path, source: ManifestSource, name: str, content: Any, message: str
+    tmp_path: Path, source: Spec, name: str, content: Any, message: str
 ) -> None:
     path = write(tmp_path / name, content)
     write(tmp_path / "a-valid/gc-manifest.json", native())
     with pytest.raises(ReferenceSourceError, match=message) as caught:
-        ManifestsSource([NATIVE, source], root=tmp_path).read()
+        reader(tmp_path, NATIVE, source).read()
     assert caught.value.source == "manifests"
     assert str(path) in caught.value.detail
-
-
-def test_a_directory_matching_the_glob_fails(tmp_path: Path) -> None:
-    (tmp_path / "ckpt-1/gc-manifest.json").mkdir(parents=True)
-    with pytest.raises(ReferenceSourceError, match=r"gc-manifest\.json: cannot be read"):
-        ManifestsSource([NATIVE], root=tmp_path).read()
 
 
 def test_an_unreadable_file_fails(tmp_path: Path) -> None:
     # A symlink to itself: unreadable whoever we are (root reads files whatever their mode).
     (tmp_path / "gc-manifest.json").symlink_to("gc-manifest.json")
     with pytest.raises(ReferenceSourceError, match="cannot be read"):
-        ManifestsSource([NATIVE], root=tmp_path).read()
+        reader(tmp_path, NATIVE).read()
 
 
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        ({}, r"glob '\*\*/gc-manifest\.json' matched no files, but the source is expect_nonempty"),
+        ({}, r"/\*\*/gc-manifest\.json' matched no files, but the source is expect_nonempty"),
         ({"gc-manifest.json": native("retired")}, r"matched 1 file\(s\) holding no rows"),
         ({"a/gc-manifest.json": native(rows={}), "b/gc-manifest.json": native("retired")}, r"matched 2 file"),
     ],
@@ -335,29 +340,28 @@ def test_expect_nonempty_fails_when_nothing_is_referenced(
 ) -> None:
     for name, content in files.items():
         write(tmp_path / name, content)
-    source = NATIVE.model_copy(update={"expect_nonempty": True})
     with pytest.raises(ReferenceSourceError, match=message):
-        ManifestsSource([source], root=tmp_path).read()
+        ManifestsSource([NATIVE.at(tmp_path, expect_nonempty=True)]).read()
 
 
 def test_expect_nonempty_is_per_source(tmp_path: Path) -> None:
     write(tmp_path / "gc-manifest.json", native())
-    empty_lineage = LINEAGE.model_copy(update={"expect_nonempty": True})
+    sources = [NATIVE.at(tmp_path), LINEAGE.at(tmp_path, expect_nonempty=True)]
     with pytest.raises(ReferenceSourceError, match=r"lineage/\*\.jsonl"):
-        ManifestsSource([NATIVE, empty_lineage], root=tmp_path).read()
+        ManifestsSource(sources).read()
     write(tmp_path / "lineage/r.jsonl", jsonl({"staging_key": "k"}))
-    assert rows_of(ManifestsSource([NATIVE, empty_lineage], root=tmp_path).read()) == rows(CUT, "k")
+    assert rows_of(ManifestsSource(sources).read()) == rows(CUT, "k")
 
 
 def test_describe_reports_each_source_without_raising(tmp_path: Path) -> None:
     good = write(tmp_path / "ckpt-1/gc-manifest.json", native(rows={STAGING: ["a", "b"]}))
     bad = write(tmp_path / "lineage/r.jsonl", "{broken\n")
-    empty = RECORDS.model_copy(update={"expect_nonempty": True})
-    summaries = ManifestsSource([NATIVE, LINEAGE, empty], root=tmp_path).describe()
+    sources = [NATIVE.at(tmp_path), LINEAGE.at(tmp_path), RECORDS.at(tmp_path, expect_nonempty=True)]
+    summaries = ManifestsSource(sources).describe()
     assert [(s.glob, s.format, s.files, s.rows) for s in summaries] == [
-        (NATIVE.glob, "native", (good,), 2),
-        (LINEAGE.glob, "jsonl", (bad,), 0),
-        (RECORDS.glob, "jsonl", (), 0),
+        (f"{tmp_path}/{NATIVE.glob}", "native", (good,), 2),
+        (f"{tmp_path}/{LINEAGE.glob}", "jsonl", (bad,), 0),
+        (f"{tmp_path}/{RECORDS.glob}", "jsonl", (), 0),
     ]
     assert summaries[0].error is None
     assert summaries[1].error is not None and f"{bad} line 1: is not valid JSON" in summaries[1].error
@@ -366,7 +370,219 @@ def test_describe_reports_each_source_without_raising(tmp_path: Path) -> None:
 
 def test_a_key_path_with_an_empty_segment_is_a_config_error() -> None:
     source = ManifestSource(
-        glob="x.jsonl", format="jsonl", key_path="continuation..staging_keys", partition=STAGING
+        glob="/ckpt/x.jsonl", format="jsonl", key_path="continuation..staging_keys", partition=STAGING
     )
     with pytest.raises(ConfigError, match="empty segment"):
         ManifestsSource([source])
+
+
+# --- Fail closed and bounded (issue 9, defects 2 and 11) -------------------------------------------
+
+
+def absolute(root: Path, pattern: str = "**/gc-manifest.json", **fields: Any) -> ManifestSource:
+    return ManifestSource(glob=f"{root}/{pattern}", **fields)
+
+
+def test_a_missing_base_directory_fails_naming_it(tmp_path: Path) -> None:
+    # An unmounted checkpoint volume: the glob's literal prefix does not exist.
+    base = tmp_path / "ckpt"
+    with pytest.raises(ReferenceSourceError, match="is the checkpoint volume mounted") as caught:
+        ManifestsSource([absolute(base)]).read()
+    assert str(base) in caught.value.detail
+
+
+def test_a_base_path_through_a_file_fails(tmp_path: Path) -> None:
+    write(tmp_path / "ckpt", "not a directory")
+    with pytest.raises(ReferenceSourceError, match=r"ckpt.*not a directory"):
+        ManifestsSource([absolute(tmp_path / "ckpt")]).read()
+
+
+def test_a_dangling_symlink_the_glob_matches_fails(tmp_path: Path) -> None:
+    write(tmp_path / "ckpt-1/gc-manifest.json", native())
+    (tmp_path / "ckpt-2").mkdir()
+    (tmp_path / "ckpt-2/gc-manifest.json").symlink_to(tmp_path / "gone/gc-manifest.json")
+    with pytest.raises(ReferenceSourceError, match=r"ckpt-2/gc-manifest\.json.*dangling symlink"):
+        ManifestsSource([absolute(tmp_path)]).read()
+
+
+def test_a_dangling_symlink_walked_by_double_star_fails(tmp_path: Path) -> None:
+    # A mount point linked into the tree whose target is gone could hold manifests: fail, do not skip.
+    write(tmp_path / "ckpt-1/gc-manifest.json", native())
+    (tmp_path / "remote").symlink_to(tmp_path / "unmounted-volume")
+    with pytest.raises(ReferenceSourceError, match=r"remote.*dangling symlink"):
+        ManifestsSource([absolute(tmp_path)]).read()
+
+
+def test_a_dangling_symlink_on_a_literal_part_of_the_glob_fails(tmp_path: Path) -> None:
+    write(tmp_path / "ckpt-1/latest/gc-manifest.json", native())
+    (tmp_path / "ckpt-2").mkdir()
+    (tmp_path / "ckpt-2/latest").symlink_to(tmp_path / "ckpt-2/step-9")
+    with pytest.raises(ReferenceSourceError, match=r"ckpt-2/latest: is a dangling symlink"):
+        ManifestsSource([absolute(tmp_path, "*/latest/gc-manifest.json")]).read()
+
+
+READ_AS_ANOTHER_PROCESS = """
+import sys
+from tq_gc.config import ManifestSource
+from tq_gc.errors import ReferenceSourceError
+from tq_gc.references.manifests import ManifestsSource
+try:
+    print("rows", sorted(ManifestsSource([ManifestSource(glob=sys.argv[1])]).read()))
+except ReferenceSourceError as exc:
+    print("failed", exc.detail)
+"""
+
+
+def without_file_permission_override() -> list[str]:
+    """A command prefix under which chmod binds: root reads everything unless it drops these capabilities."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: no way to make a directory unreadable")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def test_an_unreadable_directory_fails(tmp_path: Path) -> None:
+    write(tmp_path / "ckpt-1/gc-manifest.json", native())
+    locked = tmp_path / "ckpt-2"
+    write(locked / "gc-manifest.json", native(rows={STAGING: ["locked"]}))
+    locked.chmod(0)
+    try:
+        done = subprocess.run(
+            [
+                *without_file_permission_override(),
+                sys.executable,
+                "-c",
+                READ_AS_ANOTHER_PROCESS,
+                f"{tmp_path}/**/gc-manifest.json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+    finally:
+        locked.chmod(0o755)
+    assert done.stdout.startswith("failed"), done.stdout
+    assert str(locked) in done.stdout and "Permission denied" in done.stdout
+
+
+@pytest.mark.timeout(30)
+def test_symlink_loops_under_double_star_end_and_find_each_file_once(tmp_path: Path) -> None:
+    real = write(tmp_path / "run/ckpt-1/gc-manifest.json", native())
+    for name in ("loop-a", "loop-b", "loop-c"):
+        (tmp_path / "run/ckpt-1" / name).symlink_to(tmp_path / "run")
+    (tmp_path / "run/up").symlink_to(tmp_path)
+    [matched] = ManifestsSource([absolute(tmp_path)]).files()
+    assert matched.files == (real,)
+    assert rows_of(ManifestsSource([absolute(tmp_path)]).read()) == rows(CUT)
+
+
+def test_a_symlinked_checkpoint_directory_is_read(tmp_path: Path) -> None:
+    write(tmp_path / "volume/ckpt-1/gc-manifest.json", native())
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/ckpt-1").symlink_to(tmp_path / "volume/ckpt-1")
+    assert rows_of(ManifestsSource([absolute(tmp_path / "run")]).read()) == rows(CUT)
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def make_device(path: Path) -> None:
+    path.symlink_to("/dev/null")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("make", [make_fifo, make_device], ids=["fifo", "device"])
+def test_a_special_file_the_glob_matches_fails_without_being_opened(
+    tmp_path: Path, make: Callable[[Path], None]
+) -> None:
+    write(tmp_path / "ckpt-1/gc-manifest.json", native())
+    (tmp_path / "ckpt-2").mkdir()
+    make(tmp_path / "ckpt-2/gc-manifest.json")
+    with pytest.raises(ReferenceSourceError, match=r"ckpt-2/gc-manifest\.json: is a .*, not a regular file"):
+        ManifestsSource([absolute(tmp_path)]).read()
+
+
+def test_a_directory_the_glob_matches_fails_as_not_a_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "ckpt-1/gc-manifest.json").mkdir(parents=True)
+    with pytest.raises(ReferenceSourceError, match=r"gc-manifest\.json: is a directory, not a regular file"):
+        ManifestsSource([absolute(tmp_path)]).read()
+
+
+def test_a_file_over_the_default_size_cap_fails(tmp_path: Path) -> None:
+    # Valid JSON (a manifest, then whitespace) one byte over 64 MiB.
+    path = write(tmp_path / "gc-manifest.json", native())
+    with path.open("a") as stream:
+        stream.write(" " * (64 * 2**20 + 1 - path.stat().st_size))
+    with pytest.raises(
+        ReferenceSourceError, match=r"gc-manifest\.json: is 67108865 bytes, over max_file_bytes"
+    ):
+        ManifestsSource([absolute(tmp_path)]).read()
+
+
+def test_max_file_bytes_caps_each_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "gc-manifest.json", native())
+    size = path.stat().st_size
+    assert rows_of(ManifestsSource([absolute(tmp_path, max_file_bytes=size)]).read()) == rows(CUT)
+    with pytest.raises(ReferenceSourceError, match=rf"is {size} bytes, over max_file_bytes={size - 1}"):
+        ManifestsSource([absolute(tmp_path, max_file_bytes=size - 1)]).read()
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_max_file_bytes_must_be_positive(tmp_path: Path, size: int) -> None:
+    with pytest.raises(ConfigError, match=r"manifests\.0\.max_file_bytes: .*greater than 0"):
+        parse_config({"manifests": [{"glob": f"{tmp_path}/*.json", "max_file_bytes": size}]})
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    ("pattern", "content", "fields", "message"),
+    [
+        ("gc-manifest.json", "[" * DEEP, {}, r"gc-manifest\.json: is nested too deeply"),
+        ("gc-manifest.json", '{"rows": ' * DEEP, {}, r"gc-manifest\.json: is nested too deeply"),
+        (
+            "r.jsonl",
+            '{"staging_key": "a"}\n' + "[" * DEEP + "\n",
+            {"format": "jsonl", "key_path": "staging_key", "partition": STAGING},
+            r"r\.jsonl line 2: is nested too deeply",
+        ),
+        (
+            "gc-manifest.json",
+            '{"format": "tq-gc/manifest/v1", "manifest_id": ' + "9" * 5000 + "}",
+            {},
+            r"gc-manifest\.json: is not valid JSON \(Exceeds the limit",
+        ),
+    ],
+    ids=["array-bomb", "object-bomb", "jsonl-line-bomb", "huge-integer"],
+)
+def test_json_that_breaks_the_parser_fails_the_source_naming_the_file(
+    tmp_path: Path, pattern: str, content: str, fields: dict[str, Any], message: str
+) -> None:
+    write(tmp_path / pattern, content)
+    with pytest.raises(ReferenceSourceError, match=message):
+        ManifestsSource([absolute(tmp_path, pattern, **fields)]).read()
+
+
+@pytest.mark.parametrize("pattern", ["ckpt/**/gc-manifest.json", "./gc-manifest.json", "~/ckpt/*.json"])
+def test_a_relative_glob_is_refused(pattern: str) -> None:
+    with pytest.raises(ConfigError, match=r"manifests\.0\.glob: .*use an absolute path"):
+        parse_config({"manifests": [{"glob": pattern}]})
+
+
+def test_describe_reports_a_walk_failure_per_source(tmp_path: Path) -> None:
+    good = write(tmp_path / "mounted/ckpt-1/gc-manifest.json", native())
+    summaries = ManifestsSource([absolute(tmp_path / "unmounted"), absolute(tmp_path / "mounted")]).describe()
+    assert [(s.files, s.rows) for s in summaries] == [((), 0), ((good,), 1)]
+    assert summaries[0].error is not None and "is the checkpoint volume mounted" in summaries[0].error
+    assert summaries[1].error is None
+
+
+@pytest.mark.parametrize("pattern", ["/ckpt/", "/ckpt/**", "/ckpt/**/", "/"])
+def test_a_glob_naming_directories_is_refused(pattern: str) -> None:
+    with pytest.raises(ConfigError, match=r"manifests\.0\.glob: .*end it with a file name pattern"):
+        parse_config({"manifests": [{"glob": pattern}]})

@@ -8,16 +8,22 @@ Formats (DESIGN.md, "Native manifest format"):
 | json   | one JSON document                  | keys at `key_path`, in the source's `partition` |
 | jsonl  | JSON lines (blank lines ignored)   | keys at `key_path` of each line                 |
 
-Deleting a manifest releases its rows, so a file that vanishes between glob and open holds none. Any
-other failure (unreadable, not JSON, wrong schema, wrong type at the key path) fails the whole source:
-a manifest misread as empty would release every row it protects.
+Files are found by `globwalk.match_files` (fail closed: a missing base directory, a directory that cannot
+be listed, a dangling symlink on the way all fail the source; symlink loops end). Only regular files of at
+most the source's `max_file_bytes` are read; a FIFO, socket, device or directory that matches fails the
+source, unopened (opening a FIFO would block the sweep forever).
+
+Deleting a manifest releases its rows, so a file that vanishes between the walk and the open holds none.
+Any other failure (unreadable, too large, not JSON, nested too deeply, wrong schema, wrong type at the key
+path) fails the whole source: a manifest misread as empty would release every row it protects.
 """
 
 from __future__ import annotations
 
-import glob
+import io
 import json
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +32,18 @@ from typing import IO, Any
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition
+from tq_gc.references.globwalk import UnreadablePath, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
 
 NATIVE_FORMAT = "tq-gc/manifest/v1"
 NATIVE_STATES = ("active", "retired")
+_FILE_TYPES = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +66,11 @@ class SourceSummary:
 
 
 class ManifestsSource:
-    """Every row named by the configured manifest files. Relative globs resolve against `root`."""
+    """Every row named by the configured manifest files (absolute globs: the config refuses others)."""
 
     name: str = Source.MANIFESTS.value
 
-    def __init__(self, sources: Sequence[ManifestSource], root: Path | None = None) -> None:
+    def __init__(self, sources: Sequence[ManifestSource]) -> None:
         for source in sources:
             if source.key_path is not None:
                 try:
@@ -64,36 +78,39 @@ class ManifestsSource:
                 except ValueError as exc:
                     raise ConfigError(f"manifests: glob {source.glob!r}: {exc}") from None
         self._sources = tuple(sources)
-        self._root = root
 
     def files(self) -> list[MatchedFiles]:
-        """The files each source matches, in config order. Never raises: a glob that fails matches nothing."""
-        return [MatchedFiles(source, self._glob(source.glob)) for source in self._sources]
+        """The files each source matches, in config order, or ReferenceSourceError naming what failed."""
+        return [_match(source) for source in self._sources]
 
     def read(self) -> KeysByPartition:
         """{partition: keys} every matched manifest references, or ReferenceSourceError."""
         rows: set[RowId] = set()
-        for matched in self.files():
-            rows.update(_read_matched(matched))
+        for source in self._sources:
+            rows.update(_read_matched(_match(source)))
         return group_by_partition(rows)
 
     def describe(self) -> list[SourceSummary]:
         """Read each source on its own and report instead of raising (for `tq-gc check`)."""
-        summaries = []
-        for matched in self.files():
-            source = matched.source
-            try:
-                rows, error = len(_read_matched(matched)), None
-            except ReferenceSourceError as exc:
-                rows, error = 0, exc.detail
-            summaries.append(SourceSummary(source.glob, source.format, matched.files, rows, error))
-        return summaries
+        return [_describe(source) for source in self._sources]
 
-    def _glob(self, pattern: str) -> tuple[Path, ...]:
-        # root_dir instead of joining: a root path holding glob magic ("[", "*") must not be expanded.
-        root = None if os.path.isabs(pattern) else self._root
-        matches = glob.glob(pattern, root_dir=root, recursive=True)
-        return tuple(sorted(Path(root, match) if root else Path(match) for match in matches))
+
+def _match(source: ManifestSource) -> MatchedFiles:
+    """The files `source.glob` matches now, or ReferenceSourceError naming the path and the OS error."""
+    try:
+        return MatchedFiles(source, match_files(source.glob))
+    except (UnreadablePath, ValueError) as exc:
+        raise ReferenceSourceError(Source.MANIFESTS.value, f"glob {source.glob!r}: {exc}") from exc
+
+
+def _describe(source: ManifestSource) -> SourceSummary:
+    files: tuple[Path, ...] = ()
+    try:
+        files = _match(source).files
+        rows = len(_read_matched(MatchedFiles(source, files)))
+    except ReferenceSourceError as exc:
+        return SourceSummary(source.glob, source.format, files, 0, exc.detail)
+    return SourceSummary(source.glob, source.format, files, rows)
 
 
 def _read_matched(matched: MatchedFiles) -> set[RowId]:
@@ -115,16 +132,41 @@ def _read_matched(matched: MatchedFiles) -> set[RowId]:
 
 def read_manifest(path: Path, source: ManifestSource) -> list[RowId]:
     """The rows one manifest file references. Raises ReferenceSourceError naming the file."""
+    try:
+        content = _read_regular_file(path, source.max_file_bytes)
+    except FileNotFoundError:
+        return []  # deleted since the walk: deleting a manifest releases its rows
+    except OSError as exc:
+        raise _file_error(path, unreadable(exc)) from exc
     parse = _PARSERS[source.format]
     try:
-        with path.open(encoding="utf-8") as stream:
-            return parse(stream, path, source)
-    except FileNotFoundError:
-        return []  # deleted since the glob: deleting a manifest releases its rows
-    except OSError as exc:
-        raise _file_error(path, f"cannot be read ({exc.strerror or exc})") from exc
+        return parse(io.TextIOWrapper(io.BytesIO(content), encoding="utf-8"), path, source)
     except UnicodeDecodeError as exc:
         raise _file_error(path, f"is not UTF-8 text ({exc.reason})") from exc
+
+
+def _read_regular_file(path: Path, max_bytes: int) -> bytes:
+    _check_regular_file(path, os.stat(path), max_bytes)  # before opening: opening a FIFO blocks
+    # O_NONBLOCK: should the file be swapped for a FIFO after the stat, the open still returns.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(descriptor, "rb") as stream:
+        _check_regular_file(path, os.fstat(descriptor), max_bytes)
+        content = stream.read(max_bytes + 1)
+    if len(content) > max_bytes:
+        raise _file_error(path, f"grew past max_file_bytes={max_bytes} while being read")
+    return content
+
+
+def _check_regular_file(path: Path, found: os.stat_result, max_bytes: int) -> None:
+    if not stat.S_ISREG(found.st_mode):
+        kind = _FILE_TYPES.get(stat.S_IFMT(found.st_mode), "of an unknown type")
+        raise _file_error(path, f"is {kind}, not a regular file")
+    if found.st_size > max_bytes:
+        raise _file_error(
+            path,
+            f"is {found.st_size} bytes, over max_file_bytes={max_bytes}: raise the source's limit if "
+            "the job really writes manifests this large",
+        )
 
 
 def _parse_native(stream: IO[str], path: Path, source: ManifestSource) -> list[RowId]:
@@ -190,6 +232,10 @@ def _load_json(text: str, path: Path, line_number: int | None = None) -> Any:
     except json.JSONDecodeError as exc:
         where = f"column {exc.colno}" if line_number is not None else f"line {exc.lineno} column {exc.colno}"
         raise _file_error(path, f"is not valid JSON ({exc.msg} at {where})", line_number) from None
+    except ValueError as exc:  # an integer beyond the interpreter's digit limit
+        raise _file_error(path, f"is not valid JSON ({exc})", line_number) from None
+    except RecursionError:  # a "JSON bomb" such as '[' * 100000
+        raise _file_error(path, "is nested too deeply to parse", line_number) from None
 
 
 def _file_error(path: Path, what: str, line_number: int | None = None) -> ReferenceSourceError:
