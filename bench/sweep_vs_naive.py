@@ -186,9 +186,10 @@ def shift_first_seen(state: Any, partition: str, by_ms: int) -> None:
     from tq_gc.model import FirstSeen
 
     records = state.load_first_seen(partition)
-    state.save_first_seen(
-        partition, {k: FirstSeen(v.at_ms - by_ms, v.identity) for k, v in records.items()}, []
-    )
+    lease = state.acquire_lease("bench", 60_000)
+    shifted = {k: FirstSeen(v.at_ms - by_ms, v.identity) for k, v in records.items()}
+    state.save_first_seen(lease, partition, shifted, [], observed_ms=state.now_ms())
+    state.release_lease(lease)
 
 
 def _rounded(phases: dict[str, float]) -> dict[str, int]:

@@ -1,7 +1,9 @@
-"""One sweep: lease -> fence -> list -> references -> plan -> (re-check -> delete)* -> report.
+"""One sweep: lease -> attach -> references and listing -> plan -> (re-check -> intent -> clear -> confirm)*
+-> report.
 
-The imperative shell around plan.py. Each step is a short method; every I/O failure ends the sweep
-with nothing more deleted, and the run is recorded whatever its outcome.
+The imperative shell around plan.py. Each step is a short method; every failure ends the sweep with
+nothing more deleted, and the report says how it ended (an unforeseen exception included) and how many
+rows it deleted before it stopped.
 """
 
 from __future__ import annotations
@@ -10,17 +12,28 @@ import gc
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.config import Config
-from tq_gc.errors import LeaseLost, ReferenceSourceError, StoreUnavailable
-from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, FirstSeen, Outcome, References, SweepReport
-from tq_gc.plan import FirstSeenByPartition, Listing, Plan, PlanPolicy, plan
+from tq_gc.errors import ConfigError, LeaseLost, ReferenceSourceError, StoreUnavailable
+from tq_gc.model import (
+    DELETED_SAMPLE_SIZE,
+    AuditBatch,
+    Cause,
+    FirstSeen,
+    Outcome,
+    References,
+    SweepReport,
+    Tags,
+    merge_keys,
+)
+from tq_gc.plan import FirstSeenByPartition, Listing, Plan, PlanPolicy, plan, stale_partitions
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.tags import TagsSource
@@ -30,16 +43,22 @@ from tq_gc.stores.base import RowStore
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
-# How a report says the lease was held elsewhere; metrics count lease contention by it.
-LEASE_HELD_REASON = "lease held by"
+
+# During the mark phase the lease is renewed once a third of its TTL has passed since the last renewal:
+# a long listing (a million rows) must not let it lapse while no delete is near.
+RENEW_AFTER_TTL_FRACTION = 1 / 3
+# Right before a clear, the last renewal must be younger than this fraction of the TTL (monotonic clock):
+# a sweeper paused between its re-check and its clear (SIGSTOP, a long GC pause) stops instead.
+CLEAR_WITHIN_TTL_FRACTION = 1 / 2
 
 
 class SweepStopped(Exception):
-    """Ends a sweep early with an outcome: skipped (lease held, fence up) or aborted (fail closed)."""
+    """Ends a sweep early with an outcome and its cause: skipped (lease held, fence) or aborted."""
 
-    def __init__(self, outcome: Outcome, reason: str) -> None:
+    def __init__(self, outcome: Outcome, cause: Cause, reason: str) -> None:
         super().__init__(reason)
         self.outcome = outcome
+        self.cause = cause
         self.reason = reason
 
 
@@ -47,6 +66,26 @@ class SweepStopped(Exception):
 class Batch:
     partition: str
     keys: tuple[str, ...]
+
+
+@dataclass
+class Sweep:
+    """One sweep's state, from the lease to the report."""
+
+    report: SweepReport
+    policy: PlanPolicy
+    progress: Progress | None
+    lease: Lease | None = None
+    renewed_at: float = 0.0  # time.monotonic() when the lease was last renewed
+    fence_epoch: int = 0  # the store's fence epoch before any reference was read
+    plan: Plan | None = None
+    # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
+    first_seen: FirstSeenByPartition = field(default_factory=dict)
+
+    @property
+    def holds_lease(self) -> Lease:
+        assert self.lease is not None, "the sweep took its lease first"
+        return self.lease
 
 
 def default_holder() -> str:
@@ -63,81 +102,147 @@ class Collector:
         self.manifests = ManifestsSource(config.manifests)
         self.tags = TagsSource(config.tag_references, row_store)
         self._lease_ttl_ms = int(config.lease_ttl_seconds * 1000)
+        self._stop = threading.Event()
 
     def sweep(
         self, *, dry_run: bool = True, max_deletes: int | None = None, progress: Progress | None = None
     ) -> SweepReport:
-        """One sweep, whatever happens: the report says how it ended; it never raises for an outcome."""
-        with _without_cyclic_gc():
-            return self._sweep(dry_run, max_deletes, progress)
-
-    def _sweep(self, dry_run: bool, max_deletes: int | None, progress: Progress | None) -> SweepReport:
+        """One sweep. The report says how it ended; it raises only ConfigError (bad config or usage,
+        no TransferQueue to attach to), after recording the run, and BaseExceptions (interrupts)."""
+        if max_deletes is not None and max_deletes < 0:
+            raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
+        sweep = Sweep(report, PlanPolicy.from_config(self.config, max_deletes), progress)
+        with _without_cyclic_gc():
+            self._run(sweep, dry_run)
+        return report
+
+    def stop(self) -> None:
+        """Make a sweep in progress stop before its next delete batch, and every later sweep at once."""
+        self._stop.set()
+
+    # -- the sequence -----------------------------------------------------------------------------
+
+    def _run(self, sweep: Sweep, dry_run: bool) -> None:
+        report = sweep.report
         report.started_at = _iso_now()
-        lease: Lease | None = None
         try:
             with self._phase(report, "lease"):
-                lease = self._take_lease()
-                _stop_if_fenced(self.state.live_fences())
-            result, first_seen = self._mark(report, PlanPolicy.from_config(self.config, max_deletes))
+                self._take_lease(sweep)
+            with self._phase(report, "attach"):
+                self._attach_row_store()
+            self._mark(sweep)
             if dry_run:
                 report.outcome = Outcome.DRY_RUN
             else:
                 with self._phase(report, "delete"):
-                    lease = self._delete(report, result, first_seen, lease, progress)
+                    self._delete(sweep)
+                report.outcome = Outcome.COMPLETED
         except SweepStopped as stop:
-            report.outcome, report.reason = stop.outcome, stop.reason
-        except (StoreUnavailable, LeaseLost, ReferenceSourceError) as exc:
-            report.outcome, report.reason = Outcome.ABORTED, str(exc)
+            _end(report, stop.outcome, stop.cause, stop.reason)
+        except LeaseLost as exc:
+            _end(report, Outcome.ABORTED, Cause.LEASE_LOST, str(exc))
+        except ReferenceSourceError as exc:
+            _end(report, Outcome.ABORTED, Cause.SOURCE_FAILED, str(exc))
+        except StoreUnavailable as exc:
+            _end(report, Outcome.ABORTED, Cause.STORE_FAILED, str(exc))
+        except ConfigError as exc:
+            _end(report, Outcome.ABORTED, Cause.ERROR, str(exc))
+            raise
+        except Exception as exc:  # unforeseen: the sweep stops, and says so; it never reads as completed
+            log.exception("sweep %s failed", report.run_id)
+            _end(report, Outcome.ABORTED, Cause.ERROR, f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:
+            _end(report, Outcome.ABORTED, Cause.ERROR, f"interrupted ({type(exc).__name__})")
+            raise
         finally:
             report.finished_at = _iso_now()
-            self._finish(report, lease)
-        return report
+            self._finish(sweep)
 
-    # -- steps ------------------------------------------------------------------------------
-
-    def _take_lease(self) -> Lease:
+    def _take_lease(self, sweep: Sweep) -> None:
         lease = self.state.acquire_lease(self.holder, self._lease_ttl_ms)
         if lease is None:
             holder = self.state.lease_holder()
             who = holder.holder if holder else "another sweeper"
-            raise SweepStopped(Outcome.SKIPPED, f"{LEASE_HELD_REASON} {who}")
-        return lease
+            raise SweepStopped(Outcome.SKIPPED, Cause.LEASE_HELD, f"lease held by {who}")
+        sweep.lease = lease
+        check = self._recheck(sweep)
+        _stop_if_fenced(check.fences)
+        sweep.fence_epoch = check.fence_epoch
 
-    def _mark(self, report: SweepReport, policy: PlanPolicy) -> tuple[Plan, FirstSeenByPartition]:
-        with self._phase(report, "list"):
-            listing = self._list()
-        with self._phase(report, "references"):
-            references = self._read_references(listing)
+    def _attach_row_store(self) -> None:
+        """Join the job's TransferQueue now, so that `attach` is timed apart from the listing."""
+        ensure_attached = getattr(self.row_store, "ensure_attached", None)
+        if callable(ensure_attached):
+            ensure_attached()
+
+    def _mark(self, sweep: Sweep) -> None:
+        report = sweep.report
+        listing, references = self._read_references(sweep)
         with self._phase(report, "plan"):
-            first_seen = {
-                entry.partition: self.state.load_first_seen(entry.partition) for entry in self.config.scope
-            }
-            result = plan(listing, references, first_seen, self.state.now_ms(), policy)
-            self._save_first_seen(result)
-        report.counts = result.counts()
-        if result.abort_reason:
-            raise SweepStopped(Outcome.ABORTED, result.abort_reason)
-        return result, first_seen
+            now_ms = self.state.now_ms()
+            sweep.first_seen = self._trusted_first_seen(sweep, now_ms)
+            sweep.plan = plan(listing, references, sweep.first_seen, now_ms, sweep.policy)
+            self._save_first_seen(sweep, sweep.plan)
+        report.counts = sweep.plan.counts()
+        if sweep.plan.abort_reason:
+            raise SweepStopped(Outcome.ABORTED, Cause.BLAST_RADIUS, sweep.plan.abort_reason)
 
-    def _list(self) -> Listing:
+    def _read_references(self, sweep: Sweep) -> tuple[Listing, References]:
+        """The listing, and every reference, read so that no reference that lives through the sweep is
+        missed while it moves once between sources, make-before-break (added to the new source before it
+        leaves the old one).
+
+        Such a move from source X to Y is missed only if every read of Y comes before it reaches Y and
+        every read of X after it left X: all reads of Y before all reads of X. So for every ordered pair of
+        sources some read of X must precede some read of Y: admissions, manifests, tags (the listing),
+        admissions, manifests does that for all six pairs. The second admissions read costs nothing unless
+        an admission was made since the first (AdmissionsSource.reread); the re-check before each delete
+        batch reads them once more.
+        """
+        report = sweep.report
+        with self._phase(report, "references"):
+            admissions, manifests = self.admissions.read(), self.manifests.read()
+        with self._phase(report, "list"):
+            listing, existing = self._list(sweep)
+        with self._phase(report, "references"):
+            tags = self.tags.read(listing, existing)
+            admissions = merge_keys(admissions, self.admissions.reread())
+            manifests = merge_keys(manifests, self.manifests.read())
+        self._keep_lease(sweep)
+        return listing, References(admissions=admissions, manifests=manifests, tags=tags)
+
+    def _list(self, sweep: Sweep) -> tuple[Listing, set[str]]:
+        """Every scope and tag partition's rows, and the partitions the store has (a tag partition it
+        lacks fails its source; an in-scope one is simply empty)."""
+        existing = set(self.row_store.partitions())
         partitions = {entry.partition for entry in self.config.scope}
         partitions |= {ref.partition for ref in self.config.tag_references}
-        return {partition: self.row_store.list_rows(partition) for partition in sorted(partitions)}
+        listing: dict[str, dict[str, Tags]] = {}
+        for partition in sorted(partitions):
+            listing[partition] = self.row_store.list_rows(partition)
+            self._keep_lease(sweep)
+        return listing, existing
 
-    def _read_references(self, listing: Listing) -> References:
-        # Admissions first, then manifests: a reference moving admission -> manifest is seen at least
-        # once; one moving manifest -> admission is caught by the admission re-read before delete.
-        admissions = self.admissions.read()
-        manifests = self.manifests.read()
-        tags = self.tags.read(listing)
-        return References(admissions=admissions, manifests=manifests, tags=tags)
+    def _trusted_first_seen(self, sweep: Sweep, now_ms: int) -> FirstSeenByPartition:
+        """Load the records of each scope partition, after forgetting those not to be trusted."""
+        scope = [entry.partition for entry in self.config.scope]
+        stale = stale_partitions(self.state.observed(), scope, now_ms, sweep.policy.grace_ms)
+        for partition in sorted(stale):
+            self.state.forget_partition(sweep.holds_lease, partition)
+        return {
+            partition: {} if partition in stale else self.state.load_first_seen(partition)
+            for partition in scope
+        }
 
-    def _save_first_seen(self, result: Plan) -> None:
-        # Only the lease holder writes first-seen records: we hold it here.
-        for partition in result.first_seen_upserts.keys() | result.first_seen_drops.keys():
+    def _save_first_seen(self, sweep: Sweep, result: Plan) -> None:
+        """Record new first sightings, drop records of rows referenced again or gone, and mark every
+        scope partition observed now. Each write checks our lease (LeaseLost if it was taken)."""
+        for entry in self.config.scope:
+            partition = entry.partition
             upserts = self._with_global_indexes(partition, result.first_seen_upserts.get(partition, {}))
-            self.state.save_first_seen(partition, upserts, result.first_seen_drops.get(partition, ()))
+            drops = result.first_seen_drops.get(partition, ())
+            self.state.save_first_seen(sweep.holds_lease, partition, upserts, drops, result.now_ms)
 
     def _with_global_indexes(self, partition: str, upserts: Mapping[str, FirstSeen]) -> dict[str, FirstSeen]:
         """Pin each newly seen row's global index, so a key recreated later is not mistaken for it."""
@@ -151,97 +256,123 @@ class Collector:
                     pinned[key] = FirstSeen(upserts[key].at_ms, identity)
         return pinned
 
-    def _delete(
-        self,
-        report: SweepReport,
-        result: Plan,
-        pinned: FirstSeenByPartition,
-        lease: Lease,
-        progress: Progress | None,
-    ) -> Lease:
-        """Delete in batches. `pinned` holds the identity each row had when first seen unreferenced:
-        rows are never deleted on first sight, so every row to delete has such a record."""
+    # -- deleting ---------------------------------------------------------------------------------
+
+    def _delete(self, sweep: Sweep) -> None:
+        assert sweep.plan is not None, "the sweep planned first"
         limits = self.config.limits
-        total = sum(len(keys) for keys in result.to_delete.values())
-        for batch in _batches(result.to_delete, limits.delete_batch):
+        total = sum(len(keys) for keys in sweep.plan.to_delete.values())
+        counts = sweep.report.counts
+        for batch in _batches(sweep.plan.to_delete, limits.delete_batch):
             started = time.monotonic()
-            recheck = self.state.recheck(lease, self._lease_ttl_ms)
-            lease = self._renewed(recheck)
-            records = pinned.get(batch.partition, {})
-            cleared = self._delete_unless_changed(batch, records, recheck)
-            deleted = self._count_saved(report, batch, cleared)
-            if deleted:
-                self._record_deleted(report, result.now_ms, batch.partition, deleted, records)
-            if progress is not None:
-                progress(report.counts.deleted + report.counts.recheck_saved, total)
+            self._stop_if_asked()
+            check = self._recheck(sweep)
+            _stop_if_fenced(check.fences)
+            if check.fence_epoch != sweep.fence_epoch:
+                raise SweepStopped(
+                    Outcome.SKIPPED,
+                    Cause.FENCE_RAISED,
+                    "a checkpoint fence was raised since this sweep read its references (it may have "
+                    "written a manifest this sweep did not read); the next sweep starts afresh",
+                )
+            self._delete_batch(sweep, batch, check)
+            if sweep.progress is not None:
+                sweep.progress(counts.deleted + counts.recheck_saved, total)
             _throttle(len(batch.keys), limits.max_deletes_per_second, started)
-        report.outcome = Outcome.COMPLETED
-        return lease
 
-    def _renewed(self, recheck: Recheck) -> Lease:
-        if recheck.lease is None:
-            raise LeaseLost(self.config.namespace)
-        return recheck.lease
+    def _delete_batch(self, sweep: Sweep, batch: Batch, check: Recheck) -> None:
+        """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can
+        (with the lease renewal); the store then matches each row's identity and clears in back-to-back
+        calls (TQ has no compare-and-delete)."""
+        counts = sweep.report.counts
+        records = sweep.first_seen.get(batch.partition, {})
+        admitted = self.admissions.reread_keys(batch.partition, check.admissions_version)
+        # Kept: re-referenced since we listed (a writer or a restore admitted it). Every planned row has
+        # a record: rows are never deleted on first sight.
+        keys = [key for key in batch.keys if key not in admitted and key in records]
+        counts.recheck_saved += len(batch.keys) - len(keys)
+        if not keys:
+            return
+        intent = self._intent(sweep, batch.partition, keys, records)
+        intent_id = self.state.record_intent(sweep.holds_lease, intent)
+        self._check_lease_fresh(sweep)
+        try:
+            cleared = self.row_store.delete_if_unchanged(
+                batch.partition, {key: records[key].identity for key in keys}
+            )
+        except BaseException:
+            counts.failed += len(keys)  # deleted or not, nobody knows: the intent stays unconfirmed
+            raise
+        # Kept too: recreated under the same key (new global index or tags) or already gone. Each is a
+        # race we lost, counted, not an error; its record is dropped, so its grace starts again.
+        counts.deleted += len(cleared)
+        counts.recheck_saved += len(keys) - len(cleared)
+        self.state.confirm_deletes(sweep.holds_lease, intent_id, intent, cleared, forget=batch.keys)
+        self._sample(sweep.report, intent.confirm(cleared))
 
-    def _delete_unless_changed(
-        self, batch: Batch, records: Mapping[str, FirstSeen], recheck: Recheck
-    ) -> set[str]:
-        """Re-check, then delete: the keys of the batch deleted. Fences and admissions are read as
-        late as we can (with the lease renewal), then the store matches each row's identity and
-        clears in back-to-back calls (TQ has no compare-and-delete)."""
-        _stop_if_fenced(recheck.fences)
-        admitted = self.admissions.reread_keys(batch.partition, recheck.admissions_version)
-        # Kept: re-referenced since we listed (a writer or a restore admitted it), or never pinned.
-        keys = batch.keys if admitted.isdisjoint(batch.keys) else [k for k in batch.keys if k not in admitted]
-        expected = {key: records[key].identity for key in keys if key in records}
-        if not expected:
-            return set()
-        # Kept too: recreated under the same key (new global index or tags) or already gone.
-        return self.row_store.delete_if_unchanged(batch.partition, expected)
-
-    def _count_saved(self, report: SweepReport, batch: Batch, cleared: set[str]) -> Sequence[str]:
-        """The batch's deleted keys, in batch order. The others a re-check saved: each is a race we
-        lost, counted, not an error, and the row starts its grace again."""
-        if len(cleared) == len(batch.keys):  # the usual case
-            return batch.keys
-        saved = [key for key in batch.keys if key not in cleared]
-        report.counts.recheck_saved += len(saved)
-        self.state.save_first_seen(batch.partition, {}, saved)
-        return [key for key in batch.keys if key in cleared]
-
-    def _record_deleted(
-        self,
-        report: SweepReport,
-        now_ms: int,
-        partition: str,
-        keys: Sequence[str],
-        records: Mapping[str, FirstSeen],
-    ) -> None:
-        """Audit the deleted rows and drop their first-seen records (one state call per batch)."""
+    def _intent(
+        self, sweep: Sweep, partition: str, keys: Sequence[str], records: Mapping[str, FirstSeen]
+    ) -> AuditBatch:
+        assert sweep.plan is not None
         seen = [records[key] for key in keys]
-        batch = AuditBatch(
-            run_id=report.run_id,
+        return AuditBatch(
+            run_id=sweep.report.run_id,
             partition=partition,
             keys=tuple(keys),
-            unreferenced_ms=tuple(now_ms - record.at_ms for record in seen),
+            unreferenced_ms=tuple(sweep.plan.now_ms - record.at_ms for record in seen),
             global_indexes=tuple(record.identity.global_index for record in seen),
             tags_digests=tuple(record.identity.tags_digest for record in seen),
         )
-        self.state.record_deletes(batch)
-        report.counts.deleted += len(batch)
-        room = DELETED_SAMPLE_SIZE - len(report.deleted_sample)
-        if room > 0:
-            report.deleted_sample.extend(batch.rows()[:room])
 
-    def _finish(self, report: SweepReport, lease: Lease | None) -> None:
+    @staticmethod
+    def _sample(report: SweepReport, deleted: AuditBatch) -> None:
+        room = DELETED_SAMPLE_SIZE - len(report.deleted_sample)
+        if room > 0 and len(deleted):
+            report.deleted_sample.extend(deleted.rows()[:room])
+
+    # -- the lease --------------------------------------------------------------------------------
+
+    def _recheck(self, sweep: Sweep) -> Recheck:
+        """Renew the lease (LeaseLost if it is gone) and read fences and the admissions version."""
+        started = time.monotonic()
+        check = self.state.recheck(sweep.holds_lease, self._lease_ttl_ms)
+        if check.lease is None:
+            raise LeaseLost(self.config.namespace)
+        sweep.lease, sweep.renewed_at = check.lease, started
+        return check
+
+    def _keep_lease(self, sweep: Sweep) -> None:
+        if time.monotonic() - sweep.renewed_at > self.config.lease_ttl_seconds * RENEW_AFTER_TTL_FRACTION:
+            self._recheck(sweep)
+
+    def _check_lease_fresh(self, sweep: Sweep) -> None:
+        """Right before a clear: were we paused since the renewal? The store would not tell us in time."""
+        elapsed = time.monotonic() - sweep.renewed_at
+        if elapsed > self.config.lease_ttl_seconds * CLEAR_WITHIN_TTL_FRACTION:
+            raise SweepStopped(
+                Outcome.ABORTED,
+                Cause.LEASE_LOST,
+                f"{elapsed:.1f} s passed between the lease renewal and the clear (the sweeper was paused?); "
+                "stopped before clearing, the lease may already be someone else's",
+            )
+
+    def _stop_if_asked(self) -> None:
+        if self._stop.is_set():
+            raise SweepStopped(
+                Outcome.ABORTED, Cause.STOPPED, "asked to stop; stopped between delete batches"
+            )
+
+    def _finish(self, sweep: Sweep) -> None:
+        report = sweep.report
         try:
-            self.state.record_run(report.to_dict())
-        except StoreUnavailable as exc:
+            if not self.state.record_run(report.to_dict(), sweep.lease):
+                log.warning("run %s not recorded: its lease was lost (%s)", report.run_id, report.outcome)
+        except Exception as exc:  # the outcome is decided; a summary we cannot write is only logged
             log.warning("could not record run %s: %s", report.run_id, exc)
-        if lease is not None:
+        if sweep.lease is not None:
             try:
-                self.state.release_lease(lease)
-            except StoreUnavailable as exc:
+                self.state.release_lease(sweep.lease)
+            except Exception as exc:
                 log.warning("could not release the lease (it expires by itself): %s", exc)
 
     @contextmanager
@@ -253,6 +384,10 @@ class Collector:
             report.phases_ms[name] = report.phases_ms.get(name, 0.0) + (time.perf_counter() - started) * 1000
 
 
+def _end(report: SweepReport, outcome: Outcome, cause: Cause, reason: str) -> None:
+    report.outcome, report.cause, report.reason = outcome, cause, reason
+
+
 def _batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batch]:
     """Batches of one partition each, keeping the plan's order within a partition."""
     for partition, keys in to_delete.items():
@@ -262,7 +397,9 @@ def _batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batc
 
 def _stop_if_fenced(fences: Mapping[str, int]) -> None:
     if fences:
-        raise SweepStopped(Outcome.SKIPPED, f"checkpoint fence up: {', '.join(sorted(fences))}")
+        raise SweepStopped(
+            Outcome.SKIPPED, Cause.FENCE_UP, f"checkpoint fence up: {', '.join(sorted(fences))}"
+        )
 
 
 def _throttle(deleted: int, max_per_second: float, started: float) -> None:

@@ -21,8 +21,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 
-from tq_gc.collector import LEASE_HELD_REASON
-from tq_gc.model import PHASES, Outcome, Source, SweepReport
+from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ class SweepMetrics:
         """Count one finished sweep (any outcome)."""
         c = self._c
         c.sweeps.labels(outcome=report.outcome.value).inc()
-        if report.outcome is Outcome.SKIPPED and (report.reason or "").startswith(LEASE_HELD_REASON):
+        if report.cause is Cause.LEASE_HELD:
             c.lease_contention.inc()
         for phase in PHASES:
             spent_ms = report.phases_ms.get(phase, 0.0)

@@ -74,13 +74,23 @@ def group_by_partition(rows: Iterable[RowId]) -> dict[str, frozenset[str]]:
     return {partition: frozenset(keys) for partition, keys in grouped.items()}
 
 
+def merge_keys(*sources: KeysByPartition) -> dict[str, frozenset[str]]:
+    """{partition: keys} held by any of `sources`."""
+    merged: dict[str, frozenset[str]] = {}
+    for source in sources:
+        for partition, keys in source.items():
+            merged[partition] = merged.get(partition, frozenset()) | keys
+    return merged
+
+
 def rows_of(keys_by_partition: KeysByPartition) -> set[RowId]:
     return {RowId(partition, key) for partition, keys in keys_by_partition.items() for key in keys}
 
 
 @dataclass(frozen=True, slots=True)
 class References:
-    """A complete snapshot of every reference source, read in the order admissions, manifests, tags.
+    """Every reference the sweep read: each source read completely, some more than once (see
+    collector.Collector._read_references for the order that keeps a moving reference in view).
 
     Each source's rows are kept as {partition: keys}: the planner and the per-batch re-check work one
     partition at a time, and the admissions arrive grouped that way, so no sweep regroups 100k rows."""
@@ -130,6 +140,22 @@ class Outcome(StrEnum):
     ABORTED = "aborted"
 
 
+class Cause(StrEnum):
+    """Why a sweep ended skipped or aborted: what metrics, alerts and the CLI branch on, not the wording.
+
+    A sweep that stops may have deleted rows before it stopped: `counts.deleted` says how many."""
+
+    LEASE_HELD = "lease_held"  # skipped: another sweeper holds the lease
+    FENCE_UP = "fence_up"  # skipped: a checkpoint fence is up
+    FENCE_RAISED = "fence_raised"  # skipped: a fence came (and maybe went) since the references were read
+    LEASE_LOST = "lease_lost"  # aborted: our lease expired or was taken; we wrote nothing more
+    SOURCE_FAILED = "source_failed"  # aborted: a reference source could not be read completely
+    STORE_FAILED = "store_failed"  # aborted: the state store or the row store failed
+    BLAST_RADIUS = "blast_radius"  # aborted: more rows eligible than max_delete_fraction allows
+    STOPPED = "stopped"  # aborted: the sweeper was asked to stop (sidecar shutdown), between batches
+    ERROR = "error"  # aborted: an unexpected exception; the reason names its type
+
+
 class DeletedRow(NamedTuple):
     """One deleted row, as the audit log reads back (AuditBatch.rows)."""
 
@@ -139,6 +165,9 @@ class DeletedRow(NamedTuple):
     global_index: int | None = None
     tags_digest: str = ""
     run_id: str = ""
+    # False: the delete was intended and may have happened, but its sweeper never confirmed it (it
+    # crashed, lost its lease or its store failed between the intent and the confirmation).
+    confirmed: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,14 +177,17 @@ class DeletedRow(NamedTuple):
             "global_index": self.global_index,
             "tags_digest": self.tags_digest,
             "run_id": self.run_id,
+            "confirmed": self.confirmed,
         }
 
 
 @dataclass(frozen=True, slots=True)
 class AuditBatch:
-    """The rows one delete batch removed, column by column, all of one run and one partition.
+    """The rows one delete batch removes, column by column, all of one run and one partition.
 
-    The audit log keeps one entry per batch, not per row: a sweep deleting 50k rows writes 25 entries."""
+    Written ahead: the batch is recorded as an intent before the clear (confirmed=False), then confirmed
+    with the rows actually deleted. The audit log keeps one entry per batch, not per row: a sweep
+    deleting 50k rows writes 25 entries."""
 
     run_id: str
     partition: str
@@ -163,6 +195,7 @@ class AuditBatch:
     unreferenced_ms: tuple[int, ...]
     global_indexes: tuple[int | None, ...]
     tags_digests: tuple[str, ...]
+    confirmed: bool = False
 
     def __post_init__(self) -> None:
         lengths = {len(self.unreferenced_ms), len(self.global_indexes), len(self.tags_digests)}
@@ -176,9 +209,23 @@ class AuditBatch:
         """One DeletedRow per key, in the batch's order."""
         columns = zip(self.keys, self.unreferenced_ms, self.global_indexes, self.tags_digests, strict=True)
         return [
-            DeletedRow(self.partition, key, ms / 1000, index, digest, self.run_id)
+            DeletedRow(self.partition, key, ms / 1000, index, digest, self.run_id, self.confirmed)
             for key, ms, index, digest in columns
         ]
+
+    def confirm(self, deleted: Iterable[str]) -> AuditBatch:
+        """The batch as confirmed: only the rows of `deleted`, in batch order."""
+        gone = set(deleted)
+        keep = [i for i, key in enumerate(self.keys) if key in gone]
+        return AuditBatch(
+            run_id=self.run_id,
+            partition=self.partition,
+            keys=tuple(self.keys[i] for i in keep),
+            unreferenced_ms=tuple(self.unreferenced_ms[i] for i in keep),
+            global_indexes=tuple(self.global_indexes[i] for i in keep),
+            tags_digests=tuple(self.tags_digests[i] for i in keep),
+            confirmed=True,
+        )
 
 
 @dataclass(slots=True)
@@ -207,7 +254,7 @@ class Counts:
         }
 
 
-PHASES = ("lease", "list", "references", "plan", "delete")
+PHASES = ("lease", "attach", "list", "references", "plan", "delete")
 DELETED_SAMPLE_SIZE = 20
 
 
@@ -216,8 +263,11 @@ class SweepReport:
     run_id: str
     namespace: str
     dry_run: bool
-    outcome: Outcome = Outcome.COMPLETED
+    # Aborted until the sweep says otherwise: a sweep that dies in a way nobody foresaw must not
+    # read as completed.
+    outcome: Outcome = Outcome.ABORTED
     reason: str | None = None
+    cause: Cause | None = None
     started_at: str = ""
     finished_at: str = ""
     counts: Counts = field(default_factory=Counts)
@@ -231,6 +281,7 @@ class SweepReport:
             "dry_run": self.dry_run,
             "outcome": self.outcome.value,
             "reason": self.reason,
+            "cause": self.cause.value if self.cause else None,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "counts": self.counts.to_dict(),
@@ -250,6 +301,7 @@ class SweepReport:
             dry_run=data["dry_run"],
             outcome=Outcome(data["outcome"]),
             reason=data.get("reason"),
+            cause=Cause(data["cause"]) if data.get("cause") else None,
             started_at=data.get("started_at", ""),
             finished_at=data.get("finished_at", ""),
             counts=counts,

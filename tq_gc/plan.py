@@ -173,6 +173,26 @@ def plan(
     return replace(result, abort_reason=reason) if reason else result
 
 
+def stale_partitions(
+    observed: Mapping[str, int], scope: Iterable[str], now_ms: int, grace_ms: int
+) -> set[str]:
+    """Partitions whose first-seen records must be forgotten before planning.
+
+    Grace accrues only while sweeps observe a row. Records of a partition that left the scope were not
+    kept up to date while it was out (an admission made and released meanwhile went unseen), and records
+    of a partition no sweep observed for longer than the grace (fence skips, a paused sidecar, a
+    suspended CronJob) cover a stretch in which a reference could have come and gone: both start afresh.
+    A mark from the future (the store's clock went back) is not trusted either.
+    """
+    in_scope = set(scope)
+    stale = {partition for partition in observed if partition not in in_scope}
+    for partition in in_scope:
+        last = observed.get(partition)
+        if last is None or not 0 <= now_ms - last <= grace_ms:
+            stale.add(partition)
+    return stale
+
+
 def _sort_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
     """Put referenced rows in their source's bucket (admissions, then manifests, then tags)."""
     rest = in_scope

@@ -122,12 +122,21 @@ class SidecarActor:
 
     # -- sweeps ----------------------------------------------------------------------------------
 
-    def sweep_now(self, dry_run: bool = False) -> dict[str, Any]:
+    def sweep_now(self, dry_run: bool | None = None) -> dict[str, Any]:
         """Run one sweep now, after the one in progress if any; returns its report. Raises what the
-        sweep raised (counted in tqgc_sweep_errors_total)."""
+        sweep raised (counted in tqgc_sweep_errors_total).
+
+        `dry_run` defaults to what `sidecar.execute` says; a sidecar configured with execute: false
+        never deletes, and refuses `dry_run=False`."""
+        execute = self._config.sidecar.execute
+        if dry_run is False and not execute:
+            raise ConfigError(
+                f"the tq-gc sidecar {self._config.sidecar.name!r} has sidecar.execute: false, so it only "
+                "dry-runs; set sidecar.execute: true to let it delete"
+            )
         with self._sweep_lock:
             self._check_open()
-            return self._sweep(dry_run).to_dict()
+            return self._sweep(not execute if dry_run is None else dry_run).to_dict()
 
     def _scheduled_sweep(self) -> None:
         # A tick while sweep_now() runs is dropped, not queued: that sweep covers it.
@@ -204,11 +213,13 @@ class SidecarActor:
         log.info("scheduled sweeps resumed")
 
     def shutdown(self) -> None:
-        """Stop the schedule, wait for a sweep in progress, close what this actor opened (the state
+        """Stop the schedule, stop a sweep in progress between two delete batches and wait for it, close
+        what this actor opened (the state
         store, the row store's client, the metrics server; never the TQ itself). Idempotent."""
         if self._closed:
             return
         self._scheduler.pause()  # no new tick; the scheduler's own shutdown below waits for a running one
+        self._collector.stop()  # a sweep in progress stops before its next delete batch
         with self._sweep_lock:
             self._closed = True
             self._closing.close()

@@ -17,7 +17,7 @@ from support.scripted_store import ScriptedRowStore
 
 STAGING = "rollout_staging"
 REPORT_KEYS = {
-    "run_id", "namespace", "dry_run", "outcome", "reason", "started_at", "finished_at",
+    "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
     "counts", "phases_ms", "deleted_sample",
 }  # fmt: skip
 COUNT_KEYS = {
@@ -39,6 +39,7 @@ class Cli:
         self.state = MemoryState("job-42", clock_ms=self.clock)
         self.rows = ScriptedRowStore()
         self.manifest_dir = tmp_path / "ckpt"
+        self.manifest_dir.mkdir()
         self.config_path = tmp_path / "gc.yaml"
         self.write_config()
 
@@ -76,19 +77,19 @@ def test_sweep_json_is_one_document_matching_the_contract(cli: Cli) -> None:
     assert code == EXIT_OK
     assert set(doc) == REPORT_KEYS and set(doc["counts"]) >= COUNT_KEYS
     assert set(doc["counts"]["referenced"]) == {"admissions", "manifests", "tags"}
-    assert set(doc["phases_ms"]) == {"lease", "list", "references", "plan", "delete"}
+    assert set(doc["phases_ms"]) == {"lease", "attach", "list", "references", "plan", "delete"}
     assert doc["dry_run"] is True and doc["outcome"] == "dry_run" and doc["namespace"] == "job-42"
 
 
 def test_dry_run_by_default_execute_deletes(cli: Cli) -> None:
     cli.rows.put(STAGING, "r1/c1")
     cli.run("sweep")
-    cli.clock.advance(121)
+    cli.clock.advance(120)
     code, doc = cli.run_json("sweep")
     assert (code, doc["counts"]["eligible"], cli.rows.keys(STAGING)) == (EXIT_OK, 1, {"r1/c1"})
     code, doc = cli.run_json("sweep", "--execute")
     assert (code, doc["outcome"], doc["counts"]["deleted"]) == (EXIT_OK, "completed", 1)
-    assert doc["deleted_sample"] == [{"partition": STAGING, "key": "r1/c1", "unreferenced_s": 121.0}]
+    assert doc["deleted_sample"] == [{"partition": STAGING, "key": "r1/c1", "unreferenced_s": 120.0}]
     assert cli.rows.keys(STAGING) == set()
 
 
@@ -96,7 +97,7 @@ def test_max_deletes_flag_caps_the_run(cli: Cli) -> None:
     for i in range(3):
         cli.rows.put(STAGING, f"r{i}/c")
     cli.run("sweep")
-    cli.clock.advance(121)
+    cli.clock.advance(120)
     code, doc = cli.run_json("sweep", "--execute", "--max-deletes", "1")
     assert (code, doc["counts"]["deleted"], len(cli.rows.keys(STAGING))) == (EXIT_OK, 1, 2)
 
@@ -115,7 +116,7 @@ def test_fence_exits_3(cli: Cli) -> None:
 def test_unparsable_manifest_exits_4_and_deletes_nothing(cli: Cli) -> None:
     cli.rows.put(STAGING, "r1/c1")
     cli.run("sweep")
-    cli.clock.advance(121)
+    cli.clock.advance(120)
     bad = cli.manifest_dir / "step-3" / "gc-manifest.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{ not json")
@@ -170,7 +171,7 @@ def test_env_overrides_file_and_flags_override_env(cli: Cli, monkeypatch: pytest
         cli.rows.put(STAGING, f"r{i}/c")
     monkeypatch.setenv("TQGC_LIMITS__MAX_DELETES_PER_RUN", "2")
     cli.run("sweep")
-    cli.clock.advance(121)
+    cli.clock.advance(120)
     _, doc = cli.run_json("sweep", "--execute", "--max-deletes", "1")
     assert doc["counts"]["deleted"] == 1
     _code, doc = cli.run_json("sweep", "--execute")
@@ -182,7 +183,7 @@ def test_status_admissions_audit_and_check(cli: Cli) -> None:
     cli.rows.put(STAGING, "r2/c1")
     AdmissionRegistry(cli.state).admit("adm-1", {STAGING: ["r2/c1"]}, 600)
     cli.run("sweep")
-    cli.clock.advance(121)
+    cli.clock.advance(120)
     _, swept = cli.run_json("sweep", "--execute")
 
     _, status = cli.run_json("status")
@@ -198,7 +199,6 @@ def test_status_admissions_audit_and_check(cli: Cli) -> None:
 
 def test_check_fails_on_a_broken_manifest_and_touches_nothing(cli: Cli) -> None:
     bad = cli.manifest_dir / "gc-manifest.json"
-    bad.parent.mkdir(parents=True)
     bad.write_text("[")
     cli.rows.put(STAGING, "r1/c1")
     code, doc = cli.run_json("check")

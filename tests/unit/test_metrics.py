@@ -14,13 +14,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
-from tq_gc.model import Counts, Outcome, SweepReport
+from tq_gc.model import Cause, Counts, Outcome, SweepReport
 
 FINISHED_AT = "2024-05-01T12:00:00.000+00:00"
 FINISHED_TS = 1714564800.0
 
 
-def report(outcome: Outcome = Outcome.COMPLETED, reason: str | None = None, **counts: int) -> SweepReport:
+def report(
+    outcome: Outcome = Outcome.COMPLETED, reason: str | None = None, cause: Cause | None = None, **counts: int
+) -> SweepReport:
     values = Counts(**counts)  # type: ignore[arg-type]
     return SweepReport(
         run_id="r1",
@@ -28,6 +30,7 @@ def report(outcome: Outcome = Outcome.COMPLETED, reason: str | None = None, **co
         dry_run=outcome is Outcome.DRY_RUN,
         outcome=outcome,
         reason=reason,
+        cause=cause,
         finished_at=FINISHED_AT,
         counts=values,
         phases_ms={"lease": 2.0, "list": 30.0, "references": 5.0, "plan": 1.0, "delete": 0.0},
@@ -69,10 +72,10 @@ def test_counters_add_up_over_sweeps() -> None:
 def test_a_held_lease_counts_as_contention_and_keeps_the_last_good_gauges() -> None:
     metrics = SweepMetrics()
     metrics.observe(report(within_grace=9))
-    skipped = report(Outcome.SKIPPED, reason="lease held by cron-1:42")
+    skipped = report(Outcome.SKIPPED, reason="lease held by cron-1:42", cause=Cause.LEASE_HELD)
     skipped.finished_at = "2024-05-01T13:00:00.000+00:00"
     metrics.observe(skipped)
-    metrics.observe(report(Outcome.SKIPPED, reason="checkpoint fence up: ckpt-7"))
+    metrics.observe(report(Outcome.SKIPPED, reason="checkpoint fence up: ckpt-7", cause=Cause.FENCE_UP))
 
     assert value(metrics, "tqgc_sweeps_total", outcome="skipped") == 2
     assert value(metrics, "tqgc_lease_contention_total") == 1

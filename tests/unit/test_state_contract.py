@@ -7,15 +7,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 import redis
 
-from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.errors import ConfigError, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
-from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, FIRST_SEEN_CHUNK, RUNS_KEPT
+from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, FIRST_SEEN_CHUNK, RUNS_KEPT, Keys
 
 from redis_server import RedisServer, free_port
 
@@ -28,43 +28,93 @@ def seen(at_ms: int, digest: str = "d1", index: int | None = None) -> FirstSeen:
     return FirstSeen(at_ms, Identity(digest, index))
 
 
+def take_lease(state: StateStore, holder: str = "sweeper") -> Lease:
+    lease = state.acquire_lease(holder, ttl_ms=60_000)
+    assert lease is not None
+    return lease
+
+
+def save(state: StateStore, partition: str, upserts: dict[str, FirstSeen], drops: Iterable[str] = ()) -> None:
+    """A save by a sweeper that holds the lease for just that write."""
+    lease = take_lease(state)
+    state.save_first_seen(lease, partition, upserts, drops, observed_ms=state.now_ms())
+    state.release_lease(lease)
+
+
 # first-seen times -------------------------------------------------------------------------------
 
 
 def test_first_seen_round_trip_with_and_without_global_index(state: StateStore) -> None:
     records = {"a": seen(1, "d1", 7), "b": seen(2, "d2", None), "c|odd key ü": seen(3, "x|y", 0)}
-    state.save_first_seen("staging", records, drops=[])
+    save(state, "staging", records)
 
     assert state.load_first_seen("staging") == records
     assert state.load_first_seen("other") == {}
 
 
 def test_first_seen_upserts_replace_and_drops_remove(state: StateStore) -> None:
-    state.save_first_seen("staging", {"a": seen(1), "b": seen(2)}, drops=[])
-    state.save_first_seen("staging", {"a": seen(5, "d9", 3)}, drops=["b", "never-there"])
+    save(state, "staging", {"a": seen(1), "b": seen(2)})
+    save(state, "staging", {"a": seen(5, "d9", 3)}, drops=["b", "never-there"])
 
     assert state.load_first_seen("staging") == {"a": seen(5, "d9", 3)}
 
 
 def test_first_seen_partitions_are_separate(state: StateStore) -> None:
-    state.save_first_seen("p1", {"k": seen(1)}, drops=[])
-    state.save_first_seen("p2", {"k": seen(2)}, drops=[])
-    state.save_first_seen("p1", {}, drops=["k"])
+    save(state, "p1", {"k": seen(1)})
+    save(state, "p2", {"k": seen(2)})
+    save(state, "p1", {}, drops=["k"])
 
     assert state.load_first_seen("p1") == {}
     assert state.load_first_seen("p2") == {"k": seen(2)}
 
 
 def test_first_seen_many_rows_cross_chunks(state: StateStore) -> None:
-    count = 10_000
-    assert count > FIRST_SEEN_CHUNK  # the point: several HSET, HSCAN and HDEL chunks
+    count = 12_000
+    assert count > 2 * FIRST_SEEN_CHUNK  # the point: several script calls, HSCAN pages and drop chunks
     records = {f"key/{i}": seen(1_000 + i, f"d{i % 7}", i if i % 2 else None) for i in range(count)}
-    state.save_first_seen("big", records, drops=[])
+    save(state, "big", records)
     assert state.load_first_seen("big") == records
 
     dropped = {f"key/{i}" for i in range(0, count, 2)}
-    state.save_first_seen("big", {}, drops=dropped)
+    save(state, "big", {}, drops=dropped)
     assert state.load_first_seen("big") == {k: v for k, v in records.items() if k not in dropped}
+
+
+def test_saving_marks_the_partition_observed_and_forgetting_drops_it(state: StateStore) -> None:
+    lease = take_lease(state)
+    state.save_first_seen(lease, "p1", {"k": seen(1)}, [], observed_ms=1_234)
+    state.save_first_seen(lease, "p2", {}, [], observed_ms=5_678)  # observed with nothing to record
+    assert state.observed() == {"p1": 1_234, "p2": 5_678}
+
+    state.forget_partition(lease, "p1")
+    assert state.observed() == {"p2": 5_678}
+    assert state.load_first_seen("p1") == {}
+
+
+def test_a_sweeper_without_the_lease_writes_nothing(state: StateStore, advance: Advance) -> None:
+    """A sweeper paused past its lease's TTL must not overwrite its successor's records or audit."""
+    stale = state.acquire_lease("paused", ttl_ms=TTL_MS)
+    assert stale is not None
+    advance(PAST_TTL_S)
+    successor = take_lease(state, "successor")
+    state.save_first_seen(successor, "p", {"k": seen(50)}, [], observed_ms=50)
+    intent_id = state.record_intent(successor, batch("new", "k"))
+
+    with pytest.raises(LeaseLost):
+        state.save_first_seen(stale, "p", {"k": seen(1), "j": seen(1)}, [], observed_ms=1)
+    with pytest.raises(LeaseLost):
+        state.forget_partition(stale, "p")
+    with pytest.raises(LeaseLost):
+        state.record_intent(stale, batch("old", "j"))
+    with pytest.raises(LeaseLost):
+        state.confirm_deletes(stale, intent_id, batch("new", "k"), deleted={"k"}, forget=["k"])
+    assert state.record_run({"run_id": "old"}, stale) is False
+
+    assert state.load_first_seen("p") == {"k": seen(50)} and state.observed() == {"p": 50}
+    assert [(row.run_id, row.confirmed) for row in state.read_audit(None, 10)] == [("new", False)]
+    assert state.recent_runs(10) == []
+    assert state.record_run({"run_id": "new"}, successor) is True
+    assert state.record_run({"run_id": "skipped"}) is True  # no lease: a sweep skipped before taking one
 
 
 # the sweep lease --------------------------------------------------------------------------------
@@ -169,8 +219,8 @@ def test_runs_are_capped_and_newest_first(state: StateStore) -> None:
     assert state.recent_runs(0) == []
 
 
-def deleted(run_id: str, key: str, index: int | None = 1) -> DeletedRow:
-    return DeletedRow("staging", key, 901.25, global_index=index, tags_digest="abc", run_id=run_id)
+def deleted(run_id: str, key: str, index: int | None = 1, confirmed: bool = True) -> DeletedRow:
+    return DeletedRow("staging", key, 901.25, index, "abc", run_id, confirmed)
 
 
 def batch(run_id: str, *keys: str, indexes: tuple[int | None, ...] | None = None) -> AuditBatch:
@@ -184,10 +234,19 @@ def batch(run_id: str, *keys: str, indexes: tuple[int | None, ...] | None = None
     )
 
 
+def record(state: StateStore, intent: AuditBatch, deleted: Iterable[str] | None = None) -> None:
+    """Intent, then confirmation (all of its rows deleted unless `deleted` says which)."""
+    lease = take_lease(state)
+    intent_id = state.record_intent(lease, intent)
+    gone = set(intent.keys if deleted is None else deleted)
+    state.confirm_deletes(lease, intent_id, intent, gone, forget=intent.keys)
+    state.release_lease(lease)
+
+
 def test_audit_newest_first_and_filtered_by_run(state: StateStore) -> None:
-    state.record_deletes(batch("run-1", "a", "b", indexes=(1, None)))
-    state.record_deletes(batch("run-2", "c", "d"))
-    state.record_deletes(batch("run-2"))
+    record(state, batch("run-1", "a", "b", indexes=(1, None)))
+    record(state, batch("run-2", "c", "d"))
+    record(state, batch("run-2"))
 
     assert state.read_audit("run-1", limit=10) == [deleted("run-1", "b", None), deleted("run-1", "a")]
     assert [r.key for r in state.read_audit(None, limit=3)] == ["d", "c", "b"]
@@ -195,29 +254,47 @@ def test_audit_newest_first_and_filtered_by_run(state: StateStore) -> None:
     assert state.read_audit(None, limit=0) == []
 
 
-def test_recording_deletes_drops_their_first_seen_records(state: StateStore) -> None:
-    state.save_first_seen("staging", {"a": seen(1), "b": seen(2), "c": seen(3)}, drops=[])
-    state.save_first_seen("other", {"a": seen(4)}, drops=[])
-    state.record_deletes(batch("run-1", "a", "b", "never-seen"))
+def test_an_intent_is_durable_before_the_clear_and_confirmed_after(state: StateStore) -> None:
+    """Write-ahead: a sweeper that dies between its intent and its confirmation leaves every row it
+    may have deleted in the audit, marked unconfirmed; a confirmation keeps only the rows deleted."""
+    lease = take_lease(state)
+    crashed = state.record_intent(lease, batch("run-1", "a", "b"))
+    confirmed = state.record_intent(lease, batch("run-2", "c", "d", "e"))
+    state.confirm_deletes(lease, confirmed, batch("run-2", "c", "d", "e"), deleted={"c", "e"}, forget=[])
+
+    assert crashed != confirmed
+    assert state.read_audit(None, limit=10) == [
+        deleted("run-2", "e"),
+        deleted("run-2", "c"),
+        deleted("run-1", "b", confirmed=False),
+        deleted("run-1", "a", confirmed=False),
+    ]
+
+
+def test_confirming_deletes_drops_their_first_seen_records(state: StateStore) -> None:
+    save(state, "staging", {"a": seen(1), "b": seen(2), "c": seen(3)})
+    save(state, "other", {"a": seen(4)})
+    record(state, batch("run-1", "a", "b", "never-seen"), deleted={"a"})
 
     assert state.load_first_seen("staging") == {"c": seen(3)}
     assert state.load_first_seen("other") == {"a": seen(4)}
 
 
 def test_audit_filter_pages_past_other_runs(state: StateStore) -> None:
-    state.record_deletes(batch("old", "x"))
+    record(state, batch("old", "x"))
     for i in range(3 * AUDIT_PAGE):
-        state.record_deletes(batch("new", *(f"k{i}-{j}" for j in range(50))))
+        record(state, batch("new", *(f"k{i}-{j}" for j in range(50))))
 
     assert state.read_audit("old", limit=5) == [deleted("old", "x")]
     newest = state.read_audit("new", limit=2_390)
     assert len(newest) == 2_390 and newest[0].key == f"k{3 * AUDIT_PAGE - 1}-49"
+    assert all(row.confirmed for row in newest)
 
 
 def test_audit_trims_whole_batches_and_keeps_the_newest_maxlen_rows(state: StateStore) -> None:
     size = AUDIT_MAXLEN // 50
     for i in range(60):
-        state.record_deletes(batch("run", *(f"b{i}/{j}" for j in range(size))))
+        record(state, batch("run", *(f"b{i}/{j}" for j in range(size))))
 
     kept = state.read_audit(None, limit=2 * AUDIT_MAXLEN)
     assert len(kept) == AUDIT_MAXLEN
@@ -225,8 +302,8 @@ def test_audit_trims_whole_batches_and_keeps_the_newest_maxlen_rows(state: State
 
 
 def test_audit_never_trims_the_newest_batch(state: StateStore) -> None:
-    state.record_deletes(batch("old", "x"))
-    state.record_deletes(batch("huge", *(f"k{j}" for j in range(AUDIT_MAXLEN + 5))))
+    record(state, batch("old", "x"))
+    record(state, batch("huge", *(f"k{j}" for j in range(AUDIT_MAXLEN + 5))))
 
     kept = state.read_audit(None, limit=2 * AUDIT_MAXLEN)
     assert len(kept) == AUDIT_MAXLEN + 5 and {row.run_id for row in kept} == {"huge"}
@@ -289,6 +366,17 @@ def test_renewal_keeps_an_admission_alive(state: StateStore, advance: Advance) -
     assert list(state.live_admissions()) == ["adm"]
 
 
+def test_a_fence_raised_and_lowered_between_two_rechecks_moves_the_epoch(state: StateStore) -> None:
+    lease = take_lease(state)
+    before = state.recheck(lease, ttl_ms=60_000)
+    state.raise_fence("ckpt-7", ttl_ms=60_000)
+    state.lower_fence("ckpt-7")
+    after = state.recheck(lease, ttl_ms=60_000)
+
+    assert after.fences == {} and after.fence_epoch != before.fence_epoch
+    assert state.recheck(lease, ttl_ms=60_000).fence_epoch == after.fence_epoch  # reading moves nothing
+
+
 def test_fences_up_down_and_expiry(state: StateStore, advance: Advance) -> None:
     now = state.now_ms()
     state.raise_fence("checkpoint-7", ttl_ms=60_000)
@@ -327,6 +415,21 @@ def test_now_moves_forward_with_the_store_clock(state: StateStore, advance: Adva
 # redis only -------------------------------------------------------------------------------------
 
 
+def test_an_admission_whose_rows_were_evicted_fails_closed(redis_url: str) -> None:
+    """Under a maxmemory policy Redis may evict the rows hash and keep the expiry: that admission must
+    not read as one that holds nothing."""
+    store = RedisState.from_url(redis_url, "job")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        store.admit("adm-1", {"staging": ["k"]}, ttl_ms=60_000)
+        client.delete(Keys("job").admission_rows)
+        with pytest.raises(StoreUnavailable, match="adm-1 has no rows"):
+            store.live_admissions()
+    finally:
+        client.close()
+        store.close()
+
+
 def test_now_is_redis_time(redis_url: str) -> None:
     store = RedisState.from_url(redis_url, "clock")
     client = redis.Redis.from_url(redis_url)
@@ -340,11 +443,11 @@ def test_now_is_redis_time(redis_url: str) -> None:
 
 
 def exercise(store: StateStore) -> None:
-    store.save_first_seen("staging", {"k": seen(1)}, drops=[])
+    save(store, "staging", {"k": seen(1)})
+    store.record_run({"run_id": store.namespace})
+    record(store, batch(store.namespace, "k"))
     lease = store.acquire_lease("me", ttl_ms=60_000)
     assert lease is not None
-    store.record_run({"run_id": store.namespace})
-    store.record_deletes(batch(store.namespace, "k"))
     store.admit("adm", {"staging": [store.namespace]}, ttl_ms=60_000)
     store.raise_fence("fence", ttl_ms=60_000)
 
@@ -377,15 +480,18 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
     return {
         "now_ms": store.now_ms,
         "load_first_seen": lambda: store.load_first_seen("p"),
-        "save_first_seen": lambda: store.save_first_seen("p", {"k": seen(1)}, ["j"]),
+        "observed": store.observed,
+        "save_first_seen": lambda: store.save_first_seen(lease, "p", {"k": seen(1)}, ["j"], 1),
+        "forget_partition": lambda: store.forget_partition(lease, "p"),
         "acquire_lease": lambda: store.acquire_lease("me", 1_000),
         "renew_lease": lambda: store.renew_lease(lease, 1_000),
         "release_lease": lambda: store.release_lease(lease),
         "lease_holder": store.lease_holder,
         "recheck": lambda: store.recheck(lease, 1_000),
-        "record_run": lambda: store.record_run({"run_id": "r"}),
+        "record_run": lambda: store.record_run({"run_id": "r"}, lease),
         "recent_runs": lambda: store.recent_runs(5),
-        "record_deletes": lambda: store.record_deletes(batch("r", "k")),
+        "record_intent": lambda: store.record_intent(lease, batch("r", "k")),
+        "confirm_deletes": lambda: store.confirm_deletes(lease, "0-1", batch("r", "k"), {"k"}, ["k"]),
         "read_audit": lambda: store.read_audit(None, 5),
         "admit": lambda: store.admit("a", {"p": ["k"]}, 1_000),
         "renew_admission": lambda: store.renew_admission("a", 1_000),
@@ -400,8 +506,11 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
 def test_every_call_raises_store_unavailable_once_redis_is_gone() -> None:
     with RedisServer() as server:
         store = RedisState.from_url(server.url, "job")
-        for call in every_call(store).values():
-            call()  # all fine while the server is up
+        for name, call in every_call(store).items():
+            try:
+                call()  # all fine while the server is up (bar the lease we do not hold)
+            except LeaseLost:
+                assert name in {"save_first_seen", "forget_partition", "record_intent", "confirm_deletes"}
         server.stop()
 
         for name, call in every_call(store).items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,14 @@ def run_cli(tmp_path: Path, config: dict[str, Any], rows: ScriptedRowStore, *arg
     return main([args[0], "--config", str(path), "--json", *args[1:]], Runtime(row_store=rows)), path
 
 
+def observe_past_grace(dry_sweep: Callable[[], object], grace_s: float) -> None:
+    """Let a grace pass while sweeps keep observing: a gap in observation longer than the grace
+    restarts every row's clock."""
+    for _ in range(2):
+        time.sleep(grace_s * 0.55)
+        dry_sweep()
+
+
 def test_cli_sweeps_with_redis_state_across_runs(
     tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -51,7 +60,7 @@ def test_cli_sweeps_with_redis_state_across_runs(
     registry.admit("adm-1", {STAGING: ["held/c1"]}, ttl_seconds=60)
     config = config_for(redis_url)
     assert run_cli(tmp_path, config, rows, "sweep", "--execute")[0] == EXIT_OK
-    time.sleep(1.1)
+    observe_past_grace(lambda: run_cli(tmp_path, config, rows, "sweep"), config["grace_seconds"])
     capsys.readouterr()
     code, _ = run_cli(tmp_path, config, rows, "sweep", "--execute")
     doc = json.loads(capsys.readouterr().out)
@@ -78,13 +87,13 @@ def test_host_clock_skew_does_not_shorten_grace(redis_url: str, monkeypatch: pyt
 
 def test_concurrent_sweepers_exactly_one_runs(redis_url: str) -> None:
     """Sidecar, CronJob and a manual CLI firing together: one holds the lease, the others skip."""
-    config = parse_config(config_for(redis_url))
+    config = parse_config(config_for(redis_url, grace_seconds=2))
     rows = ScriptedRowStore()
     for i in range(20):
         rows.put(STAGING, f"r{i}/c")
     warm = RedisState.from_url(redis_url, "job-7")
     Collector(config, warm, rows).sweep(dry_run=False)
-    time.sleep(1.1)
+    observe_past_grace(lambda: Collector(config, warm, rows).sweep(dry_run=True), config.grace_seconds)
     started = threading.Barrier(3)
     rows.before("list_rows", lambda: time.sleep(0.5))  # the winner holds the lease a while
     reports: list[SweepReport] = []

@@ -59,9 +59,39 @@ class BrokenStore(RecordingStore):
 
 
 def test_is_a_reference_source() -> None:
-    source: ReferenceSource = TagsSource([ROUTE_PLAN], MemoryRowStore())
+    source: ReferenceSource = TagsSource([ROUTE_PLAN], store_with({DATA: {"g1_g0": None}}))
     assert source.name == "tags"
     assert rows_of(source.read()) == frozenset()
+
+
+def test_a_tag_partition_the_store_lacks_fails_the_source() -> None:
+    """A typo or a renamed partition must not read as "nothing references anything"."""
+    store = store_with({"rollout_dta": {"g1_g0": plan("a")}})
+    with pytest.raises(ReferenceSourceError, match="partition 'rollout_data' .* does not exist") as caught:
+        TagsSource([ROUTE_PLAN], store).read()
+    assert caught.value.source == "tags"
+    with pytest.raises(ReferenceSourceError, match="does not exist"):
+        TagsSource([ROUTE_PLAN], store).read(listed={DATA: {}}, existing=["rollout_dta"])
+
+
+def test_a_partition_emptied_by_its_job_still_exists() -> None:
+    store = store_with({DATA: {"g1_g0": plan("a")}})
+    store.delete(DATA, ["g1_g0"])
+    assert rows_of(TagsSource([ROUTE_PLAN], store).read()) == frozenset()
+
+
+@pytest.mark.parametrize(
+    "data_rows",
+    [{}, {"g1_g0": {"weight_version": 3}}, {"g1_g0": plan()}],
+    ids=["empty-partition", "path-resolves-nowhere", "empty-plans"],
+)
+def test_expect_nonempty_fails_when_the_reference_names_no_row(data_rows: dict[str, Tags]) -> None:
+    expected = ROUTE_PLAN.model_copy(update={"expect_nonempty": True})
+    store = store_with({DATA: {"seed": None, **data_rows}})
+    with pytest.raises(ReferenceSourceError, match="names no row .* expect_nonempty"):
+        TagsSource([expected], store).read()
+    store.put(DATA, "g2_g0", plan("r1/c1"))
+    assert rows_of(TagsSource([expected], store).read()) == staging("r1/c1")
 
 
 @pytest.mark.parametrize(
@@ -98,6 +128,7 @@ def test_is_a_reference_source() -> None:
 )
 def test_reads_route_plan_cleanup_keys(data_rows: dict[str, Tags | None], expected: frozenset[RowId]) -> None:
     store = store_with({DATA: data_rows, STAGING: {"r1/c1": {"rollout_id": "r1"}}})
+    store.put(DATA, "seed", None)  # the partition exists, even when the case lists no row
     assert rows_of(TagsSource([ROUTE_PLAN], store).read()) == expected
 
 
@@ -141,6 +172,7 @@ def test_a_listing_from_the_collector_replaces_listing_again() -> None:
     ids=["store-unavailable", "any-exception"],
 )
 def test_a_store_failure_fails_the_source(store: MemoryRowStore, message: str) -> None:
+    store.put(DATA, "g1_g0", plan("a"))
     with pytest.raises(ReferenceSourceError, match=message) as caught:
         TagsSource([ROUTE_PLAN], store).read()
     assert caught.value.source == "tags"
@@ -171,4 +203,6 @@ def test_a_malformed_tag_fails_the_source_naming_the_row(tags: Tags, message: st
 def test_a_malformed_tag_in_a_pre_listed_partition_also_fails() -> None:
     source = TagsSource([ROUTE_PLAN], BrokenStore())
     with pytest.raises(ReferenceSourceError, match="g1_g0"):
-        source.read(listed={DATA: {"g1_g0": {"route_assembly_plan": {"cleanup_staging_keys": 1}}}})
+        source.read(
+            listed={DATA: {"g1_g0": {"route_assembly_plan": {"cleanup_staging_keys": 1}}}}, existing=[DATA]
+        )

@@ -8,7 +8,8 @@ a nested object, so strings along the key path are decoded.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TypeVar
 
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError
@@ -17,10 +18,15 @@ from tq_gc.references.keypath import extract_keys
 from tq_gc.stores.base import RowStore
 
 Listing = Mapping[str, Mapping[str, Tags]]
+T = TypeVar("T")
 
 
 class TagsSource:
-    """Every row named by a configured tag reference in the rows of the row store."""
+    """Every row named by a configured tag reference in the rows of the row store.
+
+    Fails closed: a tag partition the row store does not have (renamed, or a typo in the config) is an
+    error, not a partition that references nothing, and so is a reference marked `expect_nonempty`
+    that names no row."""
 
     name: str = Source.TAGS.value
 
@@ -35,25 +41,53 @@ class TagsSource:
         """The partitions this source lists: a collector that lists them anyway can pass its listing."""
         return list(self._by_partition)
 
-    def read(self, listed: Listing | None = None) -> KeysByPartition:
-        """`listed` ({partition: {key: tags}}) replaces listing a partition the caller listed this sweep."""
+    def read(self, listed: Listing | None = None, existing: Collection[str] | None = None) -> KeysByPartition:
+        """`listed` ({partition: {key: tags}}) replaces listing a partition the caller listed this sweep;
+        `existing` (the row store's partitions) replaces asking the store which partitions exist."""
+        if not self._by_partition:
+            return {}
+        if existing is None:
+            existing = self._store_call("listing partitions", self._row_store.partitions)
+        known = set(existing)
         rows: set[RowId] = set()
         for partition, references in self._by_partition.items():
+            if partition not in known:
+                raise ReferenceSourceError(
+                    Source.TAGS.value,
+                    f"partition {partition!r} (tag_references) does not exist in the row store: a typo, "
+                    "a renamed partition, or a job that has not written it yet. Nothing is deleted until "
+                    "it exists",
+                )
             if listed is not None and partition in listed:
                 tagged_rows = listed[partition]
             else:
                 tagged_rows = self._list(partition)
             for reference in references:
-                rows.update(_referenced_rows(reference, tagged_rows))
+                rows.update(_checked_rows(reference, tagged_rows))
         return group_by_partition(rows)
 
     def _list(self, partition: str) -> Mapping[str, Tags]:
+        return self._store_call(
+            f"listing partition {partition!r}", lambda: self._row_store.list_rows(partition)
+        )
+
+    @staticmethod
+    def _store_call(what: str, call: Callable[[], T]) -> T:
         try:
-            return self._row_store.list_rows(partition)
+            return call()
         except Exception as exc:  # any store failure: the source is incomplete, so the sweep aborts
-            raise ReferenceSourceError(
-                Source.TAGS.value, f"listing partition {partition!r} failed: {exc!r}"
-            ) from exc
+            raise ReferenceSourceError(Source.TAGS.value, f"{what} failed: {exc!r}") from exc
+
+
+def _checked_rows(reference: TagReference, tagged_rows: Mapping[str, Tags]) -> list[RowId]:
+    rows = _referenced_rows(reference, tagged_rows)
+    if reference.expect_nonempty and not rows:
+        raise ReferenceSourceError(
+            Source.TAGS.value,
+            f"tag path {reference.key_path!r} names no row in the {len(tagged_rows)} rows of partition "
+            f"{reference.partition!r}, but the reference is expect_nonempty: check the key path",
+        )
+    return rows
 
 
 def _referenced_rows(reference: TagReference, tagged_rows: Mapping[str, Tags]) -> list[RowId]:

@@ -6,11 +6,17 @@ sidecar, the CronJob and the CLI). Times are milliseconds on the store's own clo
 the host's: a collector whose host clock is off must not shorten anyone's grace.
 
 Every method raises StoreUnavailable when the store cannot answer.
+
+Ownership: only the lease holder writes first-seen records, the audit log and its own run summary, and
+every such write takes the lease and checks its token in the same atomic step (a Lua script on Redis,
+the store's lock in memory). A sweeper paused past its lease's TTL and resumed therefore writes nothing:
+its writes raise LeaseLost. The check cannot be a separate read before the write: the lease could pass to
+another sweeper in between, and the stale sweeper would overwrite the new holder's observations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +39,8 @@ class Recheck:
     lease: Lease | None  # renewed, or None: lost, the sweeper must stop
     fences: dict[str, int]  # fences up now: {name: expires_at_ms}
     admissions_version: int
+    # Moves on every raise_fence: a fence raised and lowered between two re-checks still moves it.
+    fence_epoch: int
 
 
 class StateStore(Protocol):
@@ -47,8 +55,27 @@ class StateStore(Protocol):
         """Every first-seen record of a partition: {key: FirstSeen}."""
         ...
 
-    def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
-        """Write new or changed records and drop the given keys (referenced again, or gone)."""
+    def observed(self) -> dict[str, int]:
+        """{partition: store time (ms) of the last sweep that observed it}: every partition with records.
+
+        Grace accrues only while sweeps observe a row: a partition whose last observation is older than
+        the grace, or that has left the scope, has its records forgotten (plan.stale_partitions)."""
+        ...
+
+    def save_first_seen(
+        self,
+        lease: Lease,
+        partition: str,
+        upserts: Mapping[str, FirstSeen],
+        drops: Iterable[str],
+        observed_ms: int,
+    ) -> None:
+        """Write new or changed records, drop the given keys (referenced again, or gone), and mark the
+        partition observed at `observed_ms`. Raises LeaseLost, writing nothing, if the lease is not ours."""
+        ...
+
+    def forget_partition(self, lease: Lease, partition: str) -> None:
+        """Drop every record of a partition and its observation mark. Raises LeaseLost if not ours."""
         ...
 
     # the sweep lease, shared by every sweeper of the namespace
@@ -69,26 +96,40 @@ class StateStore(Protocol):
         ...
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        """renew_lease, live_fences and admissions_version together: one round trip per delete batch."""
+        """renew_lease, live_fences, admissions_version and the fence epoch together: one round trip."""
         ...
 
     # run summaries and the audit log
-    def record_run(self, report: Mapping[str, Any]) -> None:
-        """Keep a run summary (the report document); the store keeps a bounded number."""
+    def record_run(self, report: Mapping[str, Any], lease: Lease | None = None) -> bool:
+        """Keep a run summary (the report document); the store keeps a bounded number.
+
+        With `lease`, only while that lease is still ours (a sweeper that lost it writes nothing): False
+        when it was not written. Without, always (a sweep skipped before it held a lease)."""
         ...
 
     def recent_runs(self, limit: int) -> list[dict[str, Any]]:
         """The newest run summaries, newest first."""
         ...
 
-    def record_deletes(self, batch: AuditBatch) -> None:
-        """Append a deleted batch to the audit log and drop the rows' first-seen records, together.
+    def record_intent(self, lease: Lease, batch: AuditBatch) -> str:
+        """Append a batch about to be deleted to the audit log, unconfirmed; durable on return.
 
-        The log is capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows."""
+        Returns the intent's id. Raises LeaseLost, writing nothing, if the lease is not ours. The log is
+        capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows."""
+        ...
+
+    def confirm_deletes(
+        self, lease: Lease, intent_id: str, batch: AuditBatch, deleted: Collection[str], forget: Iterable[str]
+    ) -> None:
+        """Confirm the intent `intent_id` (of `batch`) with the keys actually deleted (the others were
+        saved by the re-check) and drop the first-seen records of `forget` in its partition, together.
+        Raises LeaseLost, writing nothing, if the lease is not ours: the intent then stays in the log,
+        unconfirmed."""
         ...
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
-        """Deleted rows, newest first; only those of run_id when given."""
+        """Deleted rows, newest first; only those of run_id when given. Rows of an intent never
+        confirmed are all there, with confirmed=False: they may or may not have been deleted."""
         ...
 
     # the admission registry and checkpoint fences; leases expire on the store's clock
@@ -118,7 +159,7 @@ class StateStore(Protocol):
         ...
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:
-        """Put up (or extend) a named checkpoint fence."""
+        """Put up (or extend) a named checkpoint fence, and move the fence epoch."""
         ...
 
     def lower_fence(self, name: str) -> None:

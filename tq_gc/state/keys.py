@@ -6,12 +6,15 @@ jobs sharing one Redis never touch each other's keys.
 
     tqgc:{ns}:lease                 STRING  JSON {token, holder}; expires by PX = the lease TTL
     tqgc:{ns}:first_seen:<part>     HASH    key -> "<at_ms>|<tags_digest>|<global_index or ''>"
+    tqgc:{ns}:observed              HASH    partition -> at_ms of the last sweep that observed it
     tqgc:{ns}:runs                  LIST    run summaries (JSON), newest first, capped at RUNS_KEPT
-    tqgc:{ns}:audit                 STREAM  one entry per delete batch (model.AuditBatch), capped by rows
+    tqgc:{ns}:audit                 STREAM  an intent entry per delete batch (model.AuditBatch), written
+                                            before the clear, and a confirmation entry after; capped by rows
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
     tqgc:{ns}:admissions:version    STRING  counter, INCR on every admit (see StateStore.admissions_version)
     tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
+    tqgc:{ns}:fences:epoch          STRING  counter, INCR on every raise_fence (see state.base.Recheck)
 
 The memory store keeps the same caps, so both backends pass one contract suite.
 """
@@ -66,6 +69,8 @@ class Keys:
         self.admission_rows = f"{self.prefix}:admissions:rows"
         self.admission_version = f"{self.prefix}:admissions:version"
         self.fences = f"{self.prefix}:fences"
+        self.fence_epoch = f"{self.prefix}:fences:epoch"
+        self.observed = f"{self.prefix}:observed"
 
     def first_seen(self, partition: str) -> str:
         return f"{self.prefix}:first_seen:{partition}"

@@ -7,16 +7,27 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
+from tq_gc.errors import LeaseLost
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+class SteadyClock:
+    """Wall-clock milliseconds read once, then advanced by the monotonic clock.
+
+    The store's clock must not jump: an NTP step forward of the host's wall clock would age every
+    first-seen record and lease at once (and a step back would make leases outlive their TTL)."""
+
+    def __init__(self) -> None:
+        self._origin_ms = time.time_ns() // 1_000_000
+        self._origin_ns = time.monotonic_ns()
+
+    def __call__(self) -> int:
+        return self._origin_ms + (time.monotonic_ns() - self._origin_ns) // 1_000_000
 
 
 class ManualClock:
@@ -35,13 +46,16 @@ class ManualClock:
 class MemoryState:
     def __init__(self, namespace: str = "default", clock_ms: Callable[[], int] | None = None) -> None:
         self.namespace = check_namespace(namespace)
-        self.clock_ms = clock_ms or wall_clock_ms
+        self.clock_ms = clock_ms or SteadyClock()
         self._lock = threading.Lock()
         self._first_seen: dict[str, dict[str, FirstSeen]] = {}
+        self._observed: dict[str, int] = {}
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
-        self._audit: deque[AuditBatch] = deque()
+        self._audit: deque[tuple[str, AuditBatch]] = deque()  # (intent id, batch), oldest first
         self._audit_rows = 0
+        self._intents = 0
+        self._fence_epoch = 0
         # id -> (expires_at_ms, rows); expired entries are pruned on read
         self._admissions: dict[str, tuple[int, AdmissionRows]] = {}
         self._fences: dict[str, int] = {}
@@ -57,10 +71,29 @@ class MemoryState:
         with self._lock:
             return dict(self._first_seen.get(partition, {}))
 
-    def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
+    def observed(self) -> dict[str, int]:
         with self._lock:
+            return dict(self._observed)
+
+    def save_first_seen(
+        self,
+        lease: Lease,
+        partition: str,
+        upserts: Mapping[str, FirstSeen],
+        drops: Iterable[str],
+        observed_ms: int,
+    ) -> None:
+        with self._lock:
+            self._check_lease(lease)
             self._first_seen.setdefault(partition, {}).update(upserts)
             self._forget_first_seen(partition, drops)
+            self._observed[partition] = observed_ms
+
+    def forget_partition(self, lease: Lease, partition: str) -> None:
+        with self._lock:
+            self._check_lease(lease)
+            self._first_seen.pop(partition, None)
+            self._observed.pop(partition, None)
 
     def _forget_first_seen(self, partition: str, keys: Iterable[str]) -> None:
         records = self._first_seen.get(partition, {})
@@ -68,6 +101,12 @@ class MemoryState:
             records.pop(key, None)
         if not records:
             self._first_seen.pop(partition, None)
+
+    def _check_lease(self, lease: Lease) -> None:
+        """Under the lock: the write that follows is ours to make, or LeaseLost."""
+        current = self._live_lease(self.clock_ms())
+        if current is None or current.token != lease.token:
+            raise LeaseLost(self.namespace)
 
     def acquire_lease(self, holder: str, ttl_ms: int) -> Lease | None:
         with self._lock:
@@ -96,38 +135,60 @@ class MemoryState:
             return self._live_lease(self.clock_ms())
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        return Recheck(self.renew_lease(lease, ttl_ms), self.live_fences(), self.admissions_version())
+        renewed = self.renew_lease(lease, ttl_ms)
+        fences = self.live_fences()
+        with self._lock:
+            return Recheck(renewed, fences, self._admissions_version, self._fence_epoch)
 
     def _live_lease(self, now: int) -> Lease | None:
         if self._lease is not None and self._lease.expires_at_ms <= now:
             self._lease = None
         return self._lease
 
-    def record_run(self, report: Mapping[str, Any]) -> None:
+    def record_run(self, report: Mapping[str, Any], lease: Lease | None = None) -> bool:
         # Stored as JSON, like Redis: a caller mutating its report later cannot rewrite history.
         document = json.dumps(report, default=str)
         with self._lock:
+            if lease is not None:
+                try:
+                    self._check_lease(lease)
+                except LeaseLost:
+                    return False
             self._runs.appendleft(document)
+            return True
 
     def recent_runs(self, limit: int) -> list[dict[str, Any]]:
         with self._lock:
             documents = list(self._runs)[: max(limit, 0)]
         return [json.loads(document) for document in documents]
 
-    def record_deletes(self, batch: AuditBatch) -> None:
-        if not batch:
-            return
+    def record_intent(self, lease: Lease, batch: AuditBatch) -> str:
         with self._lock:
-            self._audit.append(batch)
+            self._check_lease(lease)
+            self._intents += 1
+            intent_id = str(self._intents)
+            self._audit.append((intent_id, batch))
             self._audit_rows += len(batch)
-            while self._audit_rows - len(self._audit[0]) >= AUDIT_MAXLEN:
-                self._audit_rows -= len(self._audit.popleft())
-            self._forget_first_seen(batch.partition, batch.keys)
+            while self._audit_rows - len(self._audit[0][1]) >= AUDIT_MAXLEN:
+                self._audit_rows -= len(self._audit.popleft()[1])
+            return intent_id
+
+    def confirm_deletes(
+        self, lease: Lease, intent_id: str, batch: AuditBatch, deleted: Collection[str], forget: Iterable[str]
+    ) -> None:
+        with self._lock:
+            self._check_lease(lease)
+            for position, (entry_id, intent) in enumerate(self._audit):
+                if entry_id == intent_id:
+                    # Trimming still counts the intent's rows: the log keeps at least AUDIT_MAXLEN.
+                    self._audit[position] = (entry_id, intent.confirm(deleted))
+                    break
+            self._forget_first_seen(batch.partition, forget)
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
         found: list[DeletedRow] = []
         with self._lock:
-            batches = [b for b in reversed(self._audit) if run_id is None or b.run_id == run_id]
+            batches = [b for _, b in reversed(self._audit) if run_id is None or b.run_id == run_id]
         for batch in batches:
             if len(found) >= limit:
                 break
@@ -168,6 +229,7 @@ class MemoryState:
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:
         with self._lock:
+            self._fence_epoch += 1
             expires_at_ms = self.clock_ms() + ttl_ms
             # Never shorten a fence someone else raised under the same name (ZADD GT in Redis).
             self._fences[name] = max(expires_at_ms, self._fences.get(name, expires_at_ms))

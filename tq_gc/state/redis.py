@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from tq_gc.config import redact_url
-from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.errors import ConfigError, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import (
@@ -53,6 +53,35 @@ def _with_clock(body: str) -> str:
     return _NOW_MS_LUA + body
 
 
+# Every write of a sweeper checks its lease token in the same script: KEYS[1] is the lease, ARGV[1] the token.
+_HOLDS_LEASE_LUA = """
+local function holds_lease()
+  local value = redis.call('GET', KEYS[1])
+  return value and cjson.decode(value).token == ARGV[1]
+end
+"""
+
+
+def _lease_guarded(body: str) -> str:
+    return _HOLDS_LEASE_LUA + "if not holds_lease() then return 0 end\n" + body
+
+
+# `total` of an audit stream entry: rows appended to the log up to and including it.
+_AUDIT_TOTAL_LUA = """
+local function total_of(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'total' then return tonumber(fields[i + 1]) end
+  end
+  return 0
+end
+local function newest_total()
+  local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+  return newest and total_of(newest) or 0
+end
+"""
+
+
 # Lua numbers are doubles: %d keeps ms-since-epoch exact where tostring's %.14g could round.
 _ADMIT = _with_clock("""
 local expires_at_ms = now_ms() + tonumber(ARGV[3])
@@ -73,6 +102,8 @@ return 1
 """)
 
 # Prunes expired admissions, then returns the rest as [id, rows_json, ...]: one consistent snapshot.
+# A live admission without its rows (evicted by a maxmemory policy, or a hand edit) is an error, never
+# an admission holding nothing: reading it as empty would release the rows it protects.
 _LIVE_ADMISSIONS = _with_clock("""
 local now = string.format('%d', now_ms())
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
@@ -82,10 +113,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local out = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local rows = redis.call('HGET', KEYS[2], id)
-  if rows then
-    out[#out + 1] = id
-    out[#out + 1] = rows
+  if not rows then
+    return redis.error_reply('live admission ' .. id .. ' has no rows: evicted? (maxmemory-policy)')
   end
+  out[#out + 1] = id
+  out[#out + 1] = rows
 end
 return out
 """)
@@ -93,6 +125,7 @@ return out
 # GT: raising a fence never shortens one somebody else raised under the same name.
 _RAISE_FENCE = _with_clock("""
 redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now_ms() + tonumber(ARGV[2])), ARGV[1])
+redis.call('INCR', KEYS[2])
 return 1
 """)
 
@@ -101,38 +134,76 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now_ms()))
 return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 """)
 
-# One stream entry per deleted batch, and the batch's first-seen records dropped, in one call.
-# `total` counts every row appended so far, so the rows newer than an entry are total(newest) -
-# total(entry): the oldest entries are trimmed while the newer ones still hold ARGV[1] rows, the newest
-# never. The keys to forget are ARGV[6..], dropped 1,000 at a time (Lua's unpack has a stack limit).
-_RECORD_DELETES = """
-local maxlen = tonumber(ARGV[1])
-local function total_of(entry)
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    if fields[i] == 'total' then return tonumber(fields[i + 1]) end
-  end
-  return 0
+# First-seen records of one partition: ARGV[4] upsert fields as field, value, ..., then keys to drop; the
+# partition marked observed at ARGV[3]. Lua's unpack has a stack limit: 1,000 arguments per command.
+_SAVE_FIRST_SEEN = _lease_guarded("""
+local last_upsert = 4 + tonumber(ARGV[4])
+for i = 5, last_upsert, 1000 do
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + 999, last_upsert)))
 end
-for i = 6, #ARGV, 1000 do
+for i = last_upsert + 1, #ARGV, 1000 do
   redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
-local total = tonumber(ARGV[4]) + (newest and total_of(newest) or 0)
-redis.call('XADD', KEYS[1], '*', 'run_id', ARGV[2], 'partition', ARGV[3], 'n', ARGV[4],
-  'total', string.format('%d', total), 'rows', ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+return 1
+""")
+
+# UNLINK: a million-field hash is freed in the background, not while Redis serves everyone else.
+_FORGET_PARTITION = _lease_guarded("""
+redis.call('UNLINK', KEYS[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+return 1
+""")
+
+# An intent: one stream entry per batch about to be deleted. `total` counts every row appended so far,
+# so the rows newer than an entry are total(newest) - total(entry): the oldest entries are trimmed while
+# the newer ones still hold ARGV[2] rows, the newest never. Returns the entry's id.
+_RECORD_INTENT = _lease_guarded(
+    _AUDIT_TOTAL_LUA
+    + """
+local maxlen = tonumber(ARGV[2])
+local total = tonumber(ARGV[5]) + newest_total()
+local id = redis.call('XADD', KEYS[2], '*', 'run_id', ARGV[3], 'partition', ARGV[4], 'n', ARGV[5],
+  'total', string.format('%d', total), 'rows', ARGV[6])
 local start = '-'
 while true do
-  local oldest = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)[1]
+  local oldest = redis.call('XRANGE', KEYS[2], start, '+', 'COUNT', 1)[1]
   if total - total_of(oldest) < maxlen then
-    redis.call('XTRIM', KEYS[1], 'MINID', oldest[1])
-    return 1
+    redis.call('XTRIM', KEYS[2], 'MINID', oldest[1])
+    return id
   end
   start = '(' .. oldest[1]
 end
 """
+)
 
-# renew_lease + live_fences + admissions_version: [expires_at_ms or '', version, fence, expiry, ...]
+# A confirmation names its intent and the intent's keys that were not deleted (usually none), and drops
+# first-seen records (ARGV[4..]) in the same step.
+_CONFIRM_DELETES = _lease_guarded(
+    _AUDIT_TOTAL_LUA
+    + """
+redis.call('XADD', KEYS[2], '*', 'confirms', ARGV[2], 'saved', ARGV[3], 'n', '0',
+  'total', string.format('%d', newest_total()))
+for i = 4, #ARGV, 1000 do
+  redis.call('HDEL', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+return 1
+"""
+)
+
+# A run summary; with a token (ARGV[1] not empty), only while that lease is still ours.
+_RECORD_RUN = (
+    _HOLDS_LEASE_LUA
+    + """
+if ARGV[1] ~= '' and not holds_lease() then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+return 1
+"""
+)
+
+# renew_lease + live_fences + admissions_version + fence epoch:
+# [expires_at_ms or '', version, epoch, fence, expiry, ...]
 _RECHECK = _with_clock("""
 local now = now_ms()
 local renewed = ''
@@ -142,7 +213,7 @@ if value and cjson.decode(value).token == ARGV[1] then
   renewed = string.format('%d', now + tonumber(ARGV[2]))
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
-local out = {renewed, redis.call('GET', KEYS[3]) or '0'}
+local out = {renewed, redis.call('GET', KEYS[3]) or '0', redis.call('GET', KEYS[4]) or '0'}
 for _, item in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')) do
   out[#out + 1] = item
 end
@@ -180,7 +251,11 @@ class RedisState:
         self._keys = Keys(namespace)
         register = client.register_script
         self._admit = register(_ADMIT)
-        self._record_deletes = register(_RECORD_DELETES)
+        self._save_first_seen = register(_SAVE_FIRST_SEEN)
+        self._forget_partition = register(_FORGET_PARTITION)
+        self._record_intent = register(_RECORD_INTENT)
+        self._confirm_deletes = register(_CONFIRM_DELETES)
+        self._record_run = register(_RECORD_RUN)
         self._recheck = register(_RECHECK)
         self._renew_admission = register(_RENEW_ADMISSION)
         self._live_admissions = register(_LIVE_ADMISSIONS)
@@ -243,20 +318,48 @@ class RedisState:
                     break
         return _decode_first_seen_all(partition, raw)
 
-    def save_first_seen(self, partition: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]) -> None:
-        # Not atomic across chunks, and need not be: only the lease holder writes, and every record
-        # stands alone, so a save cut short leaves rows whose grace simply starts later.
-        key = self._keys.first_seen(partition)
-        encoded = [(row_key, _encode_first_seen(record)) for row_key, record in upserts.items()]
+    def observed(self) -> dict[str, int]:
+        with self._guard("read when partitions were last observed"):
+            marks = cast(dict[str, str], self._client.hgetall(self._keys.observed))
+        return {partition: int(at_ms) for partition, at_ms in marks.items()}
+
+    def save_first_seen(
+        self,
+        lease: Lease,
+        partition: str,
+        upserts: Mapping[str, FirstSeen],
+        drops: Iterable[str],
+        observed_ms: int,
+    ) -> None:
+        # One lease-checked script per chunk, pipelined. Not atomic across chunks, and need not be:
+        # every record stands alone, so a save cut short (or stopped by a lost lease) leaves rows whose
+        # grace simply starts later.
+        keys = [self._keys.lease, self._keys.first_seen(partition), self._keys.observed]
+        head: list[str | int] = [lease.token, partition, observed_ms]
+        fields = [item for key, record in upserts.items() for item in (key, _encode_first_seen(record))]
         dropped = list(drops)
+        step = FIRST_SEEN_CHUNK
+        calls: list[tuple[list[str], list[str]]] = [
+            (fields[i : i + 2 * step], []) for i in range(0, len(fields), 2 * step)
+        ]
+        calls += [([], dropped[i : i + step]) for i in range(0, len(dropped), step)]
+        results: list[Any] = []
         with self._guard(f"save first-seen times of {partition!r}"), self._pipeline() as pipe:
-            for start in range(0, len(encoded), FIRST_SEEN_CHUNK):
-                pipe.hset(key, mapping=dict(encoded[start : start + FIRST_SEEN_CHUNK]))
-                _flush_if_full(pipe)
-            for start in range(0, len(dropped), FIRST_SEEN_CHUNK):
-                pipe.hdel(key, *dropped[start : start + FIRST_SEEN_CHUNK])
-                _flush_if_full(pipe)
-            pipe.execute()
+            for upsert_args, drop_args in calls or [([], [])]:
+                args = [*head, len(upsert_args), *upsert_args, *drop_args]
+                self._save_first_seen(keys=keys, args=args, client=pipe)
+                if len(pipe) >= PIPELINE_COMMANDS:
+                    results += pipe.execute()
+            results += pipe.execute()
+        if not all(results):
+            raise LeaseLost(self.namespace)
+
+    def forget_partition(self, lease: Lease, partition: str) -> None:
+        keys = [self._keys.lease, self._keys.first_seen(partition), self._keys.observed]
+        with self._guard(f"forget first-seen times of {partition!r}"):
+            done = self._forget_partition(keys=keys, args=[lease.token, partition])
+        if not done:
+            raise LeaseLost(self.namespace)
 
     def _pipeline(self) -> Pipeline:
         return self._client.pipeline(transaction=False)
@@ -278,13 +381,14 @@ class RedisState:
         return self.recheck(lease, ttl_ms).lease
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        keys = [self._keys.lease, self._keys.fences, self._keys.admission_version]
+        keys = [self._keys.lease, self._keys.fences, self._keys.admission_version, self._keys.fence_epoch]
         with self._guard("re-check the lease, fences and admissions"):
-            renewed, version, *fences = self._recheck(keys=keys, args=[lease.token, ttl_ms])
+            renewed, version, epoch, *fences = self._recheck(keys=keys, args=[lease.token, ttl_ms])
         return Recheck(
             lease=Lease(lease.token, lease.holder, int(renewed)) if renewed else None,
             fences={fences[i]: int(float(fences[i + 1])) for i in range(0, len(fences), 2)},
             admissions_version=int(version),
+            fence_epoch=int(epoch),
         )
 
     def release_lease(self, lease: Lease) -> None:
@@ -302,12 +406,11 @@ class RedisState:
 
     # run summaries and the audit log ------------------------------------------------------------
 
-    def record_run(self, report: Mapping[str, Any]) -> None:
+    def record_run(self, report: Mapping[str, Any], lease: Lease | None = None) -> bool:
         document = json.dumps(report, default=str)
-        with self._guard("record a run"), self._client.pipeline(transaction=True) as pipe:
-            pipe.lpush(self._keys.runs, document)
-            pipe.ltrim(self._keys.runs, 0, RUNS_KEPT - 1)
-            pipe.execute()
+        args: list[str | int] = ["" if lease is None else lease.token, document, RUNS_KEPT]
+        with self._guard("record a run"):
+            return bool(self._record_run(keys=[self._keys.lease, self._keys.runs], args=args))
 
     def recent_runs(self, limit: int) -> list[dict[str, Any]]:
         if limit <= 0:
@@ -316,9 +419,7 @@ class RedisState:
             documents = self._client.lrange(self._keys.runs, 0, limit - 1)
         return [json.loads(document) for document in documents]
 
-    def record_deletes(self, batch: AuditBatch) -> None:
-        if not batch:
-            return
+    def record_intent(self, lease: Lease, batch: AuditBatch) -> str:
         rows = json.dumps(
             {
                 "keys": batch.keys,
@@ -327,13 +428,27 @@ class RedisState:
                 "tags_digests": batch.tags_digests,
             }
         )
-        keys = [self._keys.audit, self._keys.first_seen(batch.partition)]
-        args: list[str | int] = [AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows, *batch.keys]
-        with self._guard("record deleted rows"):
-            self._record_deletes(keys=keys, args=args)
+        keys = [self._keys.lease, self._keys.audit]
+        args: list[str | int] = [lease.token, AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows]
+        with self._guard("record the rows about to be deleted"):
+            intent_id = self._record_intent(keys=keys, args=args)
+        if not intent_id:
+            raise LeaseLost(self.namespace)
+        return str(intent_id)
+
+    def confirm_deletes(
+        self, lease: Lease, intent_id: str, batch: AuditBatch, deleted: Collection[str], forget: Iterable[str]
+    ) -> None:
+        saved = json.dumps([key for key in batch.keys if key not in deleted])
+        keys = [self._keys.lease, self._keys.audit, self._keys.first_seen(batch.partition)]
+        with self._guard("confirm deleted rows"):
+            done = self._confirm_deletes(keys=keys, args=[lease.token, intent_id, saved, *forget])
+        if not done:
+            raise LeaseLost(self.namespace)
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
         found: list[DeletedRow] = []
+        saved_by_intent: dict[str, list[str]] = {}  # confirmations are newer than their intents
         newest = "+"
         with self._guard("read the audit log"):
             while len(found) < limit:
@@ -341,9 +456,12 @@ class RedisState:
                     list[tuple[str, dict[str, str]]],
                     self._client.xrevrange(self._keys.audit, max=newest, min="-", count=AUDIT_PAGE),
                 )
-                for _, fields in page:
-                    if run_id is None or fields.get("run_id") == run_id:
-                        found.extend(reversed(_decode_audit(fields)))
+                for entry_id, fields in page:
+                    if "confirms" in fields:
+                        saved_by_intent[fields["confirms"]] = json.loads(fields["saved"])
+                    elif run_id is None or fields.get("run_id") == run_id:
+                        rows = _decode_audit(fields, saved_by_intent.pop(entry_id, None))
+                        found.extend(reversed(rows))
                 if len(page) < AUDIT_PAGE:
                     break
                 newest = "(" + page[-1][0]  # exclusive: continue below the oldest entry seen
@@ -379,7 +497,7 @@ class RedisState:
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:
         with self._guard(f"raise fence {name!r}"):
-            self._raise_fence(keys=[self._keys.fences], args=[name, ttl_ms])
+            self._raise_fence(keys=[self._keys.fences, self._keys.fence_epoch], args=[name, ttl_ms])
 
     def lower_fence(self, name: str) -> None:
         with self._guard(f"lower fence {name!r}"):
@@ -401,11 +519,6 @@ def _describe(connection_kwargs: Mapping[str, Any]) -> str:
         return f"unix://{connection_kwargs['path']}"
     host = connection_kwargs.get("host", "localhost")
     return f"redis://{host}:{connection_kwargs.get('port', 6379)}/{connection_kwargs.get('db', 0)}"
-
-
-def _flush_if_full(pipe: Pipeline, max_commands: int = PIPELINE_COMMANDS) -> None:
-    if len(pipe) >= max_commands:
-        pipe.execute()
 
 
 def _encode_first_seen(record: FirstSeen) -> str:
@@ -436,8 +549,9 @@ def _decode_first_seen_all(partition: str, raw: Mapping[str, str]) -> dict[str, 
     return records
 
 
-def _decode_audit(fields: Mapping[str, str]) -> list[DeletedRow]:
-    """The rows of one audit entry, in the batch's order."""
+def _decode_audit(fields: Mapping[str, str], saved: list[str] | None) -> list[DeletedRow]:
+    """The rows of one intent entry, in the batch's order: those deleted if a confirmation (naming the
+    rows `saved`) was found, all of them, unconfirmed, if not."""
     columns = json.loads(fields["rows"])
     batch = AuditBatch(
         run_id=fields["run_id"],
@@ -447,4 +561,6 @@ def _decode_audit(fields: Mapping[str, str]) -> list[DeletedRow]:
         global_indexes=tuple(columns["global_indexes"]),
         tags_digests=tuple(columns["tags_digests"]),
     )
+    if saved is not None:
+        batch = batch.confirm(set(batch.keys).difference(saved))
     return batch.rows()

@@ -35,6 +35,10 @@ class DeferredRowStore:
                     raise StoreUnavailable(f"{exc} (has the job created its TransferQueue yet?)") from exc
             return self._store
 
+    def ensure_attached(self) -> None:
+        """Attach now if not yet attached (the collector times this apart from its listing)."""
+        self._attached()
+
     def partitions(self) -> list[str]:
         return self._attached().partitions()
 

@@ -1,0 +1,69 @@
+"""A sweep's world for scenario tests: the memory row store and state on a manual clock, the registry,
+checkpoint manifests in a temporary directory, and the job's canonical partition."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tq_gc.collector import Collector
+from tq_gc.config import Config, parse_config
+from tq_gc.model import SweepReport
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.state.memory import ManualClock
+
+from support.scripted_store import ScriptedRowStore, ScriptedState
+
+STAGING = "rollout_staging"
+DATA = "rollout_data"
+GRACE_S = 60
+
+
+class World:
+    def __init__(self, tmp_path: Path, **config: Any) -> None:
+        self.tmp_path = tmp_path
+        self.clock = ManualClock()
+        self.state = ScriptedState("job-42", clock_ms=self.clock)
+        self.rows = ScriptedRowStore()
+        self.registry = AdmissionRegistry(self.state)
+        values: dict[str, Any] = {
+            "namespace": "job-42",
+            "scope": [{"partition": STAGING, "all_keys": True}],
+            "grace_seconds": GRACE_S,
+            "manifests": [{"glob": str(tmp_path / "ckpt" / "**" / "gc-manifest.json")}],
+            "tag_references": [
+                {
+                    "partition": DATA,
+                    "key_path": "route_assembly_plan.cleanup_staging_keys",
+                    "target_partition": STAGING,
+                }
+            ],
+            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+        }
+        values.update(config)
+        self.config: Config = parse_config(values)
+        # The job's layout at its first sweep: the checkpoint volume is mounted and the canonical
+        # partition exists (a tag partition the store lacks fails its source closed).
+        (tmp_path / "ckpt").mkdir(exist_ok=True)
+        self.rows.put(DATA, "sample-0", {})
+
+    def sweep(self, execute: bool = True, holder: str = "test", **kwargs: Any) -> SweepReport:
+        return Collector(self.config, self.state, self.rows, holder=holder).sweep(
+            dry_run=not execute, **kwargs
+        )
+
+    def staging(self) -> set[str]:
+        return self.rows.keys(STAGING)
+
+    def write_manifest(self, keys: list[str], state: str = "active", name: str = "ckpt-1") -> Path:
+        path = self.tmp_path / "ckpt" / name / "gc-manifest.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"format": "tq-gc/manifest/v1", "manifest_id": name, "state": state, "rows": {STAGING: keys}}
+        path.write_text(json.dumps(doc))
+        return path
+
+    def age(self, seconds: float = GRACE_S) -> None:
+        """Let time pass; by default exactly the grace (more, with no sweep between, is a gap in
+        observation that restarts every clock)."""
+        self.clock.advance(seconds)

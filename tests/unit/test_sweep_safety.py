@@ -1,0 +1,245 @@
+"""Scenarios for the safety defects of issue #9, one per defect class, on the memory stores.
+
+Each slips an action into a sweep at the step where the defect bit: a reference moving between sources
+while the sweep lists, a fence coming and going after the references were read, the lease passing to
+another sweeper while the first still marks, a gap in observation, a store failing mid-clear.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tq_gc.collector import Collector
+from tq_gc.errors import StoreUnavailable
+from tq_gc.model import Cause, Identity, Outcome
+from tq_gc.state.memory import MemoryState, SteadyClock
+
+from support.world import DATA, GRACE_S, STAGING, World
+
+KEY = "r1_g0_a1/call3"
+ROUTE_PLAN_TAGS = {"route_assembly_plan": {"cleanup_staging_keys": [KEY]}}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def old_row(world: World) -> None:
+    """KEY has been seen unreferenced for a full grace: only a reference keeps it now."""
+    world.rows.put(STAGING, KEY)
+    world.sweep()
+    world.age()
+
+
+def after_the_tag_partition_is_listed(world: World, action: Any) -> None:
+    # Partitions are listed in name order: rollout_data, then rollout_staging.
+    world.rows.before("list_rows", action, after_calls=1)
+
+
+# defect 1: a reference moving between sources during the sweep ------------------------------------
+
+
+def test_admission_to_tag_move_while_listing_is_seen(world: World) -> None:
+    old_row(world)
+    world.registry.admit("adm-1", {STAGING: [KEY]}, ttl_seconds=600)
+
+    def publisher_moves_reference() -> None:  # make-before-break: the row naming KEY, then release
+        world.rows.put(DATA, "g1_g0", ROUTE_PLAN_TAGS)
+        world.registry.release("adm-1")
+
+    after_the_tag_partition_is_listed(world, publisher_moves_reference)
+    report = world.sweep()
+    assert KEY in world.staging()
+    assert report.counts.deleted == 0 and report.outcome is Outcome.COMPLETED
+
+
+def test_manifest_to_tag_move_while_listing_is_seen(world: World) -> None:
+    old_row(world)
+    manifest = world.write_manifest([KEY])
+
+    def trainer_moves_reference() -> None:
+        world.rows.put(DATA, "g1_g0", ROUTE_PLAN_TAGS)
+        manifest.unlink()
+
+    after_the_tag_partition_is_listed(world, trainer_moves_reference)
+    world.sweep()
+    assert KEY in world.staging()
+
+
+def test_tag_to_admission_move_while_listing_is_seen(world: World) -> None:
+    old_row(world)
+    world.rows.put(DATA, "g1_g0", ROUTE_PLAN_TAGS)
+
+    def worker_moves_reference() -> None:
+        world.registry.admit("adm-1", {STAGING: [KEY]}, ttl_seconds=600)
+        world.rows.delete(DATA, ["g1_g0"])
+
+    after_the_tag_partition_is_listed(world, worker_moves_reference)
+    world.sweep()
+    assert KEY in world.staging()
+
+
+# defect 8: fences are epochs -----------------------------------------------------------------------
+
+
+def test_a_fence_that_came_and_went_after_the_references_were_read_stops_deletes(world: World) -> None:
+    old_row(world)
+
+    def checkpoint() -> None:  # fence, write a manifest naming the row, unfence: all between two reads
+        world.registry.fence("ckpt-7", ttl_seconds=300)
+        world.write_manifest([KEY], name="ckpt-7")
+        world.registry.unfence("ckpt-7")
+
+    # The first re-check renews the lease just taken; the second opens the first delete batch.
+    world.state.before("recheck", checkpoint, after_calls=1)
+    report = world.sweep()
+    assert KEY in world.staging()
+    assert (report.outcome, report.cause, report.counts.deleted) == (Outcome.SKIPPED, Cause.FENCE_RAISED, 0)
+    assert world.sweep().counts.referenced["manifests"] == 1
+
+
+# defect 6: the lease guards every write --------------------------------------------------------------
+
+
+def test_a_sweeper_that_lost_its_lease_while_marking_writes_nothing(world: World) -> None:
+    world.rows.put(STAGING, KEY)
+    world.sweep()
+    successor: list[Any] = []
+
+    def paused_past_the_lease() -> None:
+        world.age(world.config.lease_ttl_seconds + 1)
+        successor.append(world.sweep(holder="cronjob"))
+
+    after_the_tag_partition_is_listed(world, paused_past_the_lease)
+    stale = world.sweep(holder="sidecar")
+    records_of_successor = world.state.load_first_seen(STAGING)
+
+    assert successor[0].outcome is Outcome.COMPLETED
+    assert (stale.outcome, stale.cause) == (Outcome.ABORTED, Cause.LEASE_LOST)
+    assert world.state.load_first_seen(STAGING) == records_of_successor
+    assert world.state.recent_runs(1)[0]["run_id"] == successor[0].run_id
+    assert stale.run_id not in {run["run_id"] for run in world.state.recent_runs(10)}
+
+
+# defect 7: only observed time counts -----------------------------------------------------------------
+
+
+def test_a_gap_in_sweeping_longer_than_grace_restarts_every_clock(world: World) -> None:
+    world.rows.put(STAGING, KEY)
+    world.sweep()
+    world.age(3 * GRACE_S)  # nobody swept: a reference could have come and gone unseen
+    assert world.sweep().counts.within_grace == 1
+    world.age(GRACE_S / 2)
+    world.sweep()
+    assert KEY in world.staging()
+    world.age(GRACE_S / 2)
+    assert world.sweep().counts.deleted == 1
+
+
+def test_a_partition_back_in_scope_starts_afresh(world: World, tmp_path: Path) -> None:
+    world.rows.put(STAGING, KEY)
+    world.sweep()
+    elsewhere = World(tmp_path, scope=[{"partition": "other", "all_keys": True}])
+    # Another sweeper, configured without the staging partition, sweeps the same state meanwhile.
+    outside = Collector(elsewhere.config, world.state, world.rows, holder="other-config")
+    world.age(GRACE_S / 2)
+    world.registry.admit("adm-1", {STAGING: [KEY]}, ttl_seconds=600)
+    assert outside.sweep(dry_run=False).outcome is Outcome.COMPLETED
+    world.registry.release("adm-1")
+    assert STAGING not in world.state.observed()
+
+    world.age(GRACE_S / 2)
+    report = world.sweep()
+    assert (report.counts.deleted, report.counts.within_grace) == (0, 1)
+
+
+# defect 4: every delete audited ----------------------------------------------------------------------
+
+
+def test_a_clear_whose_answer_is_lost_stays_in_the_audit_unconfirmed(world: World) -> None:
+    old_row(world)
+    real_delete = world.rows.delete_if_unchanged
+
+    def clear_then_time_out(partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        real_delete(partition, expected)
+        raise StoreUnavailable("TransferQueue clear of 1 rows: no answer within 60 s")
+
+    world.rows.delete_if_unchanged = clear_then_time_out  # type: ignore[method-assign]
+    report = world.sweep()
+
+    assert KEY not in world.staging()
+    assert (report.outcome, report.cause, report.counts.failed) == (Outcome.ABORTED, Cause.STORE_FAILED, 1)
+    [row] = world.state.read_audit(report.run_id, limit=10)
+    assert (row.key, row.confirmed) == (KEY, False)
+
+
+def test_a_confirmed_batch_lists_only_the_rows_deleted(world: World) -> None:
+    world.rows.put(STAGING, "other/row")
+    old_row(world)
+    world.rows.before("delete", lambda: world.rows.put(STAGING, "other/row", {"rewritten": 1}))
+    report = world.sweep()
+    audit = world.state.read_audit(report.run_id, limit=10)
+    assert [(row.key, row.confirmed) for row in audit] == [(KEY, True)]
+    assert (report.counts.deleted, report.counts.recheck_saved) == (1, 1)
+
+
+# defect 5: truthful outcomes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [OverflowError("int too large"), RecursionError("maximum recursion")])
+def test_an_unforeseen_exception_ends_aborted_never_completed(world: World, error: Exception) -> None:
+    def explode(partition: str) -> dict[str, Any]:
+        raise error
+
+    world.rows.list_rows = explode  # type: ignore[method-assign]
+    report = world.sweep()
+    assert (report.outcome, report.cause) == (Outcome.ABORTED, Cause.ERROR)
+    assert report.reason is not None and report.reason.startswith(type(error).__name__)
+    assert world.state.recent_runs(1)[0]["outcome"] == "aborted"
+
+
+def test_a_sweep_stopped_part_way_says_how_many_rows_it_deleted(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    for i in range(6):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+    world.state.before("recheck", lambda: world.registry.fence("ckpt", 300), after_calls=2)
+    report = world.sweep()
+    assert (report.outcome, report.cause, report.counts.deleted) == (Outcome.SKIPPED, Cause.FENCE_UP, 2)
+
+
+# defect 13 and the sidecar's shutdown ---------------------------------------------------------------
+
+
+def test_stop_ends_the_sweep_between_two_batches(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    for i in range(6):
+        world.rows.put(STAGING, f"r{i}/c")
+    world.sweep()
+    world.age()
+    collector = Collector(world.config, world.state, world.rows)
+    world.rows.before("delete", collector.stop)
+    report = collector.sweep(dry_run=False)
+    assert (report.outcome, report.cause, report.counts.deleted) == (Outcome.ABORTED, Cause.STOPPED, 2)
+    assert len(world.staging()) == 4
+
+
+def test_a_negative_max_deletes_is_refused(world: World) -> None:
+    with pytest.raises(ValueError, match="max_deletes"):
+        world.sweep(max_deletes=-1)
+
+
+def test_the_memory_store_clock_does_not_follow_a_wall_clock_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = MemoryState("job")
+    assert isinstance(state.clock_ms, SteadyClock)
+    before = state.now_ms()
+    real_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_ns() + 86_400 * 10**9)  # NTP steps a day ahead
+    assert 0 <= state.now_ms() - before < 60_000
