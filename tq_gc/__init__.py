@@ -6,8 +6,9 @@ from typing import Any
 
 from tq_gc.collector import Collector
 from tq_gc.config import Config, load_config
-from tq_gc.model import Outcome, SweepReport
+from tq_gc.model import Cause, Outcome, SweepReport
 from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.trainer import GcClient
 
 __version__ = "0.1.0"
 
@@ -23,8 +24,10 @@ def start_sidecar(config: Config) -> Any:
 
 __all__ = [
     "AdmissionRegistry",
+    "Cause",
     "Collector",
     "Config",
+    "GcClient",
     "Outcome",
     "SweepReport",
     "__version__",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.config import Config
-from tq_gc.errors import ConfigError, LeaseLost, ReferenceSourceError, StoreUnavailable
+from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, ReferenceSourceError, StoreUnavailable
 from tq_gc.model import (
     DELETED_SAMPLE_SIZE,
     AuditBatch,
@@ -294,7 +294,12 @@ class Collector:
         if not keys:
             return
         intent = self._intent(sweep, batch.partition, keys, records)
-        intent_id = self.state.record_intent(sweep.holds_lease, intent)
+        try:
+            intent_id = self.state.record_intent(
+                sweep.holds_lease, intent, sweep.fence_epoch, self._lease_ttl_ms
+            )
+        except FenceRaised as exc:  # raised since the re-check: the intent was refused, nothing written
+            raise SweepStopped(Outcome.SKIPPED, Cause.FENCE_RAISED, str(exc)) from exc
         self._check_lease_fresh(sweep)
         try:
             cleared = self.row_store.delete_if_unchanged(

@@ -5,7 +5,9 @@
     │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one) -> exit 2
     ├── StoreUnavailable         the state store or row store failed; stop, delete nothing more
     ├── ReferenceSourceError     a reference source could not be read completely   -> abort, exit 4
-    └── LeaseLost                our lease expired or was taken; stop before the next delete
+    ├── LeaseLost                our lease expired or was taken; stop before the next delete
+    └── FenceRaised              a checkpoint fence is up, or came and went, since the sweep read its
+                                 references; stop before the next delete (skipped, exit 3)
 
 A sweep never retries inside itself: a transient failure ends this sweep, and the next one starts
 from a fresh snapshot. That is what keeps "fail closed" simple.
@@ -50,4 +52,13 @@ class LeaseLost(TqGcError):
         super().__init__(
             f"the sweep lease of namespace {namespace!r} expired or was taken by another sweeper; "
             "stopping before the next delete"
+        )
+
+
+class FenceRaised(TqGcError):
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            f"a checkpoint fence of namespace {namespace!r} is up, or was raised since this sweep read its "
+            "references (the checkpoint may have written a manifest this sweep did not read); stopping "
+            "before the next delete"
         )

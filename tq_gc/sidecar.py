@@ -43,7 +43,7 @@ from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
-from tq_gc.model import SweepReport
+from tq_gc.model import Cause, SweepReport
 from tq_gc.references.admissions import AdmissionRegistry
 from tq_gc.state import open_state
 from tq_gc.state.base import AdmissionRows
@@ -160,6 +160,9 @@ class SidecarActor:
             self._last_error = {"at": _iso_now(), "error": f"{type(exc).__name__}: {exc}"}
             log.exception("sweep raised %s; the next scheduled sweep starts afresh", type(exc).__name__)
             raise
+        if report.cause is Cause.ERROR:  # unforeseen: counted as an error too, as if it had raised
+            self._metrics.record_error()
+            self._last_error = {"at": _iso_now(), "error": report.reason}
         self._metrics.observe(report)
         self._reports.appendleft(report.to_dict())
         counts = report.counts
@@ -247,6 +250,9 @@ class SidecarActor:
 
     def live_fences(self) -> dict[str, int]:
         return self._state.live_fences()
+
+    def delete_in_flight(self) -> bool:
+        return self._state.delete_in_flight()
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -402,6 +408,9 @@ class SidecarAdmissionBackend:
     def live_fences(self) -> dict[str, int]:
         fences: dict[str, int] = self._call("live_fences")
         return fences
+
+    def delete_in_flight(self) -> bool:
+        return bool(self._call("delete_in_flight"))
 
 
 def sidecar_registry(

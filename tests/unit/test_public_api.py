@@ -11,8 +11,10 @@ from tq_gc import AdmissionRegistry
 def test_all_is_pinned() -> None:
     assert sorted(tq_gc.__all__) == [
         "AdmissionRegistry",
+        "Cause",
         "Collector",
         "Config",
+        "GcClient",
         "Outcome",
         "SweepReport",
         "__version__",
@@ -24,7 +26,17 @@ def test_all_is_pinned() -> None:
 
 
 def test_admission_registry_has_the_designed_methods() -> None:
-    methods = {"connect", "admit", "renew", "release", "admission", "live", "fence", "unfence"}
+    methods = {
+        "connect",
+        "admit",
+        "renew",
+        "release",
+        "admission",
+        "live",
+        "fence",
+        "unfence",
+        "checkpoint_fence",
+    }
     assert methods <= {name for name, _ in inspect.getmembers(AdmissionRegistry)}
     assert list(inspect.signature(AdmissionRegistry.admit).parameters) == [
         "self",

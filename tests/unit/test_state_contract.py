@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 import pytest
 import redis
 
-from tq_gc.errors import ConfigError, LeaseLost, StoreUnavailable
+from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, FIRST_SEEN_CHUNK, RUNS_KEPT, Keys
@@ -98,14 +98,14 @@ def test_a_sweeper_without_the_lease_writes_nothing(state: StateStore, advance: 
     advance(PAST_TTL_S)
     successor = take_lease(state, "successor")
     state.save_first_seen(successor, "p", {"k": seen(50)}, [], observed_ms=50)
-    intent_id = state.record_intent(successor, batch("new", "k"))
+    intent_id = intend(state, successor, batch("new", "k"))
 
     with pytest.raises(LeaseLost):
         state.save_first_seen(stale, "p", {"k": seen(1), "j": seen(1)}, [], observed_ms=1)
     with pytest.raises(LeaseLost):
         state.forget_partition(stale, "p")
     with pytest.raises(LeaseLost):
-        state.record_intent(stale, batch("old", "j"))
+        state.record_intent(stale, batch("old", "j"), fence_epoch=0, ttl_ms=60_000)
     with pytest.raises(LeaseLost):
         state.confirm_deletes(stale, intent_id, batch("new", "k"), deleted={"k"}, forget=["k"])
     assert state.record_run({"run_id": "old"}, stale) is False
@@ -234,10 +234,45 @@ def batch(run_id: str, *keys: str, indexes: tuple[int | None, ...] | None = None
     )
 
 
+def intend(state: StateStore, lease: Lease, intent: AuditBatch) -> str:
+    """record_intent at the fence epoch of now."""
+    epoch = state.recheck(lease, ttl_ms=60_000).fence_epoch
+    return state.record_intent(lease, intent, fence_epoch=epoch, ttl_ms=60_000)
+
+
+def test_an_intent_is_refused_while_a_fence_is_up_or_once_one_came_and_went(state: StateStore) -> None:
+    lease = take_lease(state)
+    epoch = state.recheck(lease, ttl_ms=60_000).fence_epoch
+    state.raise_fence("ckpt-7", ttl_ms=60_000)
+    with pytest.raises(FenceRaised):
+        state.record_intent(lease, batch("run", "a"), fence_epoch=epoch, ttl_ms=60_000)
+    state.lower_fence("ckpt-7")
+    with pytest.raises(FenceRaised):
+        state.record_intent(lease, batch("run", "a"), fence_epoch=epoch, ttl_ms=60_000)
+    assert state.read_audit(None, limit=10) == [] and not state.delete_in_flight()
+
+
+def test_a_delete_is_in_flight_from_its_intent_to_its_confirmation(
+    state: StateStore, advance: Advance
+) -> None:
+    lease = take_lease(state)
+    intent = batch("run", "a")
+    intent_id = intend(state, lease, intent)
+    assert state.delete_in_flight()
+    state.confirm_deletes(lease, intent_id, intent, {"a"}, forget=[])
+    assert not state.delete_in_flight()
+
+    epoch = state.recheck(lease, ttl_ms=60_000).fence_epoch
+    state.record_intent(lease, batch("crashed", "b"), fence_epoch=epoch, ttl_ms=TTL_MS)
+    assert state.delete_in_flight()
+    advance(PAST_TTL_S)  # a sweeper that died mid-batch stops holding fences up after the TTL
+    assert not state.delete_in_flight()
+
+
 def record(state: StateStore, intent: AuditBatch, deleted: Iterable[str] | None = None) -> None:
     """Intent, then confirmation (all of its rows deleted unless `deleted` says which)."""
     lease = take_lease(state)
-    intent_id = state.record_intent(lease, intent)
+    intent_id = intend(state, lease, intent)
     gone = set(intent.keys if deleted is None else deleted)
     state.confirm_deletes(lease, intent_id, intent, gone, forget=intent.keys)
     state.release_lease(lease)
@@ -258,8 +293,8 @@ def test_an_intent_is_durable_before_the_clear_and_confirmed_after(state: StateS
     """Write-ahead: a sweeper that dies between its intent and its confirmation leaves every row it
     may have deleted in the audit, marked unconfirmed; a confirmation keeps only the rows deleted."""
     lease = take_lease(state)
-    crashed = state.record_intent(lease, batch("run-1", "a", "b"))
-    confirmed = state.record_intent(lease, batch("run-2", "c", "d", "e"))
+    crashed = intend(state, lease, batch("run-1", "a", "b"))
+    confirmed = intend(state, lease, batch("run-2", "c", "d", "e"))
     state.confirm_deletes(lease, confirmed, batch("run-2", "c", "d", "e"), deleted={"c", "e"}, forget=[])
 
     assert crashed != confirmed
@@ -490,7 +525,8 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
         "recheck": lambda: store.recheck(lease, 1_000),
         "record_run": lambda: store.record_run({"run_id": "r"}, lease),
         "recent_runs": lambda: store.recent_runs(5),
-        "record_intent": lambda: store.record_intent(lease, batch("r", "k")),
+        "record_intent": lambda: store.record_intent(lease, batch("r", "k"), 0, 1_000),
+        "delete_in_flight": store.delete_in_flight,
         "confirm_deletes": lambda: store.confirm_deletes(lease, "0-1", batch("r", "k"), {"k"}, ["k"]),
         "read_audit": lambda: store.read_audit(None, 5),
         "admit": lambda: store.admit("a", {"p": ["k"]}, 1_000),
@@ -511,6 +547,8 @@ def test_every_call_raises_store_unavailable_once_redis_is_gone() -> None:
                 call()  # all fine while the server is up (bar the lease we do not hold)
             except LeaseLost:
                 assert name in {"save_first_seen", "forget_partition", "record_intent", "confirm_deletes"}
+            except FenceRaised:
+                assert name == "record_intent"
         server.stop()
 
         for name, call in every_call(store).items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -20,6 +21,11 @@ from tq_gc.model import KeysByPartition
 from tq_gc.state.base import AdmissionRows
 
 log = logging.getLogger(__name__)
+
+# checkpoint_fence: how long to wait for a delete batch in flight (a batch is seconds at most; a sweeper
+# that died mid-batch stops counting after its lease TTL, 60 s by default), and how often to look.
+DELETE_WAIT_SECONDS = 120.0
+DELETE_POLL_SECONDS = 0.02
 
 
 class AdmissionBackend(Protocol):
@@ -32,6 +38,7 @@ class AdmissionBackend(Protocol):
     def raise_fence(self, name: str, ttl_ms: int) -> None: ...
     def lower_fence(self, name: str) -> None: ...
     def live_fences(self) -> dict[str, int]: ...
+    def delete_in_flight(self) -> bool: ...
 
 
 class AdmissionSnapshots(Protocol):
@@ -114,6 +121,42 @@ class AdmissionRegistry:
     def fences(self) -> dict[str, int]:
         """Fences up now: {name: expires_at_ms on the store's clock}."""
         return self._backend.live_fences()
+
+    @contextmanager
+    def checkpoint_fence(
+        self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
+    ) -> Iterator[str]:
+        """Fence for the duration of the block, which starts only once no delete batch is in flight.
+
+        A fence stops every delete that has not started; a batch already clearing could still remove
+        rows the checkpoint is recording. Sweepers mark a batch in flight in the same atomic step that
+        checks the fences, so once the fence is up and no batch is marked, none can start until the
+        fence comes down. Raises TimeoutError (fence lowered) if a batch is still in flight after
+        wait_seconds; a sweeper that died mid-batch stops counting after its lease's TTL."""
+        self.fence(name, ttl_seconds)
+        try:
+            self._wait_for_no_delete(wait_seconds)
+            yield name
+        except BaseException:
+            self._unfence_keeping_error(name)
+            raise
+        self.unfence(name)
+
+    def _wait_for_no_delete(self, wait_seconds: float) -> None:
+        deadline = time.monotonic() + wait_seconds
+        while self._backend.delete_in_flight():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"a tq-gc delete batch was still in flight after {wait_seconds:g} s; the checkpoint "
+                    "fence was lowered. Retry, or raise wait_seconds to the sweepers' lease_ttl_seconds"
+                )
+            time.sleep(DELETE_POLL_SECONDS)
+
+    def _unfence_keeping_error(self, name: str) -> None:
+        try:
+            self.unfence(name)
+        except StoreUnavailable as exc:
+            log.warning("could not lower fence %r (it expires after its TTL): %s", name, exc)
 
     def close(self) -> None:
         """Close the store connect() opened; a backend passed in is left to its owner."""

@@ -111,20 +111,23 @@ class StateStore(Protocol):
         """The newest run summaries, newest first."""
         ...
 
-    def record_intent(self, lease: Lease, batch: AuditBatch) -> str:
-        """Append a batch about to be deleted to the audit log, unconfirmed; durable on return.
+    def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
+        """Append a batch about to be deleted to the audit log, unconfirmed, and mark a delete in flight
+        (for ttl_ms, or until confirm_deletes); durable on return. Returns the intent's id.
 
-        Returns the intent's id. Raises LeaseLost, writing nothing, if the lease is not ours. The log is
-        capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows."""
+        Refused, writing nothing, when the lease is not ours (LeaseLost) or when a fence is up or the
+        fence epoch is no longer `fence_epoch` (FenceRaised): checked in the same atomic step, so a
+        fence raised after this returns finds the delete in flight (delete_in_flight) and waits for it.
+        The log is capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows."""
         ...
 
     def confirm_deletes(
         self, lease: Lease, intent_id: str, batch: AuditBatch, deleted: Collection[str], forget: Iterable[str]
     ) -> None:
         """Confirm the intent `intent_id` (of `batch`) with the keys actually deleted (the others were
-        saved by the re-check) and drop the first-seen records of `forget` in its partition, together.
-        Raises LeaseLost, writing nothing, if the lease is not ours: the intent then stays in the log,
-        unconfirmed."""
+        saved by the re-check), drop the first-seen records of `forget` in its partition and clear the
+        in-flight mark, together. Raises LeaseLost, writing nothing, if the lease is not ours: the intent
+        then stays in the log, unconfirmed, and the mark expires by itself."""
         ...
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
@@ -168,6 +171,10 @@ class StateStore(Protocol):
 
     def live_fences(self) -> dict[str, int]:
         """Fences up now: {name: expires_at_ms}."""
+        ...
+
+    def delete_in_flight(self) -> bool:
+        """Whether a sweeper is between an intent and its confirmation (a clear may be under way)."""
         ...
 
     def close(self) -> None:

@@ -15,6 +15,8 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:admissions:version    STRING  counter, INCR on every admit (see StateStore.admissions_version)
     tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
     tqgc:{ns}:fences:epoch          STRING  counter, INCR on every raise_fence (see state.base.Recheck)
+    tqgc:{ns}:deleting              STRING  the lease token of a sweeper between its intent and its
+                                            confirmation (a delete batch in flight); PX = the lease TTL
 
 The memory store keeps the same caps, so both backends pass one contract suite.
 """
@@ -71,6 +73,7 @@ class Keys:
         self.fences = f"{self.prefix}:fences"
         self.fence_epoch = f"{self.prefix}:fences:epoch"
         self.observed = f"{self.prefix}:observed"
+        self.deleting = f"{self.prefix}:deleting"
 
     def first_seen(self, partition: str) -> str:
         return f"{self.prefix}:first_seen:{partition}"

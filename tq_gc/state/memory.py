@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from tq_gc.errors import LeaseLost
+from tq_gc.errors import FenceRaised, LeaseLost
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
@@ -56,6 +56,7 @@ class MemoryState:
         self._audit_rows = 0
         self._intents = 0
         self._fence_epoch = 0
+        self._deleting: tuple[str, int] | None = None  # (lease token, expires_at_ms) of a batch in flight
         # id -> (expires_at_ms, rows); expired entries are pruned on read
         self._admissions: dict[str, tuple[int, AdmissionRows]] = {}
         self._fences: dict[str, int] = {}
@@ -162,15 +163,20 @@ class MemoryState:
             documents = list(self._runs)[: max(limit, 0)]
         return [json.loads(document) for document in documents]
 
-    def record_intent(self, lease: Lease, batch: AuditBatch) -> str:
+    def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         with self._lock:
             self._check_lease(lease)
+            now = self.clock_ms()
+            self._prune(now)
+            if self._fences or self._fence_epoch != fence_epoch:
+                raise FenceRaised(self.namespace)
             self._intents += 1
             intent_id = str(self._intents)
             self._audit.append((intent_id, batch))
             self._audit_rows += len(batch)
             while self._audit_rows - len(self._audit[0][1]) >= AUDIT_MAXLEN:
                 self._audit_rows -= len(self._audit.popleft()[1])
+            self._deleting = (lease.token, now + ttl_ms)
             return intent_id
 
     def confirm_deletes(
@@ -184,6 +190,8 @@ class MemoryState:
                     self._audit[position] = (entry_id, intent.confirm(deleted))
                     break
             self._forget_first_seen(batch.partition, forget)
+            if self._deleting is not None and self._deleting[0] == lease.token:
+                self._deleting = None
 
     def read_audit(self, run_id: str | None, limit: int) -> list[DeletedRow]:
         found: list[DeletedRow] = []
@@ -242,6 +250,10 @@ class MemoryState:
         with self._lock:
             now = self.clock_ms()
             return {name: expires for name, expires in self._fences.items() if expires > now}
+
+    def delete_in_flight(self) -> bool:
+        with self._lock:
+            return self._deleting is not None and self._deleting[1] > self.clock_ms()
 
     def _prune(self, now: int) -> None:
         """Forget expired admissions and fences. Expired means expires_at_ms <= now, as in Redis."""

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from tq_gc.config import redact_url
-from tq_gc.errors import ConfigError, LeaseLost, StoreUnavailable
+from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import (
@@ -155,16 +155,24 @@ redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """)
 
-# An intent: one stream entry per batch about to be deleted. `total` counts every row appended so far,
-# so the rows newer than an entry are total(newest) - total(entry): the oldest entries are trimmed while
-# the newer ones still hold ARGV[2] rows, the newest never. Returns the entry's id.
-_RECORD_INTENT = _lease_guarded(
-    _AUDIT_TOTAL_LUA
-    + """
+# An intent: one stream entry per batch about to be deleted, refused (-1) while a fence is up or once the
+# fence epoch moved from the sweep's (ARGV[7]); it marks a delete in flight (KEYS[5], PX ARGV[8]) until its
+# confirmation. `total` counts every row appended so far, so the rows newer than an entry are
+# total(newest) - total(entry): the oldest entries are trimmed while the newer ones still hold ARGV[2]
+# rows, the newest never. Returns the entry's id.
+_RECORD_INTENT = _with_clock(
+    _lease_guarded(
+        _AUDIT_TOTAL_LUA
+        + """
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%d', now_ms()))
+if redis.call('ZCARD', KEYS[3]) > 0 or (redis.call('GET', KEYS[4]) or '0') ~= ARGV[7] then
+  return -1
+end
 local maxlen = tonumber(ARGV[2])
 local total = tonumber(ARGV[5]) + newest_total()
 local id = redis.call('XADD', KEYS[2], '*', 'run_id', ARGV[3], 'partition', ARGV[4], 'n', ARGV[5],
   'total', string.format('%d', total), 'rows', ARGV[6])
+redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[8])
 local start = '-'
 while true do
   local oldest = redis.call('XRANGE', KEYS[2], start, '+', 'COUNT', 1)[1]
@@ -175,10 +183,11 @@ while true do
   start = '(' .. oldest[1]
 end
 """
+    )
 )
 
-# A confirmation names its intent and the intent's keys that were not deleted (usually none), and drops
-# first-seen records (ARGV[4..]) in the same step.
+# A confirmation names its intent and the intent's keys that were not deleted (usually none), drops
+# first-seen records (ARGV[4..]) and clears our in-flight mark (KEYS[4]) in the same step.
 _CONFIRM_DELETES = _lease_guarded(
     _AUDIT_TOTAL_LUA
     + """
@@ -186,6 +195,9 @@ redis.call('XADD', KEYS[2], '*', 'confirms', ARGV[2], 'saved', ARGV[3], 'n', '0'
   'total', string.format('%d', newest_total()))
 for i = 4, #ARGV, 1000 do
   redis.call('HDEL', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if redis.call('GET', KEYS[4]) == ARGV[1] then
+  redis.call('DEL', KEYS[4])
 end
 return 1
 """
@@ -419,7 +431,7 @@ class RedisState:
             documents = self._client.lrange(self._keys.runs, 0, limit - 1)
         return [json.loads(document) for document in documents]
 
-    def record_intent(self, lease: Lease, batch: AuditBatch) -> str:
+    def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         rows = json.dumps(
             {
                 "keys": batch.keys,
@@ -428,19 +440,34 @@ class RedisState:
                 "tags_digests": batch.tags_digests,
             }
         )
-        keys = [self._keys.lease, self._keys.audit]
-        args: list[str | int] = [lease.token, AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows]
+        keys = [
+            self._keys.lease,
+            self._keys.audit,
+            self._keys.fences,
+            self._keys.fence_epoch,
+            self._keys.deleting,
+        ]
+        args: list[str | int] = [
+            lease.token, AUDIT_MAXLEN, batch.run_id, batch.partition, len(batch), rows, fence_epoch, ttl_ms,
+        ]  # fmt: skip
         with self._guard("record the rows about to be deleted"):
             intent_id = self._record_intent(keys=keys, args=args)
-        if not intent_id:
+        if intent_id == 0:
             raise LeaseLost(self.namespace)
+        if intent_id == -1:
+            raise FenceRaised(self.namespace)
         return str(intent_id)
 
     def confirm_deletes(
         self, lease: Lease, intent_id: str, batch: AuditBatch, deleted: Collection[str], forget: Iterable[str]
     ) -> None:
         saved = json.dumps([key for key in batch.keys if key not in deleted])
-        keys = [self._keys.lease, self._keys.audit, self._keys.first_seen(batch.partition)]
+        keys = [
+            self._keys.lease,
+            self._keys.audit,
+            self._keys.first_seen(batch.partition),
+            self._keys.deleting,
+        ]
         with self._guard("confirm deleted rows"):
             done = self._confirm_deletes(keys=keys, args=[lease.token, intent_id, saved, *forget])
         if not done:
@@ -507,6 +534,10 @@ class RedisState:
         with self._guard("read live fences"):
             flat = self._live_fences(keys=[self._keys.fences])
         return {flat[i]: int(float(flat[i + 1])) for i in range(0, len(flat), 2)}
+
+    def delete_in_flight(self) -> bool:
+        with self._guard("read whether a delete is in flight"):
+            return bool(self._client.exists(self._keys.deleting))
 
     def close(self) -> None:
         if self._owns_client:

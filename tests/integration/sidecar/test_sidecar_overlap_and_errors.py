@@ -53,8 +53,9 @@ def test_a_sweep_that_raises_is_counted_and_the_schedule_goes_on(
     factory = functools.partial(failing_tq_store, fail_while=str(broken), failures=str(failures))
     handle = sidecar(make_config(sidecar={"metrics_port": 0}), factory)
 
-    with pytest.raises(RuntimeError, match="injected listing failure"):
-        call(handle, "sweep_now")  # on demand, the caller gets the error
+    failed = call(handle, "sweep_now")  # an unforeseen error ends the sweep aborted, never completed
+    assert (failed["outcome"], failed["cause"]) == ("aborted", "error")
+    assert failed["reason"].startswith("RuntimeError: injected listing failure")
     wait_until("two scheduled sweeps failed too", lambda: failures.read_text().count("\n") >= 3)
     broken.unlink()
     wait_until("the schedule went on and reclaimed the orphan", lambda: not keys_in(tq, tq_partition))
@@ -62,7 +63,8 @@ def test_a_sweep_that_raises_is_counted_and_the_schedule_goes_on(
     status = call(handle, "status")
     assert "injected listing failure" in status["last_error"]["error"]
     completed = [r for r in status["last_reports"] if r["outcome"] == "completed"]
-    assert completed and len(completed) == len(status["last_reports"])  # failures leave no report
+    errors = [r for r in status["last_reports"] if r["cause"] == "error"]
+    assert completed and len(completed) + len(errors) == len(status["last_reports"])
     metrics = scrape(status["metrics_port"])
     assert metrics[("tqgc_sweep_errors_total", ())] == failures.read_text().count("\n")
     assert metrics[("tqgc_sweeps_total", (("outcome", "completed"),))] >= len(completed)

@@ -1,0 +1,119 @@
+"""The trainer kit (tq_gc.trainer.GcClient) and the checkpoint fence that waits, on real stores."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+import redis
+
+from tq_gc.collector import Collector
+from tq_gc.model import Cause, Identity, Outcome, SweepReport
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.state import MemoryState, StateStore
+from tq_gc.trainer import GcClient
+
+from support.world import STAGING, World
+
+WAIT_S = 10.0
+
+
+def wait_until(what: str, condition: object, seconds: float = WAIT_S) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def test_holding_admits_before_the_block_and_releases_after(state: StateStore) -> None:
+    registry = AdmissionRegistry(state)
+    with GcClient(registry) as gc:
+        with gc.holding("call-1", {STAGING: ["r1/c1", "r1/c0"]}):
+            assert registry.live() == {"call-1": {STAGING: ["r1/c1", "r1/c0"]}}
+        assert registry.live() == {}
+        with pytest.raises(RuntimeError), gc.holding("call-2", {STAGING: ["r2/c1"]}):
+            raise RuntimeError("the call failed")
+        assert registry.live() == {}
+
+
+def test_a_long_call_is_renewed_past_its_ttl(redis_url: str) -> None:
+    with GcClient.connect(redis_url, "job", ttl_seconds=0.3) as gc, gc.holding("long-call", {STAGING: ["k"]}):
+        time.sleep(1.0)  # more than three TTLs
+        assert set(AdmissionRegistry.connect(redis_url, "job").live()) == {"long-call"}
+
+
+def test_an_admission_the_registry_lost_is_admitted_again(redis_url: str) -> None:
+    reader = AdmissionRegistry.connect(redis_url, "job")
+    with GcClient.connect(redis_url, "job", ttl_seconds=0.6) as gc, gc.holding("call", {STAGING: ["k"]}):
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()  # Redis restarted empty
+        client.close()
+        assert reader.live() == {}
+        wait_until("the renewer admitted the call again", lambda: reader.live() == {"call": {STAGING: ["k"]}})
+    assert reader.live() == {}
+    reader.close()
+
+
+class SlowClearWorld(World):
+    """A world whose clear blocks until the test lets it finish, recording what happens when."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(
+            tmp_path, limits={"delete_batch": 1, "fraction_min_rows": 0, "max_delete_fraction": 1.0}
+        )
+        self.events: list[str] = []
+        self.clearing = threading.Event()
+        self.finish_clear = threading.Event()
+        real_delete = self.rows.delete_if_unchanged
+
+        def slow_delete(partition: str, expected: Mapping[str, Identity]) -> set[str]:
+            self.events.append("clear started")
+            self.clearing.set()
+            assert self.finish_clear.wait(WAIT_S)
+            deleted = real_delete(partition, expected)
+            self.events.append("clear finished")
+            return deleted
+
+        self.rows.delete_if_unchanged = slow_delete  # type: ignore[method-assign]
+
+
+def test_the_checkpoint_fence_waits_for_a_delete_batch_in_flight(tmp_path: Path) -> None:
+    world = SlowClearWorld(tmp_path)
+    world.state = MemoryState("job-42")  # real clock: the sweeper and the trainer run side by side
+    world.registry = AdmissionRegistry(world.state)
+    for key in ("r1/c", "r2/c"):
+        world.rows.put(STAGING, key)
+    Collector(world.config, world.state, world.rows).sweep(dry_run=True)
+    first_seen = world.state.load_first_seen(STAGING)
+    past = {key: record._replace(at_ms=record.at_ms - 61_000) for key, record in first_seen.items()}
+    lease = world.state.acquire_lease("setup", 60_000)
+    assert lease is not None
+    world.state.save_first_seen(lease, STAGING, past, [], observed_ms=world.state.now_ms())
+    world.state.release_lease(lease)
+
+    reports: list[SweepReport] = []
+    sweeper = threading.Thread(target=lambda: reports.append(world.sweep()))
+    sweeper.start()
+    assert world.clearing.wait(WAIT_S)
+
+    def checkpoint() -> None:
+        with GcClient(world.registry) as gc, gc.checkpoint_fence("ckpt-7"):
+            world.events.append("checkpoint runs")
+
+    trainer = threading.Thread(target=checkpoint)
+    trainer.start()
+    trainer.join(0.3)
+    assert trainer.is_alive(), "the fence returned while a delete batch was clearing"
+    world.finish_clear.set()
+    trainer.join(WAIT_S)
+    sweeper.join(WAIT_S)
+
+    assert world.events == ["clear started", "clear finished", "checkpoint runs"]
+    [report] = reports
+    # The second batch met the fence (still up, or come and gone): one row deleted, then the sweep stopped.
+    assert (report.outcome, report.counts.deleted) == (Outcome.SKIPPED, 1)
+    assert report.cause in (Cause.FENCE_UP, Cause.FENCE_RAISED)
+    assert len(world.staging()) == 1

@@ -1,0 +1,112 @@
+"""The trainer kit: what a trainer or a rollout worker adds so that tq-gc never deletes what it still needs.
+
+    gc = GcClient.connect("redis://gc-redis:6379/0", namespace="job-42")  # or GcClient(sidecar_registry())
+    with gc.holding(f"call-{call_id}", {"rollout_staging": [staging_key, *chain_keys]}):
+        write_rows(...)                   # admitted before the rows are written: never unprotected
+        record_reference_elsewhere(...)   # the route plan row, the manifest: durable before release
+    with gc.checkpoint_fence(f"ckpt-{step}"):
+        save_checkpoint(...)              # starts once no delete batch is in flight; none starts until exit
+    gc.close()
+
+`holding` is make-before-break: the admission is durable before the block runs and released only after
+it, so a reference handed to another source inside the block is in place before this one goes. A
+background renewer keeps every held admission alive for as long as its block runs (long calls outlive
+any TTL), and admits it again if the registry lost it (a Redis restarted empty): the rows were
+protected until then by the collector's own bookkeeping, which a restarted Redis has lost as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+
+from tq_gc.errors import StoreUnavailable
+from tq_gc.references.admissions import DELETE_WAIT_SECONDS, AdmissionRegistry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TTL_SECONDS = 600.0
+# Renew at a third of the TTL: two renewals can fail in a row before an admission lapses.
+RENEW_FRACTION = 1 / 3
+
+
+class GcClient:
+    """Admissions held for the duration of a block, renewed in the background, and checkpoint fences."""
+
+    def __init__(self, registry: AdmissionRegistry, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
+        self._registry = registry
+        self._ttl_seconds = ttl_seconds
+        self._held: dict[str, dict[str, list[str]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer = threading.Thread(target=self._renew_forever, name="tq-gc-renewer", daemon=True)
+        self._renewer.start()
+
+    @classmethod
+    def connect(
+        cls, url: str, namespace: str = "default", ttl_seconds: float = DEFAULT_TTL_SECONDS
+    ) -> GcClient:
+        """A client on the shared state store at `url`; close() closes the connection it opened."""
+        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds)
+
+    @contextmanager
+    def holding(self, admission_id: str, rows: Mapping[str, Sequence[str]]) -> Iterator[str]:
+        """Admit `rows` ({partition: [keys]}) before the block and release them after it."""
+        copied = {partition: list(keys) for partition, keys in rows.items()}
+        self._registry.admit(admission_id, copied, self._ttl_seconds)
+        with self._lock:
+            self._held[admission_id] = copied
+        try:
+            yield admission_id
+        finally:
+            with self._lock:
+                self._held.pop(admission_id, None)
+            self._release(admission_id)
+
+    def checkpoint_fence(
+        self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
+    ) -> AbstractContextManager[str]:
+        """No delete while the block runs; the block starts once no delete batch is in flight."""
+        return self._registry.checkpoint_fence(name, ttl_seconds, wait_seconds)
+
+    def close(self) -> None:
+        """Stop renewing and close the connection connect() opened. Held admissions expire by their TTL."""
+        self._stop.set()
+        self._renewer.join(timeout=5)
+        self._registry.close()
+
+    def __enter__(self) -> GcClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _release(self, admission_id: str) -> None:
+        try:
+            self._registry.release(admission_id)
+        except StoreUnavailable as exc:  # the block's outcome stands; the admission expires by its TTL
+            log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
+
+    def _renew_forever(self) -> None:
+        while not self._stop.wait(self._ttl_seconds * RENEW_FRACTION):
+            self.renew_all()
+
+    def renew_all(self) -> None:
+        """Renew every held admission; admit again any the registry no longer has."""
+        with self._lock:
+            held = dict(self._held)
+        for admission_id, rows in held.items():
+            try:
+                if not self._registry.renew(admission_id, self._ttl_seconds):
+                    log.warning("admission %r was lost by the registry; admitting it again", admission_id)
+                    self._readmit_if_held(admission_id, rows)
+            except StoreUnavailable as exc:
+                log.warning("could not renew admission %r (retrying): %s", admission_id, exc)
+
+    def _readmit_if_held(self, admission_id: str, rows: dict[str, list[str]]) -> None:
+        # Under the lock: a block that just ended must not have its admission brought back.
+        with self._lock:
+            if admission_id in self._held:
+                self._registry.admit(admission_id, rows, self._ttl_seconds)
