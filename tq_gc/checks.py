@@ -11,7 +11,7 @@ from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.state import open_state
+from tq_gc.state import RedisState, open_state
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore
 
@@ -41,6 +41,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         if state is None:
             state = open_state(config.state_url, config.namespace)
         results.append(_check("state store", _probe_state(state, config)))
+        if isinstance(state, RedisState):
+            results.append(_eviction_check(state))
         results.append(
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
@@ -65,6 +67,21 @@ def _probe_state(state: StateStore, config: Config) -> Callable[[], str]:
         return f"{config.redacted()['state_url']}: clock {now_ms} ms, lease {holder}"
 
     return probe
+
+
+def _eviction_check(state: RedisState) -> CheckResult:
+    """Redis evicting tq-gc's keys could drop the lease (two sweepers) or an admission's rows."""
+    policy = state.eviction_policy()
+    if policy is None:
+        detail = "maxmemory-policy unknown (CONFIG GET refused): make sure it is noeviction"
+        return {"name": "state store memory policy", "ok": True, "detail": detail}
+    if policy != "noeviction":
+        detail = (
+            f"maxmemory-policy is {policy}: under memory pressure Redis may evict tq-gc's lease or "
+            "admissions. Set maxmemory-policy noeviction (or give tq-gc a Redis of its own)"
+        )
+        return {"name": "state store memory policy", "ok": False, "detail": detail}
+    return {"name": "state store memory policy", "ok": True, "detail": "noeviction"}
 
 
 def _attach(config: Config, runtime: Runtime, results: list[CheckResult]) -> RowStore | None:

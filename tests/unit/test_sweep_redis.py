@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 
-from tq_gc.cli import EXIT_OK, EXIT_SKIPPED, Runtime, main
+from tq_gc.cli import EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, Runtime, main
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.model import Outcome, SweepReport
@@ -136,3 +137,24 @@ def test_redis_down_aborts_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 4 and json.loads(out)["outcome"] == "aborted"
     assert "s3cret" not in out + err
     assert rows.count("delete") == 0
+
+
+def test_check_fails_when_redis_may_evict_the_lease_or_admissions(
+    tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    rows = ScriptedRowStore()
+    rows.put(STAGING, "r1/c1")
+    try:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        code, _ = run_cli(tmp_path, config_for(redis_url), rows, "check")
+        doc = json.loads(capsys.readouterr().out)
+        [policy] = [c for c in doc["checks"] if c["name"] == "state store memory policy"]
+        assert (code, policy["ok"]) == (EXIT_USAGE, False)
+        assert "allkeys-lru" in policy["detail"] and "noeviction" in policy["detail"]
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+        client.close()
+    code, _ = run_cli(tmp_path, config_for(redis_url), rows, "check")
+    doc = json.loads(capsys.readouterr().out)
+    assert code == EXIT_OK and doc["ok"], doc

@@ -535,6 +535,15 @@ class RedisState:
             flat = self._live_fences(keys=[self._keys.fences])
         return {flat[i]: int(float(flat[i + 1])) for i in range(0, len(flat), 2)}
 
+    def eviction_policy(self) -> str | None:
+        """The server's maxmemory-policy, or None when it will not say (CONFIG disabled, as on some
+        managed services). Anything but `noeviction` may drop the lease or admissions under pressure."""
+        try:
+            found = cast(dict[str, str], self._client.config_get("maxmemory-policy"))
+        except RedisError:
+            return None
+        return found.get("maxmemory-policy")
+
     def delete_in_flight(self) -> bool:
         with self._guard("read whether a delete is in flight"):
             return bool(self._client.exists(self._keys.deleting))
