@@ -99,7 +99,7 @@ def admissions(doc: dict[str, Any]) -> None:
 
 def audit(doc: dict[str, Any]) -> None:
     table = Table(title=f"deleted rows ({len(doc['deleted'])})")
-    for column in ("run", "partition", "key", "global index", "unreferenced (s)"):
+    for column in ("run", "partition", "key", "global index", "unreferenced (s)", "confirmed"):
         table.add_column(column)
     for row in doc["deleted"]:
         table.add_row(
@@ -108,6 +108,8 @@ def audit(doc: dict[str, Any]) -> None:
             row["key"],
             str(row["global_index"]),
             f"{row['unreferenced_s']:.0f}",
+            # An intent never confirmed: the sweeper stopped mid-batch; the row may or may not be gone.
+            "yes" if row["confirmed"] else "NO (may be deleted)",
         )
     _console().print(table)
 

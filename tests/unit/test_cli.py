@@ -192,7 +192,7 @@ def test_status_admissions_audit_and_check(cli: Cli) -> None:
     _, adm = cli.run_json("admissions")
     assert adm["admissions"] == {"adm-1": {STAGING: ["r2/c1"]}}
     _, audit = cli.run_json("audit", "--run", swept["run_id"])
-    assert [row["key"] for row in audit["deleted"]] == ["r1/c1"]
+    assert [(row["key"], row["confirmed"]) for row in audit["deleted"]] == [("r1/c1", True)]
     code, check = cli.run_json("check")
     assert code == EXIT_OK and check["ok"], check
 
