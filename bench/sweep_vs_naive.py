@@ -17,111 +17,29 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PARTITION = "rollout_staging"
-BATCH = 2000
-TQ_CONFIG = {
-    "controller": {"polling_mode": True},
-    "backend": {"storage_backend": "SimpleStorage", "SimpleStorage": {"num_data_storage_units": 2}},
-}
-
-
-@dataclass
-class DataSet:
-    rows: int
-    admissions: int
-    manifests: int
-    manifest_dir: Path
-
-    @property
-    def keys(self) -> list[str]:
-        return [f"r{i // 4:06d}_g0_a1/call{i % 4}" for i in range(self.rows)]
-
-    def referenced(self) -> tuple[dict[str, list[str]], list[list[str]]]:
-        """Half the rows are referenced: 4/5 of those by admissions, 1/5 by manifests."""
-        held = self.keys[: self.rows // 2]
-        by_admissions = held[: len(held) * 4 // 5]
-        by_manifests = held[len(by_admissions) :]
-        per_admission = max(1, len(by_admissions) // self.admissions)
-        admissions = {
-            f"adm-{i}": by_admissions[i * per_admission : (i + 1) * per_admission]
-            for i in range(self.admissions)
-        }
-        per_manifest = -(-len(by_manifests) // self.manifests)
-        manifests = [by_manifests[i * per_manifest : (i + 1) * per_manifest] for i in range(self.manifests)]
-        return admissions, manifests
-
-
-def fill(data: DataSet) -> None:
-    import torch
-    import transfer_queue as tq
-    from tensordict import TensorDict
-
-    keys = data.keys
-    for start in range(0, len(keys), BATCH):
-        batch = keys[start : start + BATCH]
-        fields = TensorDict(
-            {"token_ids_delta": torch.zeros(len(batch), 16, dtype=torch.int32)}, batch_size=len(batch)
-        )
-        tags = [{"rollout_id": k.split("/")[0], "model_call_id": k} for k in batch]
-        tq.kv_batch_put(keys=batch, partition_id=PARTITION, fields=fields, tags=tags)
-
-
-def publish_references(data: DataSet, registry: Any) -> None:
-    admissions, manifests = data.referenced()
-    for admission_id, keys in admissions.items():
-        registry.admit(admission_id, {PARTITION: keys}, ttl_seconds=3600)
-    for i, keys in enumerate(manifests):
-        path = data.manifest_dir / f"ckpt-{i}" / "gc-manifest.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "format": "tq-gc/manifest/v1",
-            "manifest_id": f"ckpt-{i}",
-            "state": "active",
-            "rows": {PARTITION: keys},
-        }
-        path.write_text(json.dumps(doc))
-
-
-def naive_clear(data: DataSet, registry: Any) -> int:
-    """What a restore does today: list, subtract what is referenced now, clear the rest."""
-    import transfer_queue as tq
-
-    from tq_gc.references.manifests import ManifestsSource
-
-    listed = tq.kv_list(PARTITION).get(PARTITION, {})
-    referenced = {key for rows in registry.live().values() for key in rows.get(PARTITION, [])}
-    referenced |= ManifestsSource(config_for(data).manifests).read().get(PARTITION, frozenset())
-    doomed = [key for key in listed if key not in referenced]
-    for start in range(0, len(doomed), BATCH):
-        tq.kv_clear(doomed[start : start + BATCH], PARTITION)
-    return len(doomed)
-
-
-def config_for(data: DataSet, state_url: str = "memory://") -> Any:
-    from tq_gc.config import parse_config
-
-    return parse_config(
-        {
-            "namespace": "bench",
-            "state_url": state_url,
-            "scope": [{"partition": PARTITION, "all_keys": True}],
-            "grace_seconds": 60,
-            "manifests": [{"glob": f"{data.manifest_dir}/**/gc-manifest.json"}],
-            "limits": {"max_deletes_per_run": 10_000_000, "delete_batch": BATCH, "max_delete_fraction": 0.6},
-        }
-    )
+from common import (
+    PARTITION,
+    DataSet,
+    clear_rows,
+    config_for,
+    fill,
+    machine_load,
+    naive_clear,
+    publish_references,
+    shift_first_seen,
+    start_ray_and_tq,
+    start_redis,
+    stop_process,
+)
 
 
 class Sides:
@@ -147,9 +65,7 @@ class Sides:
     def reset(self) -> None:
         import transfer_queue as tq
 
-        leftover = list(tq.kv_list(PARTITION).get(PARTITION, {}))
-        for start in range(0, len(leftover), BATCH):
-            tq.kv_clear(leftover[start : start + BATCH], PARTITION)
+        clear_rows(list(tq.kv_list(PARTITION).get(PARTITION, {})))
         for admission_id in list(self.registry.live()):
             self.registry.release(admission_id)
         fill(self.data)
@@ -180,16 +96,6 @@ class Sides:
 
     def naive(self) -> int:
         return naive_clear(self.data, self.registry)
-
-
-def shift_first_seen(state: Any, partition: str, by_ms: int) -> None:
-    from tq_gc.model import FirstSeen
-
-    records = state.load_first_seen(partition)
-    lease = state.acquire_lease("bench", 60_000)
-    shifted = {k: FirstSeen(v.at_ms - by_ms, v.identity) for k, v in records.items()}
-    state.save_first_seen(lease, partition, shifted, [], observed_ms=state.now_ms())
-    state.release_lease(lease)
 
 
 def _rounded(phases: dict[str, float]) -> dict[str, int]:
@@ -263,31 +169,6 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
     }
 
 
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
-    import shutil
-    import socket
-
-    server = shutil.which("redis-server")
-    if server is None:
-        sys.exit("redis-server not found: install it (apt-get install redis-server) or pass --state memory")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    import redis
-
-    for _ in range(100):
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    return proc, f"redis://127.0.0.1:{port}/0"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -299,17 +180,12 @@ def main() -> None:
     parser.add_argument("--state", choices=["memory", "redis", "both"], default="both")
     args = parser.parse_args()
 
-    # TQ sets each of its loggers' level from this when the logger is made: set it before importing TQ,
-    # or every put logs a warning about this machine's 2 cores.
-    os.environ.setdefault("TQ_LOGGING_LEVEL", "ERROR")
     import ray
-    import torch  # noqa: F401  (CPU torch before transfer_queue)
-    import transfer_queue as tq
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    load_before = machine_load()
+    start_ray_and_tq()
     redis_proc = None
     try:
-        tq.init(TQ_CONFIG)
         results = []
         with tempfile.TemporaryDirectory(prefix="tq-gc-bench-") as tmp:
             if args.state in ("memory", "both"):
@@ -321,11 +197,19 @@ def main() -> None:
                 results.append(run(args, url, Path(tmp) / "redis"))
         for result in results:
             print(json.dumps(result))
+        print(json.dumps(ratio_line(results, load_before)))
     finally:
-        if redis_proc is not None:
-            redis_proc.terminate()
-            redis_proc.wait(10)
+        stop_process(redis_proc)
         ray.shutdown()
+
+
+def ratio_line(results: list[dict[str, Any]], load_before: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rows": results[0]["rows"] if results else 0,
+        "ratio_tq_gc_over_naive": {r["state"]: r["median_ratio"] for r in results},
+        "machine_load_before": load_before,
+        "machine_load_after": machine_load(),
+    }
 
 
 if __name__ == "__main__":

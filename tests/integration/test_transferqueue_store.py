@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -345,3 +346,124 @@ def test_ten_thousand_keys(
     assert len(found_with_gaps) == 9_900
     assert store.list_rows(tq_partition) == {}
     assert all(seconds < 20 for seconds in timings.values()), timings
+
+
+# ---- the listing: short requests, the same answer as kv_list ----------------------------------------
+
+
+@pytest.fixture
+def other_partition(tq: Any) -> Iterator[str]:
+    """A second fresh partition, so that two partitions' global indexes interleave (one shared pool)."""
+    partition = f"tqgc-other-{uuid.uuid4().hex[:10]}"
+    yield partition
+    keys = list(tq.kv_list(partition).get(partition, {}))
+    if keys:
+        tq.kv_clear(keys, partition)
+
+
+def windowed_store(ray_cluster: Any, request_batch: int) -> TransferQueueRowStore:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=request_batch)
+    return TransferQueueRowStore.attach(config)
+
+
+def test_list_rows_in_windows_is_exactly_kv_list(
+    ray_cluster: Any, tq: Any, tq_partition: str, other_partition: str, put_rows: PutRows
+) -> None:
+    for round_ in range(6):  # the two partitions' indexes interleave in runs of 7 and 5
+        put_rows(
+            tq_partition, [f"a{round_}-{i}" for i in range(7)], [{"r": round_, "i": i} for i in range(7)]
+        )
+        put_rows(other_partition, [f"b{round_}-{i}" for i in range(5)], {"other": True})
+    tq.kv_clear([f"a1-{i}" for i in range(7)] + ["a4-3"], tq_partition)
+    tq.kv_clear([f"b2-{i}" for i in range(5)], other_partition)
+    put_rows(tq_partition, [f"late-{i}" for i in range(9)], [{"late": i} for i in range(9)])  # reused indexes
+    put_rows(tq_partition, ["untagged"])
+    put_rows(tq_partition, ["ghost"], {"rollout_id": "r3"}, data=False)
+
+    with windowed_store(ray_cluster, request_batch=4) as store:
+        listed = store.list_rows(tq_partition)
+
+    assert listed == tq.kv_list(tq_partition)[tq_partition]
+    assert len(listed) == 6 * 7 - 8 + 9 + 2
+
+
+class ListingWithWriter(TransferQueueRowStore):
+    """Runs `writer(window number)` before each window of keys the listing reads: a job writing and
+    clearing rows while tq-gc lists."""
+
+    writer: Callable[[int], None] = staticmethod(lambda n: None)
+    windows_read = 0
+
+    def _keys_of(self, partition: str, window: list[int], pacer: Any) -> tuple[dict[int, str], float]:
+        self.writer(self.windows_read)
+        self.windows_read += 1
+        return super()._keys_of(partition, window, pacer)
+
+
+def listing_with_writer(ray_cluster: Any, writer: Callable[[int], None]) -> ListingWithWriter:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    store = ListingWithWriter.attach(config)
+    assert isinstance(store, ListingWithWriter)
+    store.writer = writer
+    return store
+
+
+def test_rows_present_for_the_whole_listing_are_listed_while_others_come_and_go(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    stable = {f"stable-{i}": {"i": i} for i in range(40)}
+    churn = [f"churn-{i}" for i in range(60)]
+    put_rows(tq_partition, churn[:20], {"churn": True})
+    put_rows(tq_partition, list(stable), list(stable.values()))
+
+    def job_writes_and_clears(window: int) -> None:
+        if window + 20 < len(churn):
+            put_rows(tq_partition, [churn[window + 20]], {"churn": True})  # takes a freed index
+            tq.kv_clear([churn[window]], tq_partition)
+
+    with listing_with_writer(ray_cluster, job_writes_and_clears) as store:
+        listed = store.list_rows(tq_partition)
+        assert store.windows_read >= 10
+
+    assert {key: listed.get(key) for key in stable} == stable
+    assert set(listed) <= set(stable) | set(churn)
+    assert all(listed[key] == {"churn": True} for key in set(listed) - set(stable))
+
+
+def test_a_reference_moved_once_from_row_to_row_during_the_listing_is_listed(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    """Make-before-break inside a tags source: the new row is written, then the old one cleared, right
+    after the listing read the partition's indexes. The old row sat in a window not read yet, the new one
+    is not among the indexes read: one pass over the indexes misses both; kv_list's snapshot saw one."""
+    put_rows(tq_partition, [f"filler-{i}" for i in range(30)], {"filler": True})
+    put_rows(tq_partition, ["holder-old"], {"cleanup_staging_keys": ["r7/call3"]})  # the last window
+
+    def move_the_reference(window: int) -> None:
+        if window == 0:
+            put_rows(tq_partition, ["holder-new"], {"cleanup_staging_keys": ["r7/call3"]})
+            tq.kv_clear(["holder-old"], tq_partition)
+
+    with listing_with_writer(ray_cluster, move_the_reference) as store:
+        listed = store.list_rows(tq_partition)
+
+    assert listed.get("holder-new") == {"cleanup_staging_keys": ["r7/call3"]}
+    assert len([key for key in listed if key.startswith("filler-")]) == 30
+
+
+def test_request_stats_name_each_request_and_start_afresh_when_taken(
+    store: TransferQueueRowStore, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, ["a", "b", "c"], {"t": 1})
+    store.take_request_stats()  # whatever attaching asked
+
+    rows = store.list_rows(tq_partition)
+    listing = store.take_request_stats()
+    store.delete_if_unchanged(tq_partition, store.identities(tq_partition, list(rows)))
+    deleting = store.take_request_stats()
+
+    assert set(listing) == {"get_partition_index_range", "kv_retrieve_keys", "kv_retrieve_meta"}
+    assert len(listing["get_partition_index_range"]) == 2  # one per pass
+    assert set(deleting) == {"kv_retrieve_meta", "clear_samples"}
+    assert all(seconds > 0 for durations in [*listing.values(), *deleting.values()] for seconds in durations)
+    assert store.take_request_stats() == {}

@@ -51,6 +51,14 @@ class DeferredRowStore:
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self._attached().delete_if_unchanged(partition, expected)
 
+    def take_request_stats(self) -> dict[str, list[float]]:
+        """The attached store's request durations since the last call ({operation: [seconds]}), then
+        afresh; none before it attached or when it keeps none."""
+        with self._lock:
+            take = getattr(self._store, "take_request_stats", None)
+        stats: dict[str, list[float]] = take() if callable(take) else {}
+        return stats
+
     def close(self) -> None:
         """Close the store we attached, if any (its own close(): never the TQ itself)."""
         with self._lock:

@@ -27,8 +27,16 @@ TQ facts this relies on (transferqueue 0.1.11, read from its source and checked 
 - `kv_retrieve_meta(keys, pid, create=False)` answers with a `BatchMeta` that carries no keys: unknown
   keys are dropped, the others keep their request order; `custom_meta` is the rows' tags, aligned with
   `global_indexes`. An unknown partition answers an empty BatchMeta and is not created.
-- `kv_retrieve_keys(indexes, pid)` answers the key of each index, None for an index with no key.
-- The controller serves one request at a time, so each answer is a consistent snapshot.
+- `kv_retrieve_keys(indexes, pid)` answers the key of each index, None for an index with no key (or
+  not in the partition); an unknown partition is an error.
+- The controller serves one request at a time, so each answer is a consistent snapshot, and every
+  request holds up the job's own requests for as long as it takes. `kv_list` is one request for the
+  whole partition: O(N) on that one thread (measured at 1M rows on 2 busy cores: the controller held
+  0.8-1.2 s). No request pages it, and none returns a partition's global indexes in bounded time
+  (`get_production_status` sorts them all on the request thread: held 120-160 ms at 1M). The
+  controller actor's Ray method `get_partition_index_range(pid)` returns them (unsorted, with the
+  partition's pre-allocated indexes) from the actor's main thread, beside the request thread: the job's
+  requests wait only for the GIL meanwhile (20-30 ms at 1M). `list_rows()` builds on these: see there.
 - `tq.kv_clear` is `kv_retrieve_meta(create=False)` then `clear_samples(meta)`: not atomic, TQ has no
   compare-and-delete. `delete_if_unchanged()` reads the rows' identities and clears exactly the rows it
   matched (the same BatchMeta, narrowed), back to back: the narrowest window TQ allows. In that window
@@ -45,7 +53,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -53,6 +61,7 @@ from urllib.parse import urlsplit
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
 from tq_gc.model import Identity, Tags, tags_digest
+from tq_gc.stores.pacing import Pacer
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +80,13 @@ CONTROLLER_CONFIG_WAIT_SECONDS = 30.0
 GCS_PROBE_TIMEOUT_SECONDS = 5.0
 # identities(): rounds to pin down which key each index belongs to when some keys are gone (see there).
 IDENTITY_ROUNDS = 3
+# Operation names of tq-gc's own requests, as take_request_stats() and the metrics report them.
+OP_INDEX_RANGE = "get_partition_index_range"
+OP_KEYS = "kv_retrieve_keys"
+OP_META = "kv_retrieve_meta"
+OP_CLEAR = "clear_samples"
+OP_PARTITIONS = "get_partition_list"
+OP_KV_LIST = "kv_list"
 
 T = TypeVar("T")
 
@@ -86,13 +102,23 @@ class TransferQueueRowStore:
         ray_address: str = "",
         owns_ray_connection: bool = False,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+        controller: Any = None,
+        request_target_ms: float = 10.0,
+        duty_cycle: float = 1.0,
     ) -> None:
-        """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`."""
+        """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
+
+        With the controller's actor handle, `list_rows` reads in short paced windows; without it, in one
+        `kv_list`."""
         self._client = client
+        self._controller = controller
         self._request_batch = request_batch
+        self._request_target_s = request_target_ms / 1000
+        self._duty_cycle = duty_cycle
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
         self._request_timeout_seconds = request_timeout_seconds
+        self._requests = RequestLog()
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -126,16 +152,48 @@ class TransferQueueRowStore:
             ray_address=config.ray_address,
             owns_ray_connection=owns_ray_connection,
             request_timeout_seconds=request_timeout_seconds,
+            controller=controller,
+            request_target_ms=config.request_target_ms,
+            duty_cycle=config.duty_cycle,
         )
 
     # ---- RowStore ----
 
     def partitions(self) -> list[str]:
-        return list(self._call("get_partition_list", self._client.async_get_partition_list()))
+        return list(self._call(OP_PARTITIONS, "get_partition_list", self._client.async_get_partition_list()))
 
     def list_rows(self, partition: str) -> dict[str, Tags]:
-        listing = self._call(f"kv_list({partition!r})", self._client.async_kv_list(partition_id=partition))
-        return dict(listing.get(partition) or {})
+        """Every keyed row with its tags, as kv_list would, in short requests: two passes over the
+        partition's global indexes, in windows.
+
+        1. The indexes (the controller actor's get_partition_index_range), then per window the keys of
+           those indexes (kv_retrieve_keys) and at once their tags (kv_retrieve_meta, matched to the
+           keys by global index: a key re-created in between under another index is left out).
+        2. The indexes again, and per window their keys only; the tags of any (key, index) the first pass
+           did not see.
+
+        A row present for the whole of either pass is listed: so is every row present for the whole
+        listing, and a reference moved make-before-break from one row to another during it (the old row
+        lives through pass 1, or else the new one was written before pass 2 began). kv_list's single
+        snapshot gave that, and tags sources count on it. Rows written or deleted during the listing may
+        be in or out. Each request is paced (pacing.py).
+        """
+        if self._controller is None:
+            listing = self._call(OP_KV_LIST, f"kv_list({partition!r})", self._client.async_kv_list(partition))
+            return dict(listing.get(partition) or {})
+        pacer = self._pacer()
+        rows: dict[str, Tags] = {}
+        seen_at: dict[str, int] = {}  # key -> global index it had in pass 1
+        for window in self._index_windows(partition, pacer):
+            owners, keys_s = self._keys_of(partition, window, pacer)
+            tags_s = self._add_tags(partition, owners, rows, seen_at)
+            self._pause(pacer, max(keys_s, tags_s))
+        for window in self._index_windows(partition, pacer):
+            owners, keys_s = self._keys_of(partition, window, pacer)
+            late = {index: key for index, key in owners.items() if seen_at.get(key) != index}
+            tags_s = self._add_tags(partition, late, rows, seen_at)
+            self._pause(pacer, max(keys_s, tags_s))
+        return rows
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         """Current identity of each key that exists. A key that changes while we ask may be left out.
@@ -143,31 +201,20 @@ class TransferQueueRowStore:
         Leaving a key out is the safe answer: the collector keeps a row whose identity it cannot confirm.
         """
         found: dict[str, Identity] = {}
-        for batch in _batches(list(dict.fromkeys(keys)), self._request_batch):
+        pacer = self._pacer()
+        for batch in _paced_batches(list(dict.fromkeys(keys)), pacer):
+            started = time.perf_counter()
             found.update(_identities(*self._snapshot(partition, batch)))
+            self._pause(pacer, time.perf_counter() - started)
         return found
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         deleted: set[str] = set()
-        for batch in _batches(list(expected), self._request_batch):
-            what = f"re-check and clear of {len(batch)} rows in {partition!r}"
-            cleared = self._call(what, self._clear_if_unchanged(partition, batch, expected))
-            if cleared is not None:  # the usual case: one round trip to the client's loop
-                deleted.update(cleared)
-                continue
-            keys, meta = self._snapshot(partition, batch)
-            # A row recreated (another index) or retagged since the plan saw it is not the row the
-            # plan judged: it stays, and the collector counts it as recheck_saved.
-            matched = _unchanged(keys, meta, expected)
-            if not matched:
-                continue
-            what = (
-                f"clear of {len(matched)} rows in {partition!r} (after {len(deleted)} deleted in this call)"
-            )
-            # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
-            doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
-            self._call(what, self._client.async_clear_samples(doomed))
-            deleted.update(keys[i] for i in matched)
+        pacer = self._pacer()
+        for batch in _paced_batches(list(expected), pacer):
+            started = time.perf_counter()
+            deleted.update(self._delete_batch_if_unchanged(partition, batch, expected, len(deleted)))
+            self._pause(pacer, time.perf_counter() - started)
         return deleted
 
     def delete(self, partition: str, keys: Sequence[str]) -> None:
@@ -176,10 +223,15 @@ class TransferQueueRowStore:
         done = 0
         for batch in _batches(unique, self._request_batch):
             what = f"kv_clear of {len(batch)} keys in {partition!r} (after {done} of {len(unique)})"
-            meta = self._call(what, self._retrieve_meta(partition, batch))
+            meta = self._call(OP_META, what, self._retrieve_meta(partition, batch))
             if meta.size > 0:
-                self._call(what, self._client.async_clear_samples(meta))
+                self._call(OP_CLEAR, what, self._client.async_clear_samples(meta))
             done += len(batch)
+
+    def take_request_stats(self) -> dict[str, list[float]]:
+        """{operation: [seconds of each request]} since the last call, as this client saw them (the
+        wait for the controller included), and start afresh. The collector reads it once per sweep."""
+        return self._requests.take()
 
     # ---- lifecycle ----
 
@@ -217,20 +269,119 @@ class TransferQueueRowStore:
 
     # ---- internals ----
 
+    def _pacer(self) -> Pacer:
+        return Pacer.starting_small(self._request_batch, self._request_target_s, self._duty_cycle)
+
+    def _pause(self, pacer: Pacer, latency_s: float) -> None:
+        pause = pacer.after(latency_s)
+        if pause > 0:
+            time.sleep(pause)
+
+    def _index_windows(self, partition: str, pacer: Pacer) -> Iterator[list[int]]:
+        """The partition's global indexes, ascending, in windows of the pacer's current size."""
+        indexes = sorted(self._index_range(partition))
+        start = 0
+        while start < len(indexes):
+            window = indexes[start : start + pacer.window]
+            start += len(window)
+            yield window
+
+    def _index_range(self, partition: str) -> list[int]:
+        """Every global index of the partition (and its pre-allocated ones), from the controller actor's
+        main thread: its request thread keeps serving the job meanwhile. An unknown partition has none."""
+        import ray
+
+        started = time.perf_counter()
+        what = f"TransferQueue {OP_INDEX_RANGE}({partition!r})"
+        timeout_s = self._request_timeout_seconds
+        try:
+            ref = self._controller.get_partition_index_range.remote(partition)
+            indexes: list[int] = ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise StoreUnavailable(
+                f"{what}: no answer within {timeout_s:g} s (controller dead or overloaded?)"
+            ) from exc
+        except Exception as exc:
+            raise StoreUnavailable(f"{what} failed: {exc}") from exc
+        finally:
+            self._requests.record(OP_INDEX_RANGE, time.perf_counter() - started)
+        return indexes
+
+    def _keys_of(self, partition: str, window: list[int], pacer: Pacer) -> tuple[dict[int, str], float]:
+        """({global index: key} of the window's indexes that have a key now, the request's seconds),
+        after the duty cycle's pause."""
+        started = time.perf_counter()
+        keys = self._call(
+            OP_KEYS,
+            f"kv_retrieve_keys of {len(window)} indexes in {partition!r}",
+            self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
+        )
+        seconds = time.perf_counter() - started
+        time.sleep(pacer.pause_after(seconds))
+        return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
+
+    def _add_tags(
+        self, partition: str, owners: dict[int, str], rows: dict[str, Tags], seen_at: dict[str, int]
+    ) -> float:
+        """Read the tags of `owners` ({index: key}) into rows, and where each key was into seen_at; return
+        the request's seconds. A key whose index changed since `owners` was read is left out: it was
+        deleted (and maybe re-created) in between."""
+        if not owners:
+            return 0.0
+        started = time.perf_counter()
+        meta = self._call(
+            OP_META,
+            f"kv_retrieve_meta of {len(owners)} keys in {partition!r}",
+            self._retrieve_meta(partition, list(owners.values())),
+        )
+        for index, tags in zip(meta.global_indexes, meta.custom_meta, strict=True):
+            key = owners.get(index)
+            if key is not None:
+                rows[key] = tags
+                seen_at[key] = index
+        return time.perf_counter() - started
+
+    def _delete_batch_if_unchanged(
+        self, partition: str, batch: list[str], expected: Mapping[str, Identity], done: int
+    ) -> list[str]:
+        what = f"re-check and clear of {len(batch)} rows in {partition!r}"
+        cleared = self._call(None, what, self._clear_if_unchanged(partition, batch, expected))
+        if cleared is not None:  # the usual case: one round trip to the client's loop
+            return cleared
+        keys, meta = self._snapshot(partition, batch)
+        # A row recreated (another index) or retagged since the plan saw it is not the row the
+        # plan judged: it stays, and the collector counts it as recheck_saved.
+        matched = _unchanged(keys, meta, expected)
+        if not matched:
+            return []
+        what = f"clear of {len(matched)} rows in {partition!r} (after {done} deleted in this call)"
+        # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
+        doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
+        self._call(OP_CLEAR, what, self._client.async_clear_samples(doomed))
+        return [keys[i] for i in matched]
+
     async def _clear_if_unchanged(
         self, partition: str, keys: list[str], expected: Mapping[str, Identity]
     ) -> list[str] | None:
         """Snapshot, match and clear in one coroutine, back to back on the client's loop. None when
         some keys are gone (the snapshot is then not aligned with `keys`): the caller takes the long way."""
-        meta = await self._retrieve_meta(partition, keys)
+        meta = await self._timed(OP_META, self._retrieve_meta(partition, keys))
         if meta.size != len(keys):
             return None
         matched = _unchanged(keys, meta, expected)
         if matched:
             # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
             doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
-            await self._client.async_clear_samples(doomed)
+            await self._timed(OP_CLEAR, self._client.async_clear_samples(doomed))
         return [keys[i] for i in matched]
+
+    async def _timed(self, op: str, awaitable: Awaitable[T]) -> T:
+        """Await one request, recording how long it took under `op`."""
+        started = time.perf_counter()
+        try:
+            return await awaitable
+        finally:
+            self._requests.record(op, time.perf_counter() - started)
 
     def _snapshot(self, partition: str, keys: list[str]) -> tuple[list[str], Any]:
         """(keys, meta): the keys of `keys` that exist, and their BatchMeta, row i being keys[i], as one
@@ -243,6 +394,7 @@ class TransferQueueRowStore:
         wanted = keys
         for _ in range(IDENTITY_ROUNDS):
             meta = self._call(
+                OP_META,
                 f"kv_retrieve_meta of {len(wanted)} keys in {partition!r}",
                 self._retrieve_meta(partition, wanted),
             )
@@ -251,6 +403,7 @@ class TransferQueueRowStore:
             if meta.size == 0:
                 return [], meta
             owners = self._call(
+                OP_KEYS,
                 f"kv_retrieve_keys of {meta.size} indexes in {partition!r}",
                 self._client.async_kv_retrieve_keys(
                     global_indexes=list(meta.global_indexes), partition_id=partition
@@ -271,8 +424,9 @@ class TransferQueueRowStore:
         # create=False always: with create=True TQ registers the keys it does not know.
         return self._client.async_kv_retrieve_meta(keys=keys, partition_id=partition, create=False)
 
-    def _call(self, what: str, coro: Coroutine[Any, Any, T]) -> T:
-        """Run one client coroutine on the client's own loop, with a deadline. Errors -> StoreUnavailable."""
+    def _call(self, op: str | None, what: str, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one client coroutine on the client's own loop, with a deadline, and record its duration
+        under `op` (None: the coroutine records its requests itself). Errors -> StoreUnavailable."""
         if self._closed:
             coro.close()
             raise StoreUnavailable(f"TransferQueue {what}: the row store is closed")
@@ -280,7 +434,8 @@ class TransferQueueRowStore:
         # The deadline is enforced inside the loop (wait_for), so a request that runs out of time is
         # cancelled and finished there, and its pooled socket discarded, before we return.
         timeout_s = self._request_timeout_seconds
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout_s), self._client._loop)
+        timed = coro if op is None else self._timed(op, coro)
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(timed, timeout_s), self._client._loop)
         try:
             return future.result(timeout=timeout_s + LOOP_GRACE_SECONDS)
         except TimeoutError as exc:
@@ -418,3 +573,30 @@ def _unchanged(keys: list[str], meta: Any, expected: Mapping[str, Identity]) -> 
 def _batches(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _paced_batches(items: list[str], pacer: Pacer) -> Iterator[list[str]]:
+    """Batches of the pacer's current size, read afresh for each batch."""
+    start = 0
+    while start < len(items):
+        batch = items[start : start + pacer.window]
+        start += len(batch)
+        yield batch
+
+
+class RequestLog:
+    """The duration of each of tq-gc's requests, by operation, until taken. Thread-safe: requests are
+    recorded on the client's event loop thread, taken from the sweeping thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seconds: dict[str, list[float]] = {}
+
+    def record(self, op: str, seconds: float) -> None:
+        with self._lock:
+            self._seconds.setdefault(op, []).append(seconds)
+
+    def take(self) -> dict[str, list[float]]:
+        with self._lock:
+            taken, self._seconds = self._seconds, {}
+        return taken

@@ -1,0 +1,332 @@
+"""Does tq-gc slow the training job? The job's own TransferQueue traffic, timed side by side in one run.
+
+    scripts/bench live --rows 1000000
+    scripts/bench live --rows 200000 --window-seconds 45 --out bench/results/live.jsonl
+
+A stand-in for the job's data plane (a Ray actor, a process of its own like the job's workers) runs a
+loop every 50 ms: kv_batch_put 32 rows plus one orphan row (the trickle), kv_batch_get the 32, kv_clear
+them. It shares the staging partition with N rows, half of them orphans (the other half referenced by
+admissions and manifests, as in sweep_vs_naive). For each configuration the loop runs for the same
+window, and its iteration latencies are kept:
+
+  no-tq-gc            the loop alone
+  naive-clear         a restore-time clear (kv_list, subtract the referenced rows, kv_clear the rest in
+                      batches of 2,000) runs once, from another process, 1 s into the window
+  tq-gc-default       the tq-gc sidecar (Redis state) with the default config: schedule, limits, batches;
+                      the window starts 5 s before its first scheduled sweep
+  tq-gc-back-to-back  the same with schedule.interval_seconds: 1
+
+Before each tq-gc configuration the orphans' first sightings are written a grace period back, so its
+sweeps delete them (the worst case: every sweep marks and deletes); between configurations the partition
+is refilled to N rows. One JSON line per configuration, then one of ratios to no-tq-gc, each with the
+machine's load: the machine is shared, read ratios, not absolute milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from common import (
+    PARTITION,
+    DataSet,
+    clear_rows,
+    config_for,
+    fill,
+    machine_load,
+    naive_clear,
+    publish_references,
+    put_rows,
+    quiet_tq,
+    start_ray_and_tq,
+    start_redis,
+    stop_process,
+    tags_for,
+)
+
+CONFIGS = ("no-tq-gc", "naive-clear", "tq-gc-default", "tq-gc-back-to-back")
+BASELINE = CONFIGS[0]
+NAMESPACE = "live"
+LOOP_PERIOD_S = 0.05
+LOOP_ROWS = 32
+# The naive clear starts this far into its window, so the window also holds the loop alone at first.
+NAIVE_DELAY_S = 1.0
+# The default schedule's first sweep comes one interval after the sidecar starts: the window opens
+# this long before it.
+LEAD_S = 5.0
+BACK_TO_BACK_INTERVAL_S = 1.0
+
+
+class JobLoop:
+    """The job's data plane: put, get, clear, every LOOP_PERIOD_S, timed one iteration at a time."""
+
+    def __init__(self) -> None:
+        quiet_tq()
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        tq.init()  # attaches: the job's TQ exists (never close() here: it would kill the controller)
+        self._tq = tq
+        self._fields = TensorDict(
+            {"token_ids_delta": torch.zeros(LOOP_ROWS + 1, 16, dtype=torch.int32)}, batch_size=LOOP_ROWS + 1
+        )
+
+    def run(self, window_s: float, trickle_prefix: str) -> dict[str, Any]:
+        latencies: list[float] = []
+        started = time.monotonic()
+        due = started
+        while due - started < window_s:
+            time.sleep(max(0.0, due - time.monotonic()))
+            began = time.perf_counter()
+            self._iteration(len(latencies), trickle_prefix)
+            latencies.append(time.perf_counter() - began)
+            due = max(due + LOOP_PERIOD_S, time.monotonic())  # a late iteration is not made up for
+        return {"latencies_s": latencies, "elapsed_s": time.monotonic() - started}
+
+    def _iteration(self, i: int, trickle_prefix: str) -> None:
+        tq = self._tq
+        keys = [f"job/{trickle_prefix}/{i}/{j}" for j in range(LOOP_ROWS)]
+        orphan = f"{trickle_prefix}/{i}"
+        tags = [tags_for(key) for key in [*keys, orphan]]
+        tq.kv_batch_put(keys=[*keys, orphan], partition_id=PARTITION, fields=self._fields, tags=tags)
+        tq.kv_batch_get(keys=keys, partition_id=PARTITION)
+        tq.kv_clear(keys, PARTITION)
+
+
+class NaiveRestore:
+    """The restore-time clear, in a process of its own."""
+
+    def __init__(self, data: DataSet, state_url: str) -> None:
+        quiet_tq()
+        import transfer_queue as tq
+
+        from tq_gc.references.admissions import AdmissionRegistry
+        from tq_gc.state import open_state
+
+        tq.init()
+        self._data = data
+        self._registry = AdmissionRegistry(open_state(state_url, NAMESPACE))
+
+    def run(self, delay_s: float) -> dict[str, Any]:
+        time.sleep(delay_s)
+        started = time.perf_counter()
+        deleted = naive_clear(self._data, self._registry)
+        return {"deleted": deleted, "clear_s": round(time.perf_counter() - started, 3)}
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summary(config: str, rows: int, loop: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    ms = sorted(1000 * s for s in loop["latencies_s"])
+    return {
+        "config": config,
+        "rows": rows,
+        "iterations": len(ms),
+        "window_s": round(loop["elapsed_s"], 1),
+        "p50_ms": round(percentile(ms, 0.50), 2),
+        "p99_ms": round(percentile(ms, 0.99), 2),
+        "p999_ms": round(percentile(ms, 0.999), 2),
+        "max_ms": round(ms[-1], 2) if ms else math.nan,
+        **extra,
+        "machine_load": machine_load(),
+    }
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, state_url: str, manifest_dir: Path) -> None:
+        import ray
+
+        from tq_gc.references.admissions import AdmissionRegistry
+        from tq_gc.state import open_state
+
+        self.args = args
+        self.state_url = state_url
+        self.data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
+        self.state = open_state(state_url, NAMESPACE)
+        self.registry = AdmissionRegistry(self.state)
+        self.job = ray.remote(num_cpus=0)(JobLoop).remote()
+        self.naive = ray.remote(num_cpus=0)(NaiveRestore).remote(self.data, state_url)
+
+    def prepare(self) -> None:
+        started = time.monotonic()
+        fill(self.data)
+        publish_references(self.data, self.registry)
+        self._loop(1.0, "warm-up")
+        log(f"filled {self.data.rows} rows and published references in {time.monotonic() - started:.0f} s")
+
+    def refill(self) -> None:
+        """Back to N rows: the data set's, and no loop or trickle rows."""
+        import transfer_queue as tq
+
+        listed = set(tq.kv_list(PARTITION).get(PARTITION, {}))
+        wanted = set(self.data.keys)
+        clear_rows(sorted(listed - wanted))
+        put_rows(sorted(wanted - listed))
+
+    def measure(self, config: str) -> dict[str, Any]:
+        self.refill()
+        if config == "no-tq-gc":
+            return summary(config, self.data.rows, self._loop(self.args.window_seconds, config), {})
+        if config == "naive-clear":
+            import ray
+
+            restore = self.naive.run.remote(NAIVE_DELAY_S)
+            loop = self._loop(self.args.window_seconds, config)
+            return summary(config, self.data.rows, loop, ray.get(restore))
+        return self._with_sidecar(config)
+
+    def _with_sidecar(self, config: str) -> dict[str, Any]:
+        from tq_gc import start_sidecar
+        from tq_gc.sidecar import stop_sidecar
+
+        self._mark_orphans_past_grace()
+        schedule = {"interval_seconds": BACK_TO_BACK_INTERVAL_S} if config.endswith("back-to-back") else {}
+        sidecar_config = config_for(
+            self.data,
+            self.state_url,
+            namespace=NAMESPACE,
+            schedule=schedule,
+            grace_seconds=900,
+            limits={},
+            sidecar={"name": f"tq-gc-bench-{config}"},
+        )
+        handle = start_sidecar(sidecar_config)
+        try:
+            self._wait_for_first_sweep(handle)
+            loop = self._loop(self.args.window_seconds, config)
+            return summary(config, self.data.rows, loop, self._sweeps(handle, loop["elapsed_s"]))
+        finally:
+            stop_sidecar(handle)
+
+    def _mark_orphans_past_grace(self) -> None:
+        """The orphans' first sightings, a grace period back, as an earlier sweep would have left them
+        (with no global index pinned: the identity check then compares the tags digest only)."""
+        from tq_gc.model import FirstSeen, Identity, tags_digest
+
+        now_ms = self.state.now_ms()
+        back_ms = now_ms - 901_000
+        records = {
+            key: FirstSeen(back_ms, Identity(tags_digest(tags_for(key)))) for key in self.data.orphans()
+        }
+        lease = self.state.acquire_lease("bench", 60_000)
+        assert lease is not None, "a sidecar still holds the lease"
+        self.state.forget_partition(lease, PARTITION)
+        self.state.save_first_seen(lease, PARTITION, records, [], observed_ms=now_ms)
+        self.state.release_lease(lease)
+
+    @staticmethod
+    def _wait_for_first_sweep(handle: Any) -> None:
+        from datetime import UTC, datetime
+
+        import ray
+
+        next_run = ray.get(handle.status.remote())["next_run_at"]
+        wait_s = datetime.fromisoformat(next_run).timestamp() - datetime.now(UTC).timestamp() - LEAD_S
+        time.sleep(max(0.0, wait_s))
+
+    @staticmethod
+    def _sweeps(handle: Any, window_s: float) -> dict[str, Any]:
+        import ray
+
+        reports = ray.get(handle.status.remote())["last_reports"]
+        return {
+            "sweeps": len(reports),  # the sidecar keeps its last 10
+            "deleted": sum(r["counts"]["deleted"] for r in reports),
+            "outcomes": sorted({r["outcome"] for r in reports}),
+            "longest_tq_request_ms": max((r.get("longest_tq_request_ms") or 0 for r in reports), default=0),
+            "phases_ms_last": {k: round(v) for k, v in (reports[0]["phases_ms"] if reports else {}).items()},
+        }
+
+    def _loop(self, window_s: float, config: str) -> dict[str, Any]:
+        import ray
+
+        result: dict[str, Any] = ray.get(self.job.run.remote(window_s, f"trickle-{config}"))
+        return result
+
+
+def ratios(results: list[dict[str, Any]], load_before: dict[str, Any]) -> dict[str, Any]:
+    base = next(r for r in results if r["config"] == BASELINE)
+
+    def over_base(metric: str) -> dict[str, float]:
+        return {r["config"]: round(r[metric] / base[metric], 2) for r in results if r is not base}
+
+    return {
+        "rows": base["rows"],
+        "ratio_to": BASELINE,
+        "p50": over_base("p50_ms"),
+        "p99": over_base("p99_ms"),
+        "p999": over_base("p999_ms"),
+        "max": over_base("max_ms"),
+        "machine_load_before": load_before,
+        "machine_load_after": machine_load(),
+    }
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit(line: dict[str, Any], out: Path | None) -> None:
+    text = json.dumps(line)
+    print(text, flush=True)
+    if out is not None:
+        with out.open("a") as f:
+            f.write(text + "\n")
+
+
+def run(args: argparse.Namespace, each: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    import ray
+
+    load_before = machine_load()
+    started = time.monotonic()
+    start_ray_and_tq()
+    redis_proc = None
+    results = []
+    try:
+        redis_proc, url = start_redis()
+        with tempfile.TemporaryDirectory(prefix="tq-gc-live-") as tmp:
+            bench = Bench(args, url, Path(tmp))
+            bench.prepare()
+            for config in args.configs:
+                log(f"{config}: {args.window_seconds:g} s window")
+                results.append(bench.measure(config))
+                each(results[-1])
+        if BASELINE in args.configs:
+            each(ratios(results, load_before))
+    finally:
+        ray.shutdown()
+        stop_process(redis_proc)
+        log(f"done in {time.monotonic() - started:.0f} s")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--window-seconds", type=float, default=60.0)
+    parser.add_argument("--admissions", type=int, default=10_000)
+    parser.add_argument("--manifests", type=int, default=4)
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--out", type=Path, help="also append the JSON lines to this file (for plot_live)")
+    args = parser.parse_args()
+    run(args, lambda line: emit(line, args.out))
+
+
+if __name__ == "__main__":
+    main()

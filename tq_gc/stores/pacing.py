@@ -1,0 +1,57 @@
+"""Pacing tq-gc's requests to the job's TransferQueue controller, which serves one request at a time.
+
+Every request tq-gc makes holds the controller for its duration, and the job's own requests queue
+behind it. Two rules keep that short and rare, both from the latency tq-gc observes itself:
+
+- **Adaptive window** (additive increase, multiplicative decrease, as TCP and etcd's compaction
+  batches): a request slower than `target_s` halves the number of rows the next one asks for; one
+  under half the target grows it by a quarter, between `min_window` and `max_window`.
+- **Duty cycle**: after a request that took t seconds, pause t * (1 - duty) / duty, so tq-gc's
+  requests take at most `duty` of the wall time (0.5: a pause as long as the request). A loaded
+  controller answers slower, and tq-gc then pauses longer: it backs off by itself.
+
+Pure: the store measures, the pacer decides, and the store sleeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Pacer:
+    window: int
+    min_window: int
+    max_window: int
+    target_s: float
+    duty: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.duty <= 1:
+            raise ValueError(f"duty must be in (0, 1], got {self.duty}")
+        if not 1 <= self.min_window <= self.max_window:
+            raise ValueError(f"need 1 <= min_window <= max_window, got {self.min_window}, {self.max_window}")
+        self.window = min(max(self.window, self.min_window), self.max_window)
+
+    @classmethod
+    def starting_small(cls, max_window: int, target_s: float, duty: float) -> Pacer:
+        """A pacer that starts at a quarter of `max_window` and may go down to a sixteenth of it."""
+        return cls(
+            window=max(1, max_window // 4),
+            min_window=max(1, max_window // 16),
+            max_window=max_window,
+            target_s=target_s,
+            duty=duty,
+        )
+
+    def after(self, latency_s: float) -> float:
+        """Adapt the window to a request that took `latency_s`; return the pause before the next one."""
+        if latency_s > self.target_s:
+            self.window = max(self.min_window, self.window // 2)
+        elif latency_s < self.target_s / 2:
+            self.window = min(self.max_window, self.window + max(1, self.window // 4))
+        return self.pause_after(latency_s)
+
+    def pause_after(self, latency_s: float) -> float:
+        """The duty cycle's pause after a request of `latency_s`, without touching the window."""
+        return max(0.0, latency_s) * (1 - self.duty) / self.duty
