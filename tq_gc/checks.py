@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tq_gc.config import Config
+from tq_gc.config import Config, ManifestSource, OwnerReference
 from tq_gc.errors import TqGcError
 from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
+from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.state import RedisState, open_state
 from tq_gc.state.base import StateStore
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from tq_gc.cli import Runtime
 
 CheckResult = dict[str, Any]
+NEMO_RL = "nemo_rl_recovery"
 
 
 def _check(name: str, probe: Callable[[], str]) -> CheckResult:
@@ -47,16 +49,50 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
         rows = _attach(config, runtime, results)
-        results.append(
-            _check("manifests", lambda: _count(ManifestsSource(config.manifests).read(), "rows named"))
-        )
+        files = tuple(source for source in config.manifests if source.format != NEMO_RL)
+        results.append(_check("manifests", lambda: _count(ManifestsSource(files).read(), "rows named")))
+        results += [_nemo_rl_check(source) for source in config.manifests if source.format == NEMO_RL]
         if rows is not None:
             tags = TagsSource(config.tag_references, rows)
             results.append(_check("tag references", lambda: _count(tags.read(), "rows named")))
+            results += [
+                _check(f"owner reference {reference.partition}", _probe_owners(reference, rows))
+                for reference in config.owner_references
+            ]
     finally:
         if owned and state is not None:
             state.close()
     return results
+
+
+def _nemo_rl_check(source: ManifestSource) -> CheckResult:
+    """What one NeMo RL recovery glob finds: checkpoints, rows, or a checkpoint being written."""
+    name = f"nemo_rl_recovery {source.glob}"
+    [summary] = ManifestsSource([source]).describe()
+    if summary.in_progress:
+        writing = ", ".join(summary.in_progress)
+        detail = f"a checkpoint is being written ({writing}): sweeps skip until it is committed"
+        return {"name": name, "ok": True, "detail": detail}
+    if summary.error is not None:
+        return {"name": name, "ok": False, "detail": summary.error}
+    checkpoints = ", ".join(path.parent.name for path in summary.files) or "none yet"
+    detail = (
+        f"{len(summary.files)} committed checkpoint(s) ({checkpoints}), "
+        f"{summary.rows} rows named in {source.partition}"
+    )
+    return {"name": name, "ok": True, "detail": detail}
+
+
+def _probe_owners(reference: OwnerReference, rows: RowStore) -> Callable[[], str]:
+    def probe() -> str:
+        [found] = OwnersSource([reference], rows).describe()
+        owners = "" if found.owner_partition == found.partition else f" in {found.owner_partition}"
+        return (
+            f"{found.rows} rows in {found.partition}, {found.matched} with an owner key: {found.owned} owner "
+            f"present{owners} (kept), {found.orphaned} owner absent (unreferenced)"
+        )
+
+    return probe
 
 
 def _probe_state(state: StateStore, config: Config) -> Callable[[], str]:

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.config import Config
-from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, ReferenceSourceError, StoreUnavailable
+from tq_gc.errors import (
+    CheckpointInProgress,
+    ConfigError,
+    FenceRaised,
+    LeaseLost,
+    ReferenceSourceError,
+    StoreUnavailable,
+)
 from tq_gc.model import (
     DELETED_SAMPLE_SIZE,
     AuditBatch,
@@ -36,6 +43,7 @@ from tq_gc.model import (
 from tq_gc.plan import FirstSeenByPartition, Listing, Plan, PlanPolicy, plan, stale_partitions
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
+from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.state.base import Lease, Recheck, StateStore
 from tq_gc.stores.base import RowStore
@@ -101,6 +109,7 @@ class Collector:
         self.admissions = AdmissionsSource(state, expect_nonempty=config.admissions.expect_nonempty)
         self.manifests = ManifestsSource(config.manifests)
         self.tags = TagsSource(config.tag_references, row_store)
+        self.owners = OwnersSource(config.owner_references, row_store)
         self._lease_ttl_ms = int(config.lease_ttl_seconds * 1000)
         self._stop = threading.Event()
 
@@ -126,7 +135,6 @@ class Collector:
     def _run(self, sweep: Sweep, dry_run: bool) -> None:
         report = sweep.report
         report.started_at = _iso_now()
-        self._take_request_stats()  # requests made before this sweep are not its own
         try:
             with self._phase(report, "lease"):
                 self._take_lease(sweep)
@@ -143,6 +151,8 @@ class Collector:
             _end(report, stop.outcome, stop.cause, stop.reason)
         except LeaseLost as exc:
             _end(report, Outcome.ABORTED, Cause.LEASE_LOST, str(exc))
+        except CheckpointInProgress as exc:
+            _end(report, Outcome.SKIPPED, Cause.CHECKPOINT_IN_PROGRESS, str(exc))
         except ReferenceSourceError as exc:
             _end(report, Outcome.ABORTED, Cause.SOURCE_FAILED, str(exc))
         except StoreUnavailable as exc:
@@ -158,13 +168,7 @@ class Collector:
             raise
         finally:
             report.finished_at = _iso_now()
-            report.record_tq_requests(self._take_request_stats())
             self._finish(sweep)
-
-    def _take_request_stats(self) -> dict[str, list[float]]:
-        """The row store's TQ requests since the last call ({operation: [seconds]}); none if it keeps none."""
-        take = getattr(self.row_store, "take_request_stats", None)
-        return take() if callable(take) else {}
 
     def _take_lease(self, sweep: Sweep) -> None:
         lease = self.state.acquire_lease(self.holder, self._lease_ttl_ms)
@@ -206,6 +210,11 @@ class Collector:
         admissions, manifests does that for all six pairs. The second admissions read costs nothing unless
         an admission was made since the first (AdmissionsSource.reread); the re-check before each delete
         batch reads them once more.
+
+        Owner references (a row is referenced while its owner row exists) are read from the listing too,
+        in the tags' slot: the same pairs hold for them. Between the two (or between rows of two tag
+        partitions) order does not help: the listing reads partitions one after another, so a reference
+        moving from a row of one listed partition to a row of another is covered by grace alone.
         """
         report = sweep.report
         with self._phase(report, "references"):
@@ -214,17 +223,19 @@ class Collector:
             listing, existing = self._list(sweep)
         with self._phase(report, "references"):
             tags = self.tags.read(listing, existing)
+            owners = self.owners.read(listing, existing)
             admissions = merge_keys(admissions, self.admissions.reread())
             manifests = merge_keys(manifests, self.manifests.read())
         self._keep_lease(sweep)
-        return listing, References(admissions=admissions, manifests=manifests, tags=tags)
+        return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
 
     def _list(self, sweep: Sweep) -> tuple[Listing, set[str]]:
-        """Every scope and tag partition's rows, and the partitions the store has (a tag partition it
-        lacks fails its source; an in-scope one is simply empty)."""
+        """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
+        partition it lacks fails its source; an in-scope one is simply empty)."""
         existing = set(self.row_store.partitions())
         partitions = {entry.partition for entry in self.config.scope}
         partitions |= {ref.partition for ref in self.config.tag_references}
+        partitions |= set(self.owners.partitions)
         listing: dict[str, dict[str, Tags]] = {}
         for partition in sorted(partitions):
             listing[partition] = self.row_store.list_rows(partition)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tq_gc.errors import ConfigError
 from tq_gc.references.keypath import split_key_path
+from tq_gc.references.keytemplate import KeyTemplate
 
 MIN_GRACE_SECONDS = 60.0
 # Below, a sweep could lose its lease between two renewals; above, a crashed sweeper blocks the next
@@ -27,6 +28,8 @@ MIN_LEASE_TTL_SECONDS = 5.0
 MAX_LEASE_TTL_SECONDS = 3600.0
 # The canonical samples: protected even when protected_partitions leaves them out.
 CANONICAL_PARTITION = "rollout_data"
+# Where NeMo RL's data plane stages rows (the rows its recovery inventory names).
+NEMO_RL_STAGING_PARTITION = "rollout_staging"
 STATE_SCHEMES = ("memory", "redis", "rediss", "unix")
 ENV_PREFIX = "TQGC_"
 REDACTED = "***"
@@ -45,6 +48,10 @@ class ScopeEntry(_Frozen):
     partition: str = Field(min_length=1)
     prefixes: tuple[str, ...] = ()
     all_keys: bool = False
+    # A regular expression the whole key must match (re.fullmatch): for layouts whose transient rows
+    # share no prefix with the rows to keep (verl's trajectories `{uid}_{session}_{index}` beside their
+    # prompt rows `{uid}`).
+    key_pattern: str | None = None
 
     @field_validator("prefixes")
     @classmethod
@@ -56,17 +63,41 @@ class ScopeEntry(_Frozen):
                 )
         return prefixes
 
-    @model_validator(mode="after")
-    def _prefixes_xor_all_keys(self) -> ScopeEntry:
-        if self.all_keys == bool(self.prefixes):
+    @field_validator("key_pattern")
+    @classmethod
+    def _narrow_key_pattern(cls, key_pattern: str | None) -> str | None:
+        if key_pattern is None:
+            return None
+        compiled = compile_key_pattern(key_pattern)
+        if compiled.fullmatch("") is not None:
             raise ValueError(
-                f"scope entry for partition {self.partition!r} needs either non-empty `prefixes` "
-                "or `all_keys: true`, not both"
+                f"{key_pattern!r} matches the empty string, so it reads as a catch-all: write "
+                "`all_keys: true` to mean every key, or a pattern that needs at least one character"
+            )
+        return key_pattern
+
+    @model_validator(mode="after")
+    def _one_way_to_scope(self) -> ScopeEntry:
+        ways = [bool(self.prefixes), self.all_keys, self.key_pattern is not None]
+        if sum(ways) != 1:
+            raise ValueError(
+                f"scope entry for partition {self.partition!r} needs exactly one of non-empty "
+                "`prefixes`, `all_keys: true` or `key_pattern`"
             )
         return self
 
     def covers(self, key: str) -> bool:
+        if self.key_pattern is not None:
+            return compile_key_pattern(self.key_pattern).fullmatch(key) is not None
         return self.all_keys or key.startswith(self.prefixes)
+
+
+def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
+    """The compiled pattern (re caches it), or ValueError saying why it does not compile."""
+    try:
+        return re.compile(key_pattern)
+    except re.error as exc:
+        raise ValueError(f"{key_pattern!r} is not a regular expression ({exc})") from None
 
 
 class TransferQueueConfig(_Frozen):
@@ -89,7 +120,7 @@ class AdmissionsConfig(_Frozen):
 
 class ManifestSource(_Frozen):
     glob: str = Field(min_length=1)
-    format: Literal["native", "json", "jsonl"] = "native"
+    format: Literal["native", "json", "jsonl", "nemo_rl_recovery"] = "native"
     key_path: str | None = None
     partition: str | None = None
     expect_nonempty: bool = False
@@ -113,7 +144,15 @@ class ManifestSource(_Frozen):
 
     @model_validator(mode="after")
     def _paths_fit_format(self) -> ManifestSource:
-        if self.format == "native":
+        if self.format == "nemo_rl_recovery":
+            if self.key_path:
+                raise ValueError(
+                    "a nemo_rl_recovery inventory names its rows itself (each attempt's staging_keys): "
+                    "drop key_path"
+                )
+            if self.partition is None:
+                object.__setattr__(self, "partition", NEMO_RL_STAGING_PARTITION)
+        elif self.format == "native":
             if self.key_path or self.partition:
                 raise ValueError(
                     "a native (tq-gc/manifest/v1) manifest names its own partitions: "
@@ -137,6 +176,71 @@ class TagReference(_Frozen):
     def _well_formed_key_path(cls, key_path: str) -> str:
         split_key_path(key_path)  # a malformed path would abort every sweep later: refuse it now
         return key_path
+
+
+class OwnerReference(_Frozen):
+    """Rows of `partition` referenced while their owner row exists in `owner_partition`.
+
+    The owner's key comes from the row's key (`key_pattern`, whose named groups fill `owner_key`) or
+    from one of its tags (`owner_tag`). A row the pattern does not match, or without the tag, is left
+    to the other rules."""
+
+    partition: str = Field(min_length=1)
+    key_pattern: str | None = None
+    owner_key: str | None = None
+    owner_tag: str | None = Field(default=None, min_length=1)
+    owner_partition: str | None = Field(default=None, min_length=1)
+    # A pattern (or tag) that matches no row of a non-empty partition fails the sweep instead of
+    # reading as "owns nothing".
+    expect_nonempty: bool = False
+
+    @field_validator("key_pattern")
+    @classmethod
+    def _compiles(cls, key_pattern: str | None) -> str | None:
+        if key_pattern is not None:
+            compile_key_pattern(key_pattern)
+        return key_pattern
+
+    @model_validator(mode="after")
+    def _one_way_to_the_owner(self) -> OwnerReference:
+        if (self.key_pattern is None) == (self.owner_tag is None):
+            raise ValueError(
+                f"owner reference for partition {self.partition!r} needs exactly one of `key_pattern` "
+                "(with `owner_key`) or `owner_tag`"
+            )
+        if self.owner_tag is not None:
+            if self.owner_key is not None:
+                raise ValueError("owner_key: only a key_pattern fills a template; with owner_tag drop it")
+        else:
+            self._check_owner_key()
+        if self.owner_partition is None:
+            object.__setattr__(self, "owner_partition", self.partition)
+        return self
+
+    def _check_owner_key(self) -> None:
+        if self.owner_key is None:
+            raise ValueError("owner_key: key_pattern needs a template for the owner's key, such as '{uid}'")
+        try:
+            template = KeyTemplate.parse(self.owner_key)
+        except ValueError as exc:
+            raise ValueError(f"owner_key: {exc}") from None
+        named = compile_key_pattern(self.key_pattern or "").groupindex
+        unknown = [group for group in template.groups if group not in named]
+        if unknown:
+            raise ValueError(
+                f"owner_key: {self.owner_key!r} names {', '.join(map(repr, unknown))}, not a named group "
+                f"of key_pattern {self.key_pattern!r} (its groups: {', '.join(named) or 'none'})"
+            )
+        if not template.groups:
+            raise ValueError(
+                f"owner_key: {self.owner_key!r} uses no group of key_pattern, so every row would have "
+                "the same owner: write a template such as '{uid}'"
+            )
+
+    @property
+    def owners_in(self) -> str:
+        """The partition the owner rows live in (the validator fills in the default)."""
+        return self.owner_partition or self.partition
 
 
 class Limits(_Frozen):
@@ -205,6 +309,7 @@ class Config(_Frozen):
     admissions: AdmissionsConfig = AdmissionsConfig()
     manifests: tuple[ManifestSource, ...] = ()
     tag_references: tuple[TagReference, ...] = ()
+    owner_references: tuple[OwnerReference, ...] = ()
     limits: Limits = Limits()
     schedule: Schedule = Schedule()
     sidecar: SidecarConfig = SidecarConfig()

@@ -5,6 +5,8 @@
     │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one) -> exit 2
     ├── StoreUnavailable         the state store or row store failed; stop, delete nothing more
     ├── ReferenceSourceError     a reference source could not be read completely   -> abort, exit 4
+    ├── CheckpointInProgress     a checkpoint directory is being written; its references are not
+    │                            readable yet                                       -> skip, exit 3
     ├── LeaseLost                our lease expired or was taken; stop before the next delete
     └── FenceRaised              a checkpoint fence is up, or came and went, since the sweep read its
                                  references; stop before the next delete (skipped, exit 3)
@@ -45,6 +47,21 @@ class ReferenceSourceError(TqGcError):
         super().__init__(f"reference source {source!r} failed: {detail}")
         self.source = source
         self.detail = detail
+
+
+class CheckpointInProgress(TqGcError):
+    """A checkpoint directory a manifest glob covers is being written (or swapped): the references it
+    will hold cannot be read yet, so the sweep skips instead of reading without them."""
+
+    def __init__(self, glob: str, directories: list[str]) -> None:
+        more = len(directories) - 5
+        shown = ", ".join(directories[:5]) + (f" and {more} more" if more > 0 else "")
+        super().__init__(
+            f"checkpoint being written beside the manifests of {glob!r}: {shown}. The sweep skips until it "
+            "is committed; a directory left behind by a crashed save blocks every sweep until it is removed"
+        )
+        self.glob = glob
+        self.directories = directories
 
 
 class LeaseLost(TqGcError):

@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 
 from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
-from tq_gc.stores.transferqueue import TQ_REQUEST_OPS
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +34,13 @@ PHASE_BUCKETS_SECONDS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 # tq-gc's own TQ requests: a paced request takes a few ms; the job's loop notices from ~10 ms on; one
 # kv_list of a million rows takes seconds.
 TQ_REQUEST_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
-KEEP_REASONS = ("admission", "manifest", "tag", "grace", "recheck", "cap")
-_KEEP_BY_SOURCE = {Source.ADMISSIONS: "admission", Source.MANIFESTS: "manifest", Source.TAGS: "tag"}
+KEEP_REASONS = ("admission", "manifest", "tag", "owner", "grace", "recheck", "cap")
+_KEEP_BY_SOURCE = {
+    Source.ADMISSIONS: "admission",
+    Source.MANIFESTS: "manifest",
+    Source.TAGS: "tag",
+    Source.OWNERS: "owner",
+}
 # Outcomes after which the report's counts describe the whole in-scope population.
 _SUCCESS = (Outcome.COMPLETED, Outcome.DRY_RUN)
 # Gauges a run that did not succeed must not overwrite on a Pushgateway: they hold the last good run's.
@@ -53,7 +57,6 @@ class _Collectors:
     last_success: Gauge
     lease_contention: Counter
     sweep_errors: Counter
-    tq_request_seconds: Histogram
 
 
 def _register(registry: CollectorRegistry) -> _Collectors:
@@ -96,22 +99,12 @@ def _register(registry: CollectorRegistry) -> _Collectors:
             "Sweeps that raised an unexpected error instead of reporting.",
             registry=registry,
         ),
-        tq_request_seconds=Histogram(
-            name("tq_request_seconds"),
-            "tq-gc's own TransferQueue requests by operation, as its client timed them: how long each one "
-            "held up the job's controller, which serves one request at a time.",
-            ["op"],
-            buckets=TQ_REQUEST_BUCKETS_SECONDS,
-            registry=registry,
-        ),
     )
     # Export every labelled series from the start, so a dashboard sees zeros rather than gaps.
     for outcome in Outcome:
         collectors.sweeps.labels(outcome=outcome.value)
     for reason in KEEP_REASONS:
         collectors.rows_kept.labels(reason=reason)
-    for op in TQ_REQUEST_OPS:
-        collectors.tq_request_seconds.labels(op=op)
     return collectors
 
 
@@ -146,10 +139,6 @@ class SweepMetrics:
             if spent_ms > 0:  # 0: the sweep never reached this phase (skipped, dry run: no delete)
                 c.phase_seconds.labels(phase=phase).observe(spent_ms / 1000)
         c.rows_deleted.inc(report.counts.deleted)
-        for op, durations in report.tq_request_seconds.items():
-            by_op = c.tq_request_seconds.labels(op=op)
-            for seconds in durations:
-                by_op.observe(seconds)
         for reason, rows in kept_by_reason(report).items():
             c.rows_kept.labels(reason=reason).inc(rows)
         if report.outcome in _SUCCESS:
@@ -181,7 +170,8 @@ class SweepMetrics:
 
 
 def kept_by_reason(report: SweepReport) -> dict[str, int]:
-    """The report's kept rows under the metric's reasons (admission, manifest, tag, grace, recheck, cap)."""
+    """The report's kept rows under the metric's reasons (admission, manifest, tag, owner, grace, recheck,
+    cap)."""
     counts = report.counts
     kept = {reason: counts.referenced.get(source.value, 0) for source, reason in _KEEP_BY_SOURCE.items()}
     kept.update(grace=counts.within_grace, recheck=counts.recheck_saved, cap=counts.over_cap)

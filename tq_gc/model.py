@@ -61,6 +61,7 @@ class Source(StrEnum):
     ADMISSIONS = "admissions"
     MANIFESTS = "manifests"
     TAGS = "tags"
+    OWNERS = "owners"
 
 
 KeysByPartition = Mapping[str, frozenset[str]]
@@ -98,12 +99,22 @@ class References:
     admissions: KeysByPartition = field(default_factory=dict)
     manifests: KeysByPartition = field(default_factory=dict)
     tags: KeysByPartition = field(default_factory=dict)
+    owners: KeysByPartition = field(default_factory=dict)
 
     @classmethod
     def from_rows(
-        cls, admissions: Iterable[RowId] = (), manifests: Iterable[RowId] = (), tags: Iterable[RowId] = ()
+        cls,
+        admissions: Iterable[RowId] = (),
+        manifests: Iterable[RowId] = (),
+        tags: Iterable[RowId] = (),
+        owners: Iterable[RowId] = (),
     ) -> References:
-        return cls(group_by_partition(admissions), group_by_partition(manifests), group_by_partition(tags))
+        return cls(
+            group_by_partition(admissions),
+            group_by_partition(manifests),
+            group_by_partition(tags),
+            group_by_partition(owners),
+        )
 
     def held(self, source: Source, partition: str) -> frozenset[str]:
         """The keys `source` references in `partition`."""
@@ -112,7 +123,7 @@ class References:
 
     def rows(self) -> set[RowId]:
         """Every referenced row, whatever its source."""
-        return rows_of(self.admissions) | rows_of(self.manifests) | rows_of(self.tags)
+        return rows_of(self.admissions) | rows_of(self.manifests) | rows_of(self.tags) | rows_of(self.owners)
 
 
 class Decision(StrEnum):
@@ -122,6 +133,7 @@ class Decision(StrEnum):
     KEEP_ADMISSION = "keep_admission"
     KEEP_MANIFEST = "keep_manifest"
     KEEP_TAG = "keep_tag"
+    KEEP_OWNER = "keep_owner"
     KEEP_GRACE = "keep_grace"
     KEEP_OVER_CAP = "keep_over_cap"
 
@@ -130,6 +142,7 @@ KEEP_BY_SOURCE = {
     Source.ADMISSIONS: Decision.KEEP_ADMISSION,
     Source.MANIFESTS: Decision.KEEP_MANIFEST,
     Source.TAGS: Decision.KEEP_TAG,
+    Source.OWNERS: Decision.KEEP_OWNER,
 }
 
 
@@ -148,6 +161,7 @@ class Cause(StrEnum):
     LEASE_HELD = "lease_held"  # skipped: another sweeper holds the lease
     FENCE_UP = "fence_up"  # skipped: a checkpoint fence is up
     FENCE_RAISED = "fence_raised"  # skipped: a fence came (and maybe went) since the references were read
+    CHECKPOINT_IN_PROGRESS = "checkpoint_in_progress"  # skipped: a checkpoint is being written
     LEASE_LOST = "lease_lost"  # aborted: our lease expired or was taken; we wrote nothing more
     SOURCE_FAILED = "source_failed"  # aborted: a reference source could not be read completely
     STORE_FAILED = "store_failed"  # aborted: the state store or the row store failed
@@ -258,14 +272,6 @@ PHASES = ("lease", "attach", "list", "references", "plan", "delete")
 DELETED_SAMPLE_SIZE = 20
 
 
-class LongestRequest(NamedTuple):
-    """The longest single request tq-gc made to TransferQueue in a sweep: the longest it held up the job's
-    controller (which serves one request at a time) in one go, as tq-gc's client saw it."""
-
-    op: str
-    ms: float
-
-
 @dataclass(slots=True)
 class SweepReport:
     run_id: str
@@ -281,15 +287,6 @@ class SweepReport:
     counts: Counts = field(default_factory=Counts)
     phases_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     deleted_sample: list[DeletedRow] = field(default_factory=list)
-    longest_tq_request: LongestRequest | None = None
-    # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
-    tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
-
-    def record_tq_requests(self, seconds_by_op: Mapping[str, list[float]]) -> None:
-        """Keep the sweep's TQ requests, and the longest of them."""
-        self.tq_request_seconds = {op: list(seconds) for op, seconds in seconds_by_op.items() if seconds}
-        longest = max(((max(seconds), op) for op, seconds in self.tq_request_seconds.items()), default=None)
-        self.longest_tq_request = None if longest is None else LongestRequest(longest[1], longest[0] * 1000)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -307,11 +304,6 @@ class SweepReport:
                 {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_s, 3)}
                 for d in self.deleted_sample
             ],
-            "longest_tq_request": (
-                None
-                if self.longest_tq_request is None
-                else {"op": self.longest_tq_request.op, "ms": round(self.longest_tq_request.ms, 3)}
-            ),
         }
 
     @classmethod
@@ -329,9 +321,4 @@ class SweepReport:
             counts=counts,
             phases_ms=dict(data.get("phases_ms", {})),
             deleted_sample=[DeletedRow(**d) for d in data.get("deleted_sample", [])],
-            longest_tq_request=_longest_request(data.get("longest_tq_request")),
         )
-
-
-def _longest_request(data: Mapping[str, Any] | None) -> LongestRequest | None:
-    return None if not data else LongestRequest(str(data["op"]), float(data["ms"]))

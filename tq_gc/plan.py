@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from tq_gc.config import Config, ScopeEntry
+from tq_gc.config import Config, ScopeEntry, compile_key_pattern
 from tq_gc.model import (
     KEEP_BY_SOURCE,
     Counts,
@@ -63,6 +63,9 @@ class PlanPolicy:
             return set()
         if entry.all_keys:
             return set(keys)
+        if entry.key_pattern is not None:
+            matches = compile_key_pattern(entry.key_pattern).fullmatch
+            return {key for key in keys if matches(key)}
         return {key for key in keys if key.startswith(entry.prefixes)}
 
     @cached_property
@@ -194,7 +197,7 @@ def stale_partitions(
 
 
 def _sort_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
-    """Put referenced rows in their source's bucket (admissions, then manifests, then tags)."""
+    """Put referenced rows in their source's bucket (admissions, manifests, tags, then owners)."""
     rest = in_scope
     for source, decision in KEEP_BY_SOURCE.items():
         held = rest & references.held(source, partition)

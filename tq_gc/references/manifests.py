@@ -2,11 +2,17 @@
 
 Formats (DESIGN.md, "Native manifest format"):
 
-| format | one file is                        | rows                                            |
-|--------|------------------------------------|-------------------------------------------------|
-| native | a tq-gc/manifest/v1 JSON document  | `rows` {partition: [keys]}, none once `retired` |
-| json   | one JSON document                  | keys at `key_path`, in the source's `partition` |
-| jsonl  | JSON lines (blank lines ignored)   | keys at `key_path` of each line                 |
+| format           | one file is                        | rows                                            |
+|------------------|------------------------------------|-------------------------------------------------|
+| native           | a tq-gc/manifest/v1 JSON document  | `rows` {partition: [keys]}, none once `retired` |
+| json             | one JSON document                  | keys at `key_path`, in the source's `partition` |
+| jsonl            | JSON lines (blank lines ignored)   | keys at `key_path` of each line                 |
+| nemo_rl_recovery | NeMo RL's `rollout_recovery.pt`    | every attempt's `staging_keys`, in `partition`  |
+
+The nemo_rl_recovery reader (schema 2, in its own module: nemo_rl.py) also looks for checkpoint
+directories being written beside the ones its glob covers (`tmp_step_N`, `old_step_N`, `*.tmp`, `*.old`):
+while one is there the sweep skips (CheckpointInProgress), since the references it will hold cannot be
+read yet.
 
 Files are found by `globwalk.match_files` (fail closed: a missing base directory, a directory that cannot
 be listed, a dangling symlink on the way all fail the source; symlink loops end). Only regular files of at
@@ -30,8 +36,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from tq_gc.config import ManifestSource
-from tq_gc.errors import ConfigError, ReferenceSourceError
+from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
 from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition
+from tq_gc.references import nemo_rl
 from tq_gc.references.globwalk import UnreadablePath, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
 
@@ -63,6 +70,7 @@ class SourceSummary:
     files: tuple[Path, ...]
     rows: int
     error: str | None = None
+    in_progress: tuple[str, ...] = ()  # checkpoint directories being written (sweeps skip meanwhile)
 
 
 class ManifestsSource:
@@ -96,8 +104,13 @@ class ManifestsSource:
 
 
 def _match(source: ManifestSource) -> MatchedFiles:
-    """The files `source.glob` matches now, or ReferenceSourceError naming the path and the OS error."""
+    """The files `source.glob` matches now, or ReferenceSourceError naming the path and the OS error.
+    CheckpointInProgress if the format knows how a checkpoint being written looks, and one is there."""
     try:
+        if source.format == "nemo_rl_recovery":
+            writing = nemo_rl.in_progress_directories(source.glob)
+            if writing:
+                raise CheckpointInProgress(source.glob, [str(path) for path in writing])
         return MatchedFiles(source, match_files(source.glob))
     except (UnreadablePath, ValueError) as exc:
         raise ReferenceSourceError(Source.MANIFESTS.value, f"glob {source.glob!r}: {exc}") from exc
@@ -110,6 +123,8 @@ def _describe(source: ManifestSource) -> SourceSummary:
         rows = len(_read_matched(MatchedFiles(source, files)))
     except ReferenceSourceError as exc:
         return SourceSummary(source.glob, source.format, files, 0, exc.detail)
+    except CheckpointInProgress as exc:
+        return SourceSummary(source.glob, source.format, files, 0, str(exc), tuple(exc.directories))
     return SourceSummary(source.glob, source.format, files, rows)
 
 
@@ -138,11 +153,29 @@ def read_manifest(path: Path, source: ManifestSource) -> list[RowId]:
         return []  # deleted since the walk: deleting a manifest releases its rows
     except OSError as exc:
         raise _file_error(path, unreadable(exc)) from exc
+    if source.format == "nemo_rl_recovery":
+        return _read_nemo_rl_inventory(path, content, source)
     parse = _PARSERS[source.format]
     try:
         return parse(io.TextIOWrapper(io.BytesIO(content), encoding="utf-8"), path, source)
     except UnicodeDecodeError as exc:
         raise _file_error(path, f"is not UTF-8 text ({exc.reason})") from exc
+
+
+def _read_nemo_rl_inventory(path: Path, content: bytes, source: ManifestSource) -> list[RowId]:
+    assert source.partition is not None, "the config defaults it"
+    metadata_path = nemo_rl.metadata_path(path)
+    try:
+        metadata: bytes | None = _read_regular_file(metadata_path, source.max_file_bytes)
+    except FileNotFoundError:
+        metadata = None  # no metadata, no digest to check against (the checkpoint's own rule)
+    except OSError as exc:
+        raise _file_error(metadata_path, unreadable(exc)) from exc
+    try:
+        keys = nemo_rl.staging_keys(content, metadata)
+    except nemo_rl.InventoryError as exc:
+        raise _file_error(path, str(exc)) from None
+    return [RowId(source.partition, key) for key in keys]
 
 
 def _read_regular_file(path: Path, max_bytes: int) -> bytes:

@@ -1,0 +1,420 @@
+"""Owner references: a row is referenced while its owner row exists (verl's prompt row `{uid}` owns its
+trajectories `{uid}_{session_id}_{index}`). Config refusals, the source on the memory store, and sweeps."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tq_gc.cli import Runtime, main
+from tq_gc.collector import Collector
+from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config
+from tq_gc.errors import ConfigError, ReferenceSourceError
+from tq_gc.model import Outcome, RowId, Tags, rows_of
+from tq_gc.plan import PlanPolicy
+from tq_gc.references.base import ReferenceSource
+from tq_gc.references.owners import OwnersSource
+from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.stores.memory import MemoryRowStore
+
+TRAIN, VAL = "train", "val"
+VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"
+VERL = OwnerReference(partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}")
+GRACE_S = 60
+
+
+def prompt(status: str = "running", step: int = 3) -> dict[str, Any]:
+    return {"is_prompt": True, "status": status, "global_steps": step}
+
+
+def trajectory(step: int = 3) -> dict[str, Any]:
+    return {"is_prompt": False, "seq_len": 3, "global_steps": step}
+
+
+def store_with(rows: dict[str, dict[str, Tags | None]]) -> MemoryRowStore:
+    store = MemoryRowStore()
+    for partition, tagged in rows.items():
+        for key, tags in tagged.items():
+            store.put(partition, key, tags)
+    return store
+
+
+def owned(*keys: str, partition: str = TRAIN) -> set[RowId]:
+    return {RowId(partition, key) for key in keys}
+
+
+def read(references: list[OwnerReference], store: MemoryRowStore) -> set[RowId]:
+    return rows_of(OwnersSource(references, store).read())
+
+
+def parse_owner(**entry: Any) -> OwnerReference:
+    return parse_config({"owner_references": [entry]}).owner_references[0]
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            {"key_pattern": "(?P<uid>.+", "owner_key": "{uid}"},
+            r"owner_references.0.key_pattern: .* not a regular expression",
+        ),
+        (
+            {"key_pattern": VERL_PATTERN, "owner_key": "{gid}"},
+            r"owner_key: '\{gid\}' names 'gid', not a named group .* \(its groups: uid\)",
+        ),
+        ({"key_pattern": VERL_PATTERN}, "owner_key: key_pattern needs a template"),
+        ({"key_pattern": VERL_PATTERN, "owner_key": "prompts"}, "owner_key: 'prompts' uses no group"),
+        ({"key_pattern": VERL_PATTERN, "owner_key": "{uid"}, r"owner_key: '\{uid' is not a key template"),
+        (
+            {"key_pattern": VERL_PATTERN, "owner_key": "{uid!r}"},
+            r"owner_key: field \{uid!r\} .* is not a group name",
+        ),
+        (
+            {"key_pattern": VERL_PATTERN, "owner_key": "{uid[0]}"},
+            r"owner_key: field \{uid\[0\]\} .* is not a group name",
+        ),
+        ({"key_pattern": VERL_PATTERN, "owner_key": "{}"}, r"owner_key: field \{\} .* is not a group name"),
+        ({"owner_key": "{uid}"}, "needs exactly one of `key_pattern` .* or `owner_tag`"),
+        ({}, "needs exactly one of `key_pattern` .* or `owner_tag`"),
+        ({"key_pattern": VERL_PATTERN, "owner_key": "{uid}", "owner_tag": "uid"}, "needs exactly one of"),
+        ({"owner_tag": "uid", "owner_key": "{uid}"}, "owner_key: only a key_pattern fills a template"),
+        ({"owner_tag": ""}, "owner_references.0.owner_tag"),
+        ({"owner_tag": "uid", "owner_partition": ""}, "owner_references.0.owner_partition"),
+        (
+            {"owner_tag": "uid", "expect_nonempty": True, "owner": "x"},
+            "owner_references.0.owner: unknown key",
+        ),
+    ],
+    ids=[
+        "regex-does-not-compile",
+        "template-names-an-unknown-group",
+        "pattern-without-template",
+        "template-without-group",
+        "template-unbalanced",
+        "template-conversion",
+        "template-index",
+        "template-positional",
+        "neither-pattern-nor-tag",
+        "nothing",
+        "both-pattern-and-tag",
+        "tag-with-template",
+        "empty-tag",
+        "empty-owner-partition",
+        "unknown-key",
+    ],
+)
+def test_config_refuses_a_malformed_owner_reference_naming_the_field(
+    entry: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_owner(partition=TRAIN, **entry)
+
+
+def test_config_defaults_the_owner_partition_to_the_partition() -> None:
+    assert parse_owner(partition=TRAIN, owner_tag="uid").owner_partition == TRAIN
+    assert (
+        parse_owner(partition=TRAIN, owner_tag="uid", owner_partition="prompts").owner_partition == "prompts"
+    )
+    literal_braces = parse_owner(partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{{p}}/{uid}")
+    assert literal_braces.owner_key == "{{p}}/{uid}"
+
+
+@pytest.mark.parametrize("pattern", [".*", "(x)?", "a*", "|x", "^$", "(?s).*"])
+def test_scope_refuses_a_key_pattern_matching_the_empty_string(pattern: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"scope.0.key_pattern: .* matches the empty string.*`all_keys: true`"
+    ):
+        parse_config({"scope": [{"partition": TRAIN, "key_pattern": pattern}]})
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"key_pattern": "[^_]+_.+", "prefixes": ["x"]},
+        {"key_pattern": "[^_]+_.+", "all_keys": True},
+        {"key_pattern": "(unclosed"},
+    ],
+)
+def test_scope_takes_exactly_one_way_and_a_valid_pattern(entry: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"scope.0"):
+        parse_config({"scope": [{"partition": TRAIN, **entry}]})
+
+
+def test_a_key_pattern_scope_covers_whole_keys_only() -> None:
+    entry = ScopeEntry(partition=TRAIN, key_pattern=r"[^_]+_[^_]+_\d+")
+    policy = PlanPolicy((entry,), 0, 10, 1.0, 0)
+    keys = ["u1_0_0", "u1_3_12", "u1", "u1_0", "u1_0_0x", "xu1_0_0\n", "a_b_c_1"]
+    assert policy.scoped_keys(TRAIN, keys) == {"u1_0_0", "u1_3_12"}
+    assert [entry.covers(key) for key in keys] == [True, True, False, False, False, False, False]
+
+
+# -- the source ------------------------------------------------------------------------------------
+
+
+def test_is_a_reference_source() -> None:
+    source: ReferenceSource = OwnersSource([VERL], store_with({TRAIN: {"u1": prompt()}}))
+    assert source.name == "owners"
+    assert OwnersSource([], MemoryRowStore()).read() == {}
+
+
+def test_verl_trajectories_are_referenced_while_their_prompt_row_exists() -> None:
+    store = store_with(
+        {
+            TRAIN: {
+                "u1": prompt("running"),
+                "u1_0_0": trajectory(),
+                "u1_1_0": trajectory(),
+                "u2_0_0": trajectory(),  # its prompt row was cleared: an orphan
+                "u3": prompt("pending"),  # a prompt row is never owned by anything
+            }
+        }
+    )
+    assert read([VERL], store) == owned("u1_0_0", "u1_1_0")
+
+
+def test_rows_matching_no_pattern_are_left_to_the_other_rules() -> None:
+    store = store_with({TRAIN: {"u1": prompt(), "u1_0_0": trajectory(), "u1/extra": {}, "u1_x_y": {}}})
+    summary = OwnersSource([VERL], store).describe()
+    assert read([VERL], store) == owned("u1_0_0")
+    assert [(s.rows, s.matched, s.owned, s.orphaned) for s in summary] == [(4, 1, 1, 0)]
+
+
+def test_owner_may_live_in_another_partition() -> None:
+    reference = OwnerReference(
+        partition="gym_staging",
+        key_pattern=r"(?P<group>[^/]+)/g\d+/.+",
+        owner_key="{group}_g0",
+        owner_partition=VAL,
+    )
+    store = store_with({"gym_staging": {"g1/g0/call1": {}, "g2/g0/call1": {}}, VAL: {"g1_g0": {}, "g2": {}}})
+    assert read([reference], store) == owned("g1/g0/call1", partition="gym_staging")
+
+
+def test_owner_from_a_tag() -> None:
+    reference = OwnerReference(partition=TRAIN, owner_tag="uid")
+    store = store_with(
+        {TRAIN: {"u1": prompt(), "t1": {"uid": "u1"}, "t2": {"uid": "u9"}, "t3": {"seq_len": 3}, "t4": None}}
+    )
+    assert read([reference], store) == owned("t1")
+
+
+def test_an_owner_tag_that_is_not_a_key_fails_the_source() -> None:
+    store = store_with({TRAIN: {"u1": prompt(), "t1": {"uid": 17}}})
+    with pytest.raises(ReferenceSourceError, match=r"row train/t1: tag 'uid' is int 17, not the owner's key"):
+        read([OwnerReference(partition=TRAIN, owner_tag="uid")], store)
+
+
+def test_a_match_leaving_a_template_group_unset_fails_the_source() -> None:
+    reference = OwnerReference(
+        partition=TRAIN, key_pattern=r"(?P<uid>[^_]+)_\d+(_(?P<sub>\d+))?", owner_key="{uid}/{sub}"
+    )
+    store = store_with({TRAIN: {"u1/7": {}, "u1_0_7": {}}})
+    assert read([reference], store) == owned("u1_0_7")
+    store.put(TRAIN, "u1_0", {})
+    with pytest.raises(ReferenceSourceError, match=r"row train/u1_0 matches key_pattern .* leaves a group"):
+        read([reference], store)
+
+
+@pytest.mark.parametrize(
+    ("reference", "missing"),
+    [
+        (VERL, TRAIN),
+        (
+            OwnerReference(
+                partition="traj", key_pattern=VERL_PATTERN, owner_key="{uid}", owner_partition=TRAIN
+            ),
+            TRAIN,
+        ),
+        (
+            OwnerReference(
+                partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}", owner_partition="traj"
+            ),
+            TRAIN,
+        ),
+    ],
+    ids=["same-partition", "owner-partition", "owned-partition"],
+)
+def test_a_partition_the_store_lacks_fails_the_source(reference: OwnerReference, missing: str) -> None:
+    """A typo or a rename must not read as "no owner exists" (every trajectory an orphan)."""
+    store = store_with({"traj": {"u1_0_0": trajectory()}, "trian": {"u1": prompt()}})
+    with pytest.raises(
+        ReferenceSourceError, match=rf"partition '{missing}' \(owner_references .*\) does not exist"
+    ) as caught:
+        read([reference], store)
+    assert caught.value.source == "owners"
+
+
+def test_expect_nonempty_fails_when_the_pattern_matches_no_row_of_a_non_empty_partition() -> None:
+    expected = VERL.model_copy(update={"expect_nonempty": True})
+    store = store_with({TRAIN: {"u1": prompt(), "u1-0-0": trajectory()}})  # a layout the pattern misses
+    with pytest.raises(
+        ReferenceSourceError, match=r"key_pattern .* matches none of the 2 rows .* expect_nonempty"
+    ):
+        read([expected], store)
+    store.delete(TRAIN, ["u1", "u1-0-0"])
+    assert read([expected], store) == set()  # an empty partition (a job's first minutes) is fine
+    store.put(TRAIN, "u2_0_0", trajectory())  # matched, though its owner is gone: the pattern works
+    assert read([expected], store) == set()
+
+
+def test_a_store_failure_fails_the_source() -> None:
+    class Broken(MemoryRowStore):
+        def list_rows(self, partition: str) -> dict[str, Tags]:
+            raise ConnectionResetError("controller actor died")
+
+    store = Broken()
+    store.put(TRAIN, "u1", prompt())
+    with pytest.raises(ReferenceSourceError, match="listing partition 'train' failed: ConnectionResetError"):
+        read([VERL], store)
+
+
+def test_the_listing_passed_in_is_used_instead_of_the_store() -> None:
+    store = store_with({TRAIN: {"u1_0_0": trajectory()}})
+    listed = {TRAIN: {"u1": prompt(), "u1_0_0": trajectory()}}
+    assert rows_of(OwnersSource([VERL], store).read(listed, existing=[TRAIN])) == owned("u1_0_0")
+    assert OwnersSource([VERL], store).partitions == [TRAIN]
+
+
+# -- in a sweep ------------------------------------------------------------------------------------
+
+
+class Verl:
+    """verl's train and val partitions on the memory store, and tq-gc scoped to their trajectories."""
+
+    def __init__(self, **extra: Any) -> None:
+        self.clock = ManualClock()
+        self.state = MemoryState("verl", clock_ms=self.clock)
+        self.rows = MemoryRowStore()
+        trajectories = r"[^_]+_[^_]+_\d+"
+        self.config = parse_config(
+            {
+                "namespace": "verl",
+                "scope": [{"partition": p, "key_pattern": trajectories} for p in (TRAIN, VAL)],
+                "grace_seconds": GRACE_S,
+                # not expect_nonempty: a partition holding only prompt rows (groups whose trajectories
+                # are not written yet) is a state verl is in at every step
+                "owner_references": [
+                    {"partition": p, "key_pattern": VERL_PATTERN, "owner_key": "{uid}"} for p in (TRAIN, VAL)
+                ],
+                "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+                **extra,
+            }
+        )
+
+    def group(self, partition: str, uid: str, sessions: int = 2) -> list[str]:
+        keys = [f"{uid}_{session}_0" for session in range(sessions)]
+        for key in keys:
+            self.rows.put(partition, key, trajectory())
+        self.rows.put(partition, uid, prompt())
+        return keys
+
+    def sweep(self, execute: bool = True) -> Any:
+        return Collector(self.config, self.state, self.rows, holder="test").sweep(dry_run=not execute)
+
+    def observe_past_grace(self) -> None:
+        for _ in range(2):
+            self.clock.advance(GRACE_S * 0.55)
+            self.sweep(execute=False)
+
+
+def test_trajectories_of_a_cleared_group_are_reclaimed_after_grace_live_groups_kept() -> None:
+    verl = Verl()
+    live = verl.group(TRAIN, "u1")
+    cleared = verl.group(TRAIN, "u2")
+    validating = verl.group(VAL, "v1")
+    verl.rows.put(TRAIN, "u3", prompt("pending"))  # a prompt row with no trajectories yet
+    verl.rows.delete(TRAIN, ["u2"])  # the replay buffer cleared the prompt row, then crashed
+    first = verl.sweep()
+    assert first.outcome is Outcome.COMPLETED
+    assert (first.counts.in_scope, first.counts.referenced["owners"], first.counts.within_grace) == (6, 4, 2)
+    verl.observe_past_grace()
+    report = verl.sweep()
+    assert report.counts.deleted == 2 and {row.key for row in report.deleted_sample} == set(cleared)
+    assert verl.rows.keys(TRAIN) == {"u1", "u3", *live}
+    assert verl.rows.keys(VAL) == {"v1", *validating}
+
+
+def test_a_prompt_row_written_after_its_trajectories_keeps_them() -> None:
+    verl = Verl()
+    early = [f"u1_{session}_0" for session in range(2)]
+    for key in early:
+        verl.rows.put(TRAIN, key, trajectory())
+    verl.rows.put(VAL, "v0", prompt())
+    assert verl.sweep().counts.within_grace == 2  # unowned for now: their grace runs
+    verl.clock.advance(GRACE_S * 0.55)
+    verl.sweep(execute=False)
+    verl.rows.put(TRAIN, "u1", prompt())  # verl publishes the group's status after its trajectories
+    verl.clock.advance(GRACE_S * 0.55)
+    report = verl.sweep()
+    assert (report.counts.deleted, report.counts.referenced["owners"]) == (0, 2)
+    verl.observe_past_grace()
+    assert verl.sweep().counts.deleted == 0
+    assert verl.rows.keys(TRAIN) == {"u1", *early}
+
+
+def test_prompt_rows_are_never_in_scope_even_without_trajectories() -> None:
+    verl = Verl()
+    for uid in ("u1", "u2", "u3"):
+        verl.rows.put(TRAIN, uid, prompt("failure"))
+    verl.rows.put(VAL, "v1", prompt("finished"))
+    verl.sweep()
+    verl.observe_past_grace()
+    report = verl.sweep()
+    assert (report.counts.listed, report.counts.in_scope, report.counts.deleted) == (4, 0, 0)
+    assert verl.rows.keys(TRAIN) == {"u1", "u2", "u3"}
+
+
+def test_a_missing_owner_partition_aborts_the_sweep_with_nothing_deleted() -> None:
+    verl = Verl()
+    verl.group(TRAIN, "u1")  # val not written yet
+    report = verl.sweep()
+    assert (report.outcome, report.cause) == (Outcome.ABORTED, "source_failed")
+    assert "partition 'val'" in (report.reason or "")
+
+
+def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    verl = Verl()
+    verl.group(TRAIN, "u1")
+    verl.group(TRAIN, "u2")
+    verl.rows.delete(TRAIN, ["u2"])
+    config = tmp_path / "gc.yaml"
+    config.write_text(yaml.safe_dump(verl.config.model_dump(mode="json")))
+
+    def check() -> tuple[int, dict[str, Any]]:
+        code = main(["check", "--config", str(config), "--json"], Runtime(verl.state, verl.rows))
+        return code, {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+
+    code, checks = check()  # the job has not written val yet
+    assert code == 2 and not checks["owner reference val"]["ok"]
+    assert "partition 'val'" in checks["owner reference val"]["detail"]
+    verl.rows.put(VAL, "v1", prompt())
+    code, checks = check()
+    assert code == 0
+    assert checks["owner reference train"] == {
+        "name": "owner reference train",
+        "ok": True,
+        "detail": (
+            "5 rows in train, 4 with an owner key: 2 owner present (kept), 2 owner absent (unreferenced)"
+        ),
+    }
+    assert checks["owner reference val"]["detail"].startswith("1 rows in val, 0 with an owner key")
+
+
+def test_the_verl_example_scopes_trajectories_and_never_prompt_rows() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
+    config = load_config(example, env={})
+    uid = uuid.uuid4().hex  # verl's uid
+    keys = [uid, f"{uid}_0_0", f"{uid}_7_12", f"{uid}_0"]
+    policy = PlanPolicy.from_config(config)
+    for partition in (TRAIN, VAL):
+        assert policy.scoped_keys(partition, keys) == {f"{uid}_0_0", f"{uid}_7_12"}
+    store = store_with({TRAIN: {uid: prompt(), f"{uid}_0_0": trajectory()}, VAL: {"v": prompt()}})
+    assert read(list(config.owner_references), store) == owned(f"{uid}_0_0")

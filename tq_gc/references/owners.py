@@ -1,0 +1,220 @@
+"""Owner references: a row is referenced while its owner row exists (Kubernetes' ownerReferences).
+
+verl keeps one prompt row per group, keyed `{uid}`, beside the group's trajectory rows keyed
+`{uid}_{session_id}_{index}`, and clears a group's prompt row and trajectories together. A crash between
+the two clears, or a clear that failed halfway, leaves trajectories whose prompt row is gone: nothing
+else points to them. With
+
+    owner_references:
+      - partition: train
+        key_pattern: '^(?P<uid>[^_]+)_[^_]+_\\d+$'
+        owner_key: '{uid}'
+
+a trajectory is referenced while `train` holds the row `{uid}`. The owner's key comes from the row's key
+(a pattern the whole key must match, whose named groups fill the `owner_key` template) or from a tag
+(`owner_tag`: the tag's value is the owner's key). A row the pattern does not match, or without the tag,
+is left to the other rules; a row whose owner is absent is unreferenced, and its grace runs as always.
+
+Owners are looked up in the sweep's own listing of the owner partition (one snapshot, read in the
+tags' slot: see collector.Collector._read_references). Fails closed: a partition the row store lacks
+(owned or owner), an owner tag that is not a key string, a match that leaves a group of the template
+unset, and a reference marked `expect_nonempty` whose pattern matches no row of a non-empty partition
+all fail the source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tq_gc.config import OwnerReference, compile_key_pattern
+from tq_gc.errors import ReferenceSourceError
+from tq_gc.model import KeysByPartition, RowId, Source, Tags, group_by_partition
+from tq_gc.references.keytemplate import KeyTemplate
+from tq_gc.stores.base import RowStore
+
+Listing = Mapping[str, Mapping[str, Tags]]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerSummary:
+    """What one owner reference found (for `tq-gc check`): rows of its partition, rows it matched,
+    and of those, how many have their owner (kept) and how many do not (unreferenced)."""
+
+    partition: str
+    owner_partition: str
+    rows: int
+    matched: int
+    owned: int
+
+    @property
+    def orphaned(self) -> int:
+        return self.matched - self.owned
+
+
+class OwnersSource:
+    """Every row whose configured owner row exists."""
+
+    name: str = Source.OWNERS.value
+
+    def __init__(self, references: Sequence[OwnerReference], row_store: RowStore) -> None:
+        self._rules = tuple(_Rule.of(reference) for reference in references)
+        self._row_store = row_store
+
+    @property
+    def partitions(self) -> list[str]:
+        """The partitions this source reads (owned and owner ones): a collector that lists them anyway
+        can pass its listing."""
+        named = [(rule.reference.partition, rule.reference.owners_in) for rule in self._rules]
+        return list(dict.fromkeys(partition for pair in named for partition in pair))
+
+    def read(self, listed: Listing | None = None, existing: Collection[str] | None = None) -> KeysByPartition:
+        """{partition: keys} of the rows whose owner exists. `listed` ({partition: {key: tags}}) replaces
+        listing a partition the caller listed this sweep; `existing` (the row store's partitions)
+        replaces asking the store which partitions exist."""
+        rows: set[RowId] = set()
+        for rule, found in self._matched(listed, existing):
+            rows.update(RowId(rule.reference.partition, key) for key in found.owned)
+        return group_by_partition(rows)
+
+    def describe(
+        self, listed: Listing | None = None, existing: Collection[str] | None = None
+    ) -> list[OwnerSummary]:
+        """What each reference finds now, in config order (raises ReferenceSourceError like read)."""
+        return [
+            OwnerSummary(
+                rule.reference.partition,
+                rule.reference.owners_in,
+                found.rows,
+                found.matched,
+                len(found.owned),
+            )
+            for rule, found in self._matched(listed, existing)
+        ]
+
+    def _matched(
+        self, listed: Listing | None, existing: Collection[str] | None
+    ) -> Iterator[tuple[_Rule, _Found]]:
+        """Each rule with what it found in its partition."""
+        if not self._rules:
+            return
+        if existing is None:
+            existing = self._store_call("listing partitions", self._row_store.partitions)
+        known = set(existing)
+        for rule in self._rules:
+            reference = rule.reference
+            for role, partition in (
+                ("partition", reference.partition),
+                ("owner_partition", reference.owners_in),
+            ):
+                if partition not in known:
+                    raise ReferenceSourceError(
+                        Source.OWNERS.value,
+                        f"partition {partition!r} (owner_references {role}) does not exist in the row "
+                        "store: a typo, a renamed partition, or a job that has not written it yet. Nothing "
+                        "is deleted until it exists",
+                    )
+            rows = self._rows(reference.partition, listed)
+            owners = self._rows(reference.owners_in, listed)
+            yield rule, rule.find(rows, owners)
+
+    def _rows(self, partition: str, listed: Listing | None) -> Mapping[str, Tags]:
+        if listed is not None and partition in listed:
+            return listed[partition]
+        return self._store_call(
+            f"listing partition {partition!r}", lambda: self._row_store.list_rows(partition)
+        )
+
+    @staticmethod
+    def _store_call(what: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except Exception as exc:  # any store failure: the source is incomplete, so the sweep aborts
+            raise ReferenceSourceError(Source.OWNERS.value, f"{what} failed: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    rows: int
+    matched: int
+    owned: list[str]  # keys whose owner exists
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One owner reference, compiled: how to find a row's owner key."""
+
+    reference: OwnerReference
+    owner_of: Callable[[str, Tags | None], str | None]
+
+    @classmethod
+    def of(cls, reference: OwnerReference) -> _Rule:
+        if reference.owner_tag is not None:
+            return cls(reference, _by_tag(reference, reference.owner_tag))
+        assert reference.key_pattern is not None and reference.owner_key is not None, "config validated"
+        template = KeyTemplate.parse(reference.owner_key)
+        return cls(
+            reference, _by_key(reference, compile_key_pattern(reference.key_pattern).fullmatch, template)
+        )
+
+    def find(self, rows: Mapping[str, Tags], owners: Mapping[str, Tags]) -> _Found:
+        """The keys of `rows` whose owner is a key of `owners`, and how many rows have an owner key."""
+        owned: list[str] = []
+        matched = 0
+        for key, tags in rows.items():
+            owner = self.owner_of(key, tags)
+            if owner is None:
+                continue
+            matched += 1
+            if owner in owners:
+                owned.append(key)
+        if self.reference.expect_nonempty and rows and not matched:
+            raise ReferenceSourceError(
+                Source.OWNERS.value,
+                f"{_describe(self.reference)} matches none of the {len(rows)} rows of partition "
+                f"{self.reference.partition!r}, but the reference is expect_nonempty: check the pattern "
+                "against the job's keys",
+            )
+        return _Found(len(rows), matched, owned)
+
+
+def _by_key(
+    reference: OwnerReference, fullmatch: Callable[[str], re.Match[str] | None], template: KeyTemplate
+) -> Callable[[str, Tags | None], str | None]:
+    def owner_of(key: str, _tags: Tags | None) -> str | None:
+        match = fullmatch(key)
+        if match is None:
+            return None
+        owner = template.render(match.groupdict())
+        if owner is None:
+            raise ReferenceSourceError(
+                Source.OWNERS.value,
+                f"row {reference.partition}/{key} matches key_pattern {reference.key_pattern!r} but leaves a "
+                f"group of owner_key {reference.owner_key!r} unset: make the group required",
+            )
+        return owner
+
+    return owner_of
+
+
+def _by_tag(reference: OwnerReference, tag: str) -> Callable[[str, Tags | None], str | None]:
+    def owner_of(key: str, tags: Tags | None) -> str | None:
+        owner = tags.get(tag) if tags else None
+        if owner is None or isinstance(owner, str):
+            return owner
+        raise ReferenceSourceError(
+            Source.OWNERS.value,
+            f"row {reference.partition}/{key}: tag {tag!r} is {type(owner).__name__} {owner!r}, not the "
+            "owner's key (a string)",
+        )
+
+    return owner_of
+
+
+def _describe(reference: OwnerReference) -> str:
+    if reference.owner_tag is not None:
+        return f"owner_tag {reference.owner_tag!r}"
+    return f"key_pattern {reference.key_pattern!r}"
