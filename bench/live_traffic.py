@@ -247,7 +247,11 @@ class Bench:
             "sweeps": len(reports),  # the sidecar keeps its last 10
             "deleted": sum(r["counts"]["deleted"] for r in reports),
             "outcomes": sorted({r["outcome"] for r in reports}),
-            "longest_tq_request_ms": max((r.get("longest_tq_request_ms") or 0 for r in reports), default=0),
+            "longest_tq_request": max(
+                (r["longest_tq_request"] for r in reports if r.get("longest_tq_request")),
+                key=lambda longest: float(longest["ms"]),
+                default=None,
+            ),
             "phases_ms_last": {k: round(v) for k, v in (reports[0]["phases_ms"] if reports else {}).items()},
         }
 

@@ -135,6 +135,7 @@ class Collector:
     def _run(self, sweep: Sweep, dry_run: bool) -> None:
         report = sweep.report
         report.started_at = _iso_now()
+        self._take_request_stats()  # requests made before this sweep are not its own
         try:
             with self._phase(report, "lease"):
                 self._take_lease(sweep)
@@ -168,7 +169,13 @@ class Collector:
             raise
         finally:
             report.finished_at = _iso_now()
+            report.record_tq_requests(self._take_request_stats())
             self._finish(sweep)
+
+    def _take_request_stats(self) -> dict[str, list[float]]:
+        """The row store's TQ requests since the last call ({operation: [seconds]}); none if it keeps none."""
+        take = getattr(self.row_store, "take_request_stats", None)
+        return take() if callable(take) else {}
 
     def _take_lease(self, sweep: Sweep) -> None:
         lease = self.state.acquire_lease(self.holder, self._lease_ttl_ms)

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 
 from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
+from tq_gc.stores.transferqueue import TQ_REQUEST_OPS
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class _Collectors:
     last_success: Gauge
     lease_contention: Counter
     sweep_errors: Counter
+    tq_request_seconds: Histogram
 
 
 def _register(registry: CollectorRegistry) -> _Collectors:
@@ -99,12 +101,22 @@ def _register(registry: CollectorRegistry) -> _Collectors:
             "Sweeps that raised an unexpected error instead of reporting.",
             registry=registry,
         ),
+        tq_request_seconds=Histogram(
+            name("tq_request_seconds"),
+            "tq-gc's own TransferQueue requests by operation, as its client timed them: how long each one "
+            "held up the job's controller, which serves one request at a time.",
+            ["op"],
+            buckets=TQ_REQUEST_BUCKETS_SECONDS,
+            registry=registry,
+        ),
     )
     # Export every labelled series from the start, so a dashboard sees zeros rather than gaps.
     for outcome in Outcome:
         collectors.sweeps.labels(outcome=outcome.value)
     for reason in KEEP_REASONS:
         collectors.rows_kept.labels(reason=reason)
+    for op in TQ_REQUEST_OPS:
+        collectors.tq_request_seconds.labels(op=op)
     return collectors
 
 
@@ -139,6 +151,10 @@ class SweepMetrics:
             if spent_ms > 0:  # 0: the sweep never reached this phase (skipped, dry run: no delete)
                 c.phase_seconds.labels(phase=phase).observe(spent_ms / 1000)
         c.rows_deleted.inc(report.counts.deleted)
+        for op, durations in report.tq_request_seconds.items():
+            by_op = c.tq_request_seconds.labels(op=op)
+            for seconds in durations:
+                by_op.observe(seconds)
         for reason, rows in kept_by_reason(report).items():
             c.rows_kept.labels(reason=reason).inc(rows)
         if report.outcome in _SUCCESS:

@@ -272,6 +272,14 @@ PHASES = ("lease", "attach", "list", "references", "plan", "delete")
 DELETED_SAMPLE_SIZE = 20
 
 
+class LongestRequest(NamedTuple):
+    """The longest single request tq-gc made to TransferQueue in a sweep: the longest it held up the job's
+    controller (which serves one request at a time) in one go, as tq-gc's client saw it."""
+
+    op: str
+    ms: float
+
+
 @dataclass(slots=True)
 class SweepReport:
     run_id: str
@@ -287,6 +295,15 @@ class SweepReport:
     counts: Counts = field(default_factory=Counts)
     phases_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     deleted_sample: list[DeletedRow] = field(default_factory=list)
+    longest_tq_request: LongestRequest | None = None
+    # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
+    tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def record_tq_requests(self, seconds_by_op: Mapping[str, list[float]]) -> None:
+        """Keep the sweep's TQ requests, and the longest of them."""
+        self.tq_request_seconds = {op: list(seconds) for op, seconds in seconds_by_op.items() if seconds}
+        longest = max(((max(seconds), op) for op, seconds in self.tq_request_seconds.items()), default=None)
+        self.longest_tq_request = None if longest is None else LongestRequest(longest[1], longest[0] * 1000)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -304,6 +321,11 @@ class SweepReport:
                 {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_s, 3)}
                 for d in self.deleted_sample
             ],
+            "longest_tq_request": (
+                None
+                if self.longest_tq_request is None
+                else {"op": self.longest_tq_request.op, "ms": round(self.longest_tq_request.ms, 3)}
+            ),
         }
 
     @classmethod
@@ -321,4 +343,9 @@ class SweepReport:
             counts=counts,
             phases_ms=dict(data.get("phases_ms", {})),
             deleted_sample=[DeletedRow(**d) for d in data.get("deleted_sample", [])],
+            longest_tq_request=_longest_request(data.get("longest_tq_request")),
         )
+
+
+def _longest_request(data: Mapping[str, Any] | None) -> LongestRequest | None:
+    return None if not data else LongestRequest(str(data["op"]), float(data["ms"]))

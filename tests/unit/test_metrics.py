@@ -110,6 +110,7 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_last_success_timestamp_seconds",
         "tqgc_lease_contention",
         "tqgc_sweep_errors",
+        "tqgc_tq_request_seconds",
     }
     assert all(f.documentation.strip() for f in families)
 
@@ -216,3 +217,29 @@ def test_an_unreachable_gateway_is_logged_not_raised(caplog: pytest.LogCaptureFi
     finally:
         logger.removeHandler(caplog.handler)
     assert "could not push metrics" in caplog.text
+
+
+def test_each_tq_request_of_a_sweep_is_observed_under_its_operation() -> None:
+    metrics = SweepMetrics()
+    done = report(deleted=1)
+    done.record_tq_requests({"kv_retrieve_keys": [0.0008, 0.002], "clear_samples": [0.3]})
+    metrics.observe(done)
+    metrics.observe(done)
+
+    def observed(op: str, le: str | None = None) -> float | None:
+        if le is None:
+            return value(metrics, "tqgc_tq_request_seconds_count", op=op)
+        return value(metrics, "tqgc_tq_request_seconds_bucket", op=op, le=le)
+
+    assert observed("kv_retrieve_keys") == 4
+    assert observed("kv_retrieve_keys", le="0.001") == 2
+    assert observed("clear_samples") == 2
+    assert observed("clear_samples", le="0.25") == 0
+    assert value(metrics, "tqgc_tq_request_seconds_sum", op="clear_samples") == pytest.approx(0.6)
+    assert observed("get_partition_index_range") == 0  # exported from the start, before any request
+
+
+def test_a_sweep_that_made_no_tq_request_observes_none() -> None:
+    metrics = SweepMetrics()
+    metrics.observe(report(outcome=Outcome.SKIPPED, cause=Cause.LEASE_HELD))
+    assert value(metrics, "tqgc_tq_request_seconds_count", op="kv_retrieve_meta") == 0

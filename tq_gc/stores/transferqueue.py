@@ -87,6 +87,7 @@ OP_META = "kv_retrieve_meta"
 OP_CLEAR = "clear_samples"
 OP_PARTITIONS = "get_partition_list"
 OP_KV_LIST = "kv_list"
+TQ_REQUEST_OPS = (OP_INDEX_RANGE, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST)
 
 T = TypeVar("T")
 
@@ -470,8 +471,39 @@ def _connect_ray(config: TransferQueueConfig) -> bool:
     except Exception as exc:
         if ray.is_initialized():
             ray.shutdown()
-        raise ConfigError(_unreachable(config.ray_address, str(exc))) from exc
+        mismatch = _version_mismatch(config.ray_address, str(exc))
+        raise ConfigError(mismatch or _unreachable(config.ray_address, str(exc))) from exc
     return True
+
+
+def _version_mismatch(address: str, ray_error: str) -> str | None:
+    """What to do about Ray's refusal to join a cluster of another Ray or Python version, or None when
+    `ray_error` is not that refusal (ray._private.utils.check_version_info words it, for both a GCS
+    address and Ray Client)."""
+    import re
+
+    if "Version mismatch" not in ray_error:
+        return None
+    versions = re.search(
+        r"cluster was started with:\s+Ray: (\S+)\s+Python: (\S+)\s+"
+        r"This process .*? was started with:\s+Ray: (\S+)\s+Python: (\S+)",
+        ray_error,
+        re.DOTALL,
+    )
+    if versions is None:
+        return (
+            f"the Ray cluster at transfer_queue.ray_address={address!r} refused tq-gc: {ray_error.strip()}. "
+            "Install tq-gc with the cluster's Ray and Python (image: --build-arg RAY_VERSION=<its Ray> "
+            "--build-arg PYTHON_IMAGE=python:<its Python>-slim)"
+        )
+    cluster_ray, cluster_python, our_ray, our_python = versions.groups()
+    return (
+        f"the Ray cluster at transfer_queue.ray_address={address!r} runs Ray {cluster_ray} on Python "
+        f"{cluster_python}; tq-gc here runs Ray {our_ray} on Python {our_python}. Ray joins only the same "
+        "Ray version and Python version (the same minor through ray://): rebuild the tq-gc image with "
+        f"--build-arg RAY_VERSION={cluster_ray} --build-arg PYTHON_IMAGE=python:{cluster_python}-slim "
+        f"(outside the image: RAY_VERSION={cluster_ray} scripts/install.sh, with Python {cluster_python})"
+    )
 
 
 def _reachable_gcs(address: str) -> str:
