@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from tq_gc.config import OwnerReference, compile_key_pattern
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.model import KeysByPartition, RowId, Source, Tags, group_by_partition
+from tq_gc.model import KeysByPartition, Source, Tags
 from tq_gc.references.keytemplate import KeyTemplate
 from tq_gc.stores.base import RowStore
 
@@ -75,10 +75,10 @@ class OwnersSource:
         """{partition: keys} of the rows whose owner exists. `listed` ({partition: {key: tags}}) replaces
         listing a partition the caller listed this sweep; `existing` (the row store's partitions)
         replaces asking the store which partitions exist."""
-        rows: set[RowId] = set()
+        owned: dict[str, set[str]] = {}
         for rule, found in self._matched(listed, existing):
-            rows.update(RowId(rule.reference.partition, key) for key in found.owned)
-        return group_by_partition(rows)
+            owned.setdefault(rule.reference.partition, set()).update(found.owned)
+        return {partition: frozenset(keys) for partition, keys in owned.items()}
 
     def describe(
         self, listed: Listing | None = None, existing: Collection[str] | None = None
@@ -184,11 +184,14 @@ class _Rule:
 def _by_key(
     reference: OwnerReference, fullmatch: Callable[[str], re.Match[str] | None], template: KeyTemplate
 ) -> Callable[[str, Tags | None], str | None]:
+    # `{uid}` alone, the common case: the group itself, without rendering (a sweep does this per row)
+    whole = template.pieces[0][1] if len(template.pieces) == 1 and not template.pieces[0][0] else None
+
     def owner_of(key: str, _tags: Tags | None) -> str | None:
         match = fullmatch(key)
         if match is None:
             return None
-        owner = template.render(match.groupdict())
+        owner = match[whole] if whole is not None else template.render(match.groupdict())
         if owner is None:
             raise ReferenceSourceError(
                 Source.OWNERS.value,
