@@ -86,6 +86,7 @@ class Sweep:
     lease: Lease | None = None
     renewed_at: float = 0.0  # time.monotonic() when the lease was last renewed
     fence_epoch: int = 0  # the store's fence epoch before any reference was read
+    started_ms: int = 0  # the store's clock when the lease was taken: sweeping resumed then
     plan: Plan | None = None
     # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
     first_seen: FirstSeenByPartition = field(default_factory=dict)
@@ -183,7 +184,7 @@ class Collector:
             holder = self.state.lease_holder()
             who = holder.holder if holder else "another sweeper"
             raise SweepStopped(Outcome.SKIPPED, Cause.LEASE_HELD, f"lease held by {who}")
-        sweep.lease = lease
+        sweep.lease, sweep.started_ms = lease, lease.expires_at_ms - self._lease_ttl_ms
         check = self._recheck(sweep)
         _stop_if_fenced(check.fences)
         sweep.fence_epoch = check.fence_epoch
@@ -199,7 +200,7 @@ class Collector:
         listing, references = self._read_references(sweep)
         with self._phase(report, "plan"):
             now_ms = self.state.now_ms()
-            sweep.first_seen = self._trusted_first_seen(sweep, now_ms)
+            sweep.first_seen = self._trusted_first_seen(sweep)
             sweep.plan = plan(listing, references, sweep.first_seen, now_ms, sweep.policy)
             self._save_first_seen(sweep, sweep.plan)
         report.counts = sweep.plan.counts()
@@ -249,10 +250,12 @@ class Collector:
             self._keep_lease(sweep)
         return listing, existing
 
-    def _trusted_first_seen(self, sweep: Sweep, now_ms: int) -> FirstSeenByPartition:
-        """Load the records of each scope partition, after forgetting those not to be trusted."""
+    def _trusted_first_seen(self, sweep: Sweep) -> FirstSeenByPartition:
+        """Load the records of each scope partition, after forgetting those not to be trusted. The gap
+        in sweeping runs from the last sweep's observation to this sweep's start (its lease): the
+        seconds a sweep spends joining Ray and listing are sweeping, not a pause."""
         scope = [entry.partition for entry in self.config.scope]
-        stale = stale_partitions(self.state.observed(), scope, now_ms, sweep.policy.grace_ms)
+        stale = stale_partitions(self.state.observed(), scope, sweep.started_ms, sweep.policy.grace_ms)
         for partition in sorted(stale):
             self.state.forget_partition(sweep.holds_lease, partition)
         return {

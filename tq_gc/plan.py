@@ -53,9 +53,6 @@ class PlanPolicy:
             fraction_min_rows=limits.fraction_min_rows,
         )
 
-    def in_scope(self, row: RowId) -> bool:
-        return bool(self.scoped_keys(row.partition, [row.key]))
-
     def scoped_keys(self, partition: str, keys: Iterable[str]) -> set[str]:
         """The keys of `keys` that are in scope in `partition`."""
         entry = self._entries.get(partition)
@@ -177,9 +174,10 @@ def plan(
 
 
 def stale_partitions(
-    observed: Mapping[str, int], scope: Iterable[str], now_ms: int, grace_ms: int
+    observed: Mapping[str, int], scope: Iterable[str], started_ms: int, grace_ms: int
 ) -> set[str]:
-    """Partitions whose first-seen records must be forgotten before planning.
+    """Partitions whose first-seen records must be forgotten before a sweep that started at `started_ms`
+    plans.
 
     Grace accrues only while sweeps observe a row. Records of a partition that left the scope were not
     kept up to date while it was out (an admission made and released meanwhile went unseen), and records
@@ -191,7 +189,7 @@ def stale_partitions(
     stale = {partition for partition in observed if partition not in in_scope}
     for partition in in_scope:
         last = observed.get(partition)
-        if last is None or not 0 <= now_ms - last <= grace_ms:
+        if last is None or not 0 <= started_ms - last <= grace_ms:
             stale.add(partition)
     return stale
 

@@ -33,7 +33,7 @@ RunPython = Callable[..., Any]
 RecordTiming = Callable[[str, float], None]
 
 CLI_TIMEOUT_S = 90.0
-GRACE_S = 2.0
+GRACE_S = 10.0  # above a CLI sweep's own seconds (joining Ray), so dry runs can observe within it
 CLEAR_BATCH = 2000
 CONTROLLER = "TransferQueueController"
 TQ_NAMESPACE = "transfer_queue"
@@ -144,10 +144,15 @@ def played(
         yield played
 
 
-def wait_out_grace(since: float) -> None:
-    """Sleep until the grace has passed since `since` (monotonic, taken after a sweep exited: its
-    first-seen times, on Redis's clock, are older than that)."""
-    time.sleep(max(0.0, since + GRACE_S + 0.2 - time.monotonic()))
+def wait_out_grace(config: Path, since: float) -> None:
+    """Let the grace pass since `since` (monotonic, taken after a sweep exited: its first-seen times, on
+    Redis's clock, are older than that) while dry runs keep observing the rows: grace accrues only
+    while sweeps observe, and a gap longer than the grace would start every clock again."""
+    deadline = since + GRACE_S + 0.2
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(GRACE_S / 4, left))
+        observing = tq_gc("sweep", "--config", str(config), "--json")
+        assert observing.code == 0, observing.why()
 
 
 def assert_first_sight(report: dict[str, Any], played: Played) -> None:
@@ -172,7 +177,7 @@ def test_leak_scenario_sweep_reclaims_exactly_the_orphans(
     assert_first_sight(report, played)
     assert keys_in(tq, STAGING) == played.kept_staging | played.orphans  # nothing deleted on first sight
 
-    wait_out_grace(first_done)
+    wait_out_grace(played.config, first_done)
     second = tq_gc(*sweep)
     record_timing("tq-gc sweep --execute (subprocess, deletes)", second.seconds)
     assert second.code == 0, second.why()
@@ -231,7 +236,7 @@ def test_leak_scenario_dry_run_after_the_grace_deletes_nothing(played: Played, t
     assert first.json()["outcome"] == "dry_run"
     assert_first_sight(first.json(), played)
 
-    wait_out_grace(first_done)
+    wait_out_grace(played.config, first_done)
     second = tq_gc(*dry_run)
     assert second.code == 0, second.why()
     report = second.json()

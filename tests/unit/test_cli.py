@@ -18,7 +18,7 @@ from support.scripted_store import ScriptedRowStore
 STAGING = "rollout_staging"
 REPORT_KEYS = {
     "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
-    "counts", "phases_ms", "deleted_sample",
+    "counts", "phases_ms", "deleted_sample", "longest_tq_request",
 }  # fmt: skip
 COUNT_KEYS = {
     "listed",
@@ -76,7 +76,7 @@ def test_sweep_json_is_one_document_matching_the_contract(cli: Cli) -> None:
     doc = json.loads(out)  # raises if there is anything but one JSON document
     assert code == EXIT_OK
     assert set(doc) == REPORT_KEYS and set(doc["counts"]) >= COUNT_KEYS
-    assert set(doc["counts"]["referenced"]) == {"admissions", "manifests", "tags"}
+    assert set(doc["counts"]["referenced"]) == {"admissions", "manifests", "tags", "owners"}
     assert set(doc["phases_ms"]) == {"lease", "attach", "list", "references", "plan", "delete"}
     assert doc["dry_run"] is True and doc["outcome"] == "dry_run" and doc["namespace"] == "job-42"
 

@@ -51,7 +51,7 @@ def test_a_completed_sweep_maps_onto_every_series() -> None:
     assert value(metrics, "tqgc_sweeps_total", outcome="aborted") == 0
     assert value(metrics, "tqgc_rows_deleted_total") == 7
     kept = {reason: value(metrics, "tqgc_rows_kept_total", reason=reason) for reason in KEEP_REASONS}
-    assert kept == {"admission": 4, "manifest": 5, "tag": 6, "grace": 3, "recheck": 1, "cap": 2}
+    assert kept == {"admission": 4, "manifest": 5, "tag": 6, "owner": 0, "grace": 3, "recheck": 1, "cap": 2}
     assert value(metrics, "tqgc_orphans_waiting") == 3
     assert value(metrics, "tqgc_last_success_timestamp_seconds") == FINISHED_TS
     assert value(metrics, "tqgc_sweep_phase_seconds_sum", phase="list") == pytest.approx(0.030)

@@ -67,7 +67,7 @@ def test_is_a_reference_source() -> None:
 def test_a_tag_partition_the_store_lacks_fails_the_source() -> None:
     """A typo or a renamed partition must not read as "nothing references anything"."""
     store = store_with({"rollout_dta": {"g1_g0": plan("a")}})
-    with pytest.raises(ReferenceSourceError, match="partition 'rollout_data' .* does not exist") as caught:
+    with pytest.raises(ReferenceSourceError, match=r"partition 'rollout_data' .* does not exist") as caught:
         TagsSource([ROUTE_PLAN], store).read()
     assert caught.value.source == "tags"
     with pytest.raises(ReferenceSourceError, match="does not exist"):
@@ -88,7 +88,7 @@ def test_a_partition_emptied_by_its_job_still_exists() -> None:
 def test_expect_nonempty_fails_when_the_reference_names_no_row(data_rows: dict[str, Tags]) -> None:
     expected = ROUTE_PLAN.model_copy(update={"expect_nonempty": True})
     store = store_with({DATA: {"seed": None, **data_rows}})
-    with pytest.raises(ReferenceSourceError, match="names no row .* expect_nonempty"):
+    with pytest.raises(ReferenceSourceError, match=r"names no row .* expect_nonempty"):
         TagsSource([expected], store).read()
     store.put(DATA, "g2_g0", plan("r1/c1"))
     assert rows_of(TagsSource([expected], store).read()) == staging("r1/c1")

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from harness import keys_in
 
+from tq_gc.errors import ConfigError
 from tq_gc.state import RedisState
 
-from .helpers import GRACE_S, MakeConfig, RecordTiming, StartSidecar, reports, wait_until
+from .helpers import GRACE_S, MakeConfig, RecordTiming, StartSidecar, call, reports, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -69,4 +70,7 @@ def test_with_execute_off_the_scheduled_sweeps_are_dry_runs(
 
     assert eligible[0]["outcome"] == "dry_run"
     assert all(r["dry_run"] for r in reports(handle))
+    assert call(handle, "sweep_now")["dry_run"] is True  # on demand too, by default
+    with pytest.raises(ConfigError, match="execute: false"):
+        call(handle, "sweep_now", dry_run=False)
     assert keys_in(tq, tq_partition) == {"orphan/1"}
