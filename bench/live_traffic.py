@@ -191,7 +191,7 @@ class Bench:
 
     def _with_sidecar(self, config: str) -> dict[str, Any]:
         from tq_gc import start_sidecar
-        from tq_gc.sidecar import stop_sidecar
+        from tq_gc.sidecar_client import stop_sidecar
 
         self._mark_orphans_past_grace()
         schedule = {"interval_seconds": BACK_TO_BACK_INTERVAL_S} if config.endswith("back-to-back") else {}

@@ -17,7 +17,7 @@ def start_sidecar(config: Config) -> Any:
     """Start the sidecar actor in the current Ray cluster, or return the running one (idempotent).
 
     Returns its Ray actor handle."""
-    from tq_gc.sidecar import start_sidecar as start
+    from tq_gc.sidecar_client import start_sidecar as start
 
     return start(config)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tq_gc.config import Config, ManifestSource, OwnerReference
 from tq_gc.errors import TqGcError
@@ -12,12 +12,10 @@ from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.state import RedisState, open_state
+from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore
-
-if TYPE_CHECKING:
-    from tq_gc.cli import Runtime
+from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]
 NEMO_RL = "nemo_rl_recovery"
@@ -33,35 +31,31 @@ def _check(name: str, probe: Callable[[], str]) -> CheckResult:
 
 
 def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
+    """Every check, in order; the stores are opened for the checks and closed after (only those opened)."""
     scope = ", ".join(e.partition for e in config.scope) or "EMPTY: nothing would ever be collected"
     results = [
         {"name": "config", "ok": bool(config.scope), "detail": f"namespace {config.namespace}; scope {scope}"}
     ]
-    state: StateStore | None = runtime.state
-    owned = state is None
-    try:
-        if state is None:
-            state = open_state(config.state_url, config.namespace)
+    with runtime.stores(config) as (state, rows):
+        assert rows is not None
         results.append(_check("state store", _probe_state(state, config)))
         if isinstance(state, RedisState):
             results.append(_eviction_check(state))
         results.append(
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
-        rows = _attach(config, runtime, results)
+        row_store = _check("row store", _probe_rows(config, rows))
+        results.append(row_store)
         files = tuple(source for source in config.manifests if source.format != NEMO_RL)
         results.append(_check("manifests", lambda: _count(ManifestsSource(files).read(), "rows named")))
         results += [_nemo_rl_check(source) for source in config.manifests if source.format == NEMO_RL]
-        if rows is not None:
+        if row_store["ok"]:
             tags = TagsSource(config.tag_references, rows)
             results.append(_check("tag references", lambda: _count(tags.read(), "rows named")))
             results += [
                 _check(f"owner reference {reference.partition}", _probe_owners(reference, rows))
                 for reference in config.owner_references
             ]
-    finally:
-        if owned and state is not None:
-            state.close()
     return results
 
 
@@ -120,17 +114,12 @@ def _eviction_check(state: RedisState) -> CheckResult:
     return {"name": "state store memory policy", "ok": True, "detail": "noeviction"}
 
 
-def _attach(config: Config, runtime: Runtime, results: list[CheckResult]) -> RowStore | None:
-    found: list[RowStore] = []
-
+def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
     def probe() -> str:
-        rows = runtime.attach(config)
-        found.append(rows)
         sizes = ", ".join(f"{e.partition}: {len(rows.list_rows(e.partition))} rows" for e in config.scope)
         return sizes or "reachable"
 
-    results.append(_check("row store", probe))
-    return found[0] if found else None
+    return probe
 
 
 def _count(rows: KeysByPartition, what: str) -> str:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -22,10 +22,7 @@ from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.model import Outcome
-from tq_gc.state import open_state
-from tq_gc.state.base import StateStore
-from tq_gc.stores import RowStore, attach_transfer_queue
-from tq_gc.stores.deferred import DeferredRowStore
+from tq_gc.wiring import Runtime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
 OUTCOME_EXIT = {
@@ -35,37 +32,6 @@ OUTCOME_EXIT = {
     Outcome.ABORTED: EXIT_ABORTED,
 }
 log = logging.getLogger("tq_gc")
-
-
-@dataclass
-class Runtime:
-    """What the CLI runs against. Tests hand in a memory row store and a state; else they are built
-    from config, and the CLI closes only what it built."""
-
-    state: StateStore | None = None
-    row_store: RowStore | None = None
-    row_store_factory: Callable[[Config], RowStore] | None = None
-
-    def attach(self, config: Config) -> RowStore:
-        """The row store handed in, else the job's TransferQueue (or what the test factory builds)."""
-        if self.row_store is not None:
-            return self.row_store
-        return (self.row_store_factory or attach_transfer_queue)(config)
-
-    @contextmanager
-    def stores(self, config: Config, need_rows: bool = True) -> Iterator[tuple[StateStore, RowStore | None]]:
-        with ExitStack() as stack:
-            state = self.state
-            if state is None:
-                state = open_state(config.state_url, config.namespace)
-                stack.callback(state.close)
-            rows = self.row_store
-            if rows is None and need_rows:
-                # Attached at first use: a sweep skipped for a held lease or a fence never joins Ray.
-                deferred = DeferredRowStore(lambda: self.attach(config), missing_queue_is_transient=False)
-                stack.callback(deferred.close)
-                rows = deferred
-            yield state, rows
 
 
 def _config_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -207,10 +173,58 @@ def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
 @_config_option
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None) -> None:
-    """Start the sidecar actor in the job's Ray cluster, and keep it running."""
-    from tq_gc.sidecar import serve_forever
-
+    """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT."""
     serve_forever(_load(ctx, config_path))
+
+
+# `tq-gc serve`: how often it checks that the sidecar still answers.
+HEALTH_CHECK_SECONDS = 5.0
+
+
+def serve_forever(config: Config) -> None:
+    """Start the sidecar, say where its metrics are, and keep it until SIGTERM/SIGINT. The sidecar is
+    owned by this process: it ends when this returns."""
+    import ray
+
+    from tq_gc.sidecar_client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
+
+    owns_ray = not ray.is_initialized()
+    handle = start_sidecar(config)
+    try:
+        _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
+        _wait_for_signal(handle, CALL_TIMEOUT_SECONDS)
+    finally:
+        stop_sidecar(handle)
+        if owns_ray:
+            ray.shutdown()
+
+
+def _announce(status: dict[str, Any]) -> None:
+    port = status.get("metrics_port")
+    where = f"http://{status.get('node_ip') or '127.0.0.1'}:{port}/metrics" if port else "off"
+    print(
+        f"tq-gc sidecar {status['name']!r} (Ray namespace {status['ray_namespace']!r}) running, "
+        f"sweeping {status['schedule']}; metrics: {where}. Stop with Ctrl-C or SIGTERM.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
+    """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
+    import ray
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(HEALTH_CHECK_SECONDS):
+            try:
+                ray.get(handle.status.remote(), timeout=call_timeout_seconds)
+            except ray.exceptions.RayActorError as exc:
+                raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @cli.command()

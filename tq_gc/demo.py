@@ -98,7 +98,7 @@ class Demo:
         self.say("cluster up: this process plays the training job")
 
     def _play(self, config: Config, manifest_dir: Path) -> int:
-        from tq_gc.sidecar import sidecar_registry, start_sidecar
+        from tq_gc.sidecar_client import sidecar_registry, start_sidecar
 
         handle = start_sidecar(config)
         status = _get(handle.status.remote())

@@ -4,6 +4,8 @@
     tq-gc serve --config gc.yaml                  # or from a shell, until SIGTERM
     registry = sidecar_registry()                 # publishers: admit/renew/release through the actor
 
+This module is the actor; tq_gc/sidecar_client.py starts, finds and stops it.
+
 Inside the actor an APScheduler 3 BackgroundScheduler runs one job, the sweep, on `schedule`
 (interval with optional jitter, or cron); `sweep_now()` runs one on demand. A lock keeps the two apart:
 never two sweeps at once in one sidecar (across sweepers, the state store's lease does that). A sweep
@@ -23,11 +25,8 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import sys
 import threading
 from collections import deque
-from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
@@ -44,25 +43,14 @@ from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.model import Cause, SweepReport
-from tq_gc.references.admissions import AdmissionRegistry
-from tq_gc.state import open_state
 from tq_gc.state.base import AdmissionRows
-from tq_gc.stores import RowStore, attach_transfer_queue
-from tq_gc.stores.deferred import DeferredRowStore
+from tq_gc.stores import attach_transfer_queue
+from tq_gc.wiring import RowStoreFactory, Runtime
 
 log = logging.getLogger(__name__)
 
-RowStoreFactory = Callable[[Config], RowStore]
-
-# Threads serving calls: one may wait in sweep_now() for a scheduled sweep while publishers keep
-# admitting and renewing, each call a few ms.
-MAX_CONCURRENCY = 16
 REPORTS_KEPT = 10
 SWEEP_JOB_ID = "sweep"
-# Creating the actor imports Ray, torch and TQ in a fresh worker: seconds on a busy 2-core node.
-READY_TIMEOUT_SECONDS = 120.0
-CALL_TIMEOUT_SECONDS = 30.0
-HEALTH_CHECK_SECONDS = 5.0
 
 
 class SidecarActor:
@@ -85,11 +73,12 @@ class SidecarActor:
 
     def _open(self, row_store_factory: RowStoreFactory) -> None:
         config = self._config
-        self._state = open_state(config.state_url, config.namespace)
-        self._closing.callback(self._state.close)
-        # Attached at the first sweep, not here: the job may create its TransferQueue after the sidecar.
-        rows = DeferredRowStore(lambda: row_store_factory(config))
-        self._closing.callback(rows.close)  # only the client we attached, never the job's TQ
+        # The TQ is attached at the first sweep, not here: the job may create it after the sidecar.
+        runtime = Runtime(row_store_factory=row_store_factory)
+        self._state, rows = self._closing.enter_context(
+            runtime.stores(config, missing_queue_is_transient=True)
+        )
+        assert rows is not None
         holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
         self._collector = Collector(config, self._state, rows, holder=holder)
         self._metrics = SweepMetrics()
@@ -309,172 +298,4 @@ def _iso_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-# -- starting, finding and stopping it ------------------------------------------------------------
-
-
-def start_sidecar(config: Config, row_store_factory: RowStoreFactory | None = None) -> Any:
-    """Start the sidecar actor in this Ray cluster, or return the one already running under
-    `config.sidecar.name` in `config.sidecar.ray_namespace` (whatever config it was started with).
-
-    Joins the cluster at `config.transfer_queue.ray_address` if Ray is not initialized. Returns once the
-    actor is up (its state store open, its schedule started); a failed start raises TqGcError. The actor
-    attaches to the job's TQ at its first sweep: until the TQ exists, sweeps end aborted with the reason.
-    `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
-    a module-level function importable in Ray's workers, or a functools.partial of one.
-    """
-    if not ray.is_initialized():
-        _join_ray(config.transfer_queue.ray_address)
-    sidecar = config.sidecar
-    handle: Any = (  # Ray's stubs do not type actor method calls (handle.method.remote)
-        ray.remote(SidecarActor)
-        .options(
-            num_cpus=sidecar.num_cpus,  # a fraction of a CPU: it fits beside the job
-            max_concurrency=MAX_CONCURRENCY,  # threaded: calls are served while a sweep runs
-            name=sidecar.name,
-            namespace=sidecar.ray_namespace,
-            get_if_exists=True,  # atomic find-or-create: two drivers racing get one sidecar
-            lifetime=None,  # owned by this driver, dies with the job (see the module docstring)
-            max_restarts=0,
-        )
-        .remote(config, row_store_factory)
-    )
-    try:
-        ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
-    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-        # Ray's message is the actor's whole traceback; its last line is the error that stopped it.
-        lines = [line for line in str(exc).splitlines() if line.strip()]
-        raise TqGcError(
-            f"the tq-gc sidecar {sidecar.name!r} did not start: {lines[-1] if lines else exc}"
-        ) from exc
-    return handle
-
-
-def _join_ray(address: str) -> None:
-    if address.strip() in ("", "local"):
-        # ray.init() with no address or "local" starts a cluster of its own, without the job's TQ.
-        raise ConfigError(f"transfer_queue.ray_address={address!r}: the sidecar joins the job's Ray cluster")
-    try:
-        ray.init(address=address)
-    except (ConnectionError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot join the Ray cluster at transfer_queue.ray_address={address!r}: {exc}. Use 'auto' on "
-            "a node of the training job's cluster, its GCS address (host:6379), or ray://head:10001"
-        ) from exc
-
-
-def stop_sidecar(handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
-    """Shut the sidecar down cleanly (closing what it opened), then end its actor."""
-    try:
-        ray.get(handle.shutdown.remote(), timeout=timeout_seconds)
-    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-        log.warning("sidecar did not shut down cleanly (%s); killing it", exc)
-    ray.kill(handle, no_restart=True)
-
-
-class SidecarAdmissionBackend:
-    """An AdmissionBackend that forwards each call to the sidecar actor and waits for its answer: a
-    write has been applied by the actor when the call returns. Errors reach the publisher as
-    StoreUnavailable (sidecar gone or not answering) or as the actor raised them."""
-
-    def __init__(self, handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
-        self._handle = handle
-        self._timeout_seconds = timeout_seconds
-
-    def _call(self, method: str, *args: Any) -> Any:
-        try:
-            return ray.get(getattr(self._handle, method).remote(*args), timeout=self._timeout_seconds)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-            raise StoreUnavailable(f"the tq-gc sidecar did not answer {method}: {exc}") from exc
-
-    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
-        self._call("admit", admission_id, rows, ttl_ms)
-
-    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
-        return bool(self._call("renew_admission", admission_id, ttl_ms))
-
-    def release_admission(self, admission_id: str) -> None:
-        self._call("release_admission", admission_id)
-
-    def live_admissions(self) -> dict[str, AdmissionRows]:
-        live: dict[str, AdmissionRows] = self._call("live_admissions")
-        return live
-
-    def raise_fence(self, name: str, ttl_ms: int) -> None:
-        self._call("raise_fence", name, ttl_ms)
-
-    def lower_fence(self, name: str) -> None:
-        self._call("lower_fence", name)
-
-    def live_fences(self) -> dict[str, int]:
-        fences: dict[str, int] = self._call("live_fences")
-        return fences
-
-    def delete_in_flight(self) -> bool:
-        return bool(self._call("delete_in_flight"))
-
-
-def sidecar_registry(
-    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
-) -> AdmissionRegistry:
-    """The admission registry hosted by the running sidecar, for publishers (same API as
-    AdmissionRegistry.connect). Joins Ray at `ray_address` if this process has not yet."""
-    if not ray.is_initialized():
-        _join_ray(ray_address)
-    try:
-        handle = ray.get_actor(name, namespace=namespace)
-    except ValueError as exc:
-        raise TqGcError(
-            f"no tq-gc sidecar named {name!r} in Ray namespace {namespace!r}: start it first "
-            "(tq_gc.start_sidecar(config) or `tq-gc serve`)"
-        ) from exc
-    return AdmissionRegistry(SidecarAdmissionBackend(handle))
-
-
-def serve_forever(config: Config) -> None:
-    """`tq-gc serve`: start the sidecar, say where its metrics are, and keep it until SIGTERM/SIGINT.
-    The sidecar is owned by this process: it ends when this returns."""
-    owns_ray = not ray.is_initialized()
-    handle = start_sidecar(config)
-    try:
-        _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
-        _wait_for_signal(handle)
-    finally:
-        stop_sidecar(handle)
-        if owns_ray:
-            ray.shutdown()
-
-
-def _announce(status: dict[str, Any]) -> None:
-    port = status.get("metrics_port")
-    where = f"http://{status.get('node_ip') or '127.0.0.1'}:{port}/metrics" if port else "off"
-    print(
-        f"tq-gc sidecar {status['name']!r} (Ray namespace {status['ray_namespace']!r}) running, "
-        f"sweeping {status['schedule']}; metrics: {where}. Stop with Ctrl-C or SIGTERM.",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _wait_for_signal(handle: Any) -> None:
-    """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while not stop.wait(HEALTH_CHECK_SECONDS):
-            try:
-                ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS)
-            except ray.exceptions.RayActorError as exc:
-                raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-__all__ = [
-    "SidecarActor",
-    "SidecarAdmissionBackend",
-    "serve_forever",
-    "sidecar_registry",
-    "start_sidecar",
-    "stop_sidecar",
-]
+__all__ = ["SidecarActor"]

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, Runtime, main
+from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, main
 from tq_gc.references.admissions import AdmissionRegistry
 from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.wiring import Runtime
 
 from support.scripted_store import ScriptedRowStore
 

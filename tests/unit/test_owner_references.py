@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tq_gc.cli import Runtime, main
+from tq_gc.cli import main
 from tq_gc.collector import Collector
 from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
@@ -21,6 +21,7 @@ from tq_gc.references.base import ReferenceSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
+from tq_gc.wiring import Runtime
 
 TRAIN, VAL = "train", "val"
 VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"

@@ -20,11 +20,12 @@ import pytest
 import redis
 import yaml
 
-from tq_gc.cli import EXIT_OK, EXIT_USAGE, Runtime, main
+from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
 from tq_gc.config import parse_config, redact_url
 from tq_gc.errors import ConfigError
 from tq_gc.state import RedisState
 from tq_gc.stores import MemoryRowStore
+from tq_gc.wiring import Runtime
 
 from redis_server import free_port
 

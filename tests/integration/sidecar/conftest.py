@@ -15,7 +15,8 @@ import pytest
 import ray.cloudpickle
 
 from tq_gc.config import Config, parse_config
-from tq_gc.sidecar import RowStoreFactory, start_sidecar, stop_sidecar
+from tq_gc.sidecar_client import start_sidecar, stop_sidecar
+from tq_gc.wiring import RowStoreFactory
 
 from . import remote_side
 from .helpers import GRACE_S, INTERVAL_S, MakeConfig, RecordTiming, StartSidecar

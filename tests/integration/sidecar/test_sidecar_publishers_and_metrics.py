@@ -16,7 +16,7 @@ from tq_gc.config import Config
 from tq_gc.metrics import KEEP_REASONS, kept_by_reason
 from tq_gc.model import SweepReport
 from tq_gc.references.admissions import AdmissionRegistry
-from tq_gc.sidecar import sidecar_registry
+from tq_gc.sidecar_client import sidecar_registry
 from tq_gc.state import RedisState
 
 from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, scrape, wait_until

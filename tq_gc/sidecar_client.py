@@ -1,0 +1,140 @@
+"""The driver side of the sidecar: start it, find it, stop it, and publish through it.
+
+    handle = start_sidecar(config)            # from the training script (idempotent)
+    registry = sidecar_registry()             # publishers: admit/renew/release through the actor
+    stop_sidecar(handle)
+
+The actor itself is tq_gc/sidecar.py; `tq-gc serve` (tq_gc/cli.py) runs these until a signal.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+from tq_gc.config import Config
+from tq_gc.errors import StoreUnavailable, TqGcError
+from tq_gc.ray_cluster import join_ray
+from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.sidecar import SidecarActor
+from tq_gc.state.base import AdmissionRows
+from tq_gc.wiring import RowStoreFactory
+
+log = logging.getLogger(__name__)
+
+# Threads serving calls: one may wait in sweep_now() for a scheduled sweep while publishers keep
+# admitting and renewing, each call a few ms.
+MAX_CONCURRENCY = 16
+# Creating the actor imports Ray, torch and TQ in a fresh worker: seconds on a busy 2-core node.
+READY_TIMEOUT_SECONDS = 120.0
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+def start_sidecar(config: Config, row_store_factory: RowStoreFactory | None = None) -> Any:
+    """Start the sidecar actor in this Ray cluster, or return the one already running under
+    `config.sidecar.name` in `config.sidecar.ray_namespace` (whatever config it was started with).
+
+    Joins the cluster at `config.transfer_queue.ray_address` if Ray is not initialized. Returns once the
+    actor is up (its state store open, its schedule started); a failed start raises TqGcError. The actor
+    attaches to the job's TQ at its first sweep: until the TQ exists, sweeps end aborted with the reason.
+    `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
+    a module-level function importable in Ray's workers, or a functools.partial of one.
+    """
+    if not ray.is_initialized():
+        join_ray(config.transfer_queue.ray_address)
+    sidecar = config.sidecar
+    handle: Any = (  # Ray's stubs do not type actor method calls (handle.method.remote)
+        ray.remote(SidecarActor)
+        .options(
+            num_cpus=sidecar.num_cpus,  # a fraction of a CPU: it fits beside the job
+            max_concurrency=MAX_CONCURRENCY,  # threaded: calls are served while a sweep runs
+            name=sidecar.name,
+            namespace=sidecar.ray_namespace,
+            get_if_exists=True,  # atomic find-or-create: two drivers racing get one sidecar
+            lifetime=None,  # owned by this driver, dies with the job (see the module docstring)
+            max_restarts=0,
+        )
+        .remote(config, row_store_factory)
+    )
+    try:
+        ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+        # Ray's message is the actor's whole traceback; its last line is the error that stopped it.
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        raise TqGcError(
+            f"the tq-gc sidecar {sidecar.name!r} did not start: {lines[-1] if lines else exc}"
+        ) from exc
+    return handle
+
+
+def stop_sidecar(handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
+    """Shut the sidecar down cleanly (closing what it opened), then end its actor."""
+    try:
+        ray.get(handle.shutdown.remote(), timeout=timeout_seconds)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+        log.warning("sidecar did not shut down cleanly (%s); killing it", exc)
+    ray.kill(handle, no_restart=True)
+
+
+class SidecarAdmissionBackend:
+    """An AdmissionBackend that forwards each call to the sidecar actor and waits for its answer: a
+    write has been applied by the actor when the call returns. Errors reach the publisher as
+    StoreUnavailable (sidecar gone or not answering) or as the actor raised them."""
+
+    def __init__(self, handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
+        self._handle = handle
+        self._timeout_seconds = timeout_seconds
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return ray.get(getattr(self._handle, method).remote(*args), timeout=self._timeout_seconds)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            raise StoreUnavailable(f"the tq-gc sidecar did not answer {method}: {exc}") from exc
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
+        self._call("admit", admission_id, rows, ttl_ms)
+
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
+        return bool(self._call("renew_admission", admission_id, ttl_ms))
+
+    def release_admission(self, admission_id: str) -> None:
+        self._call("release_admission", admission_id)
+
+    def live_admissions(self) -> dict[str, AdmissionRows]:
+        live: dict[str, AdmissionRows] = self._call("live_admissions")
+        return live
+
+    def raise_fence(self, name: str, ttl_ms: int) -> None:
+        self._call("raise_fence", name, ttl_ms)
+
+    def lower_fence(self, name: str) -> None:
+        self._call("lower_fence", name)
+
+    def live_fences(self) -> dict[str, int]:
+        fences: dict[str, int] = self._call("live_fences")
+        return fences
+
+    def delete_in_flight(self) -> bool:
+        return bool(self._call("delete_in_flight"))
+
+
+def sidecar_registry(
+    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
+) -> AdmissionRegistry:
+    """The admission registry hosted by the running sidecar, for publishers (same API as
+    AdmissionRegistry.connect). Joins Ray at `ray_address` if this process has not yet."""
+    if not ray.is_initialized():
+        join_ray(ray_address)
+    try:
+        handle = ray.get_actor(name, namespace=namespace)
+    except ValueError as exc:
+        raise TqGcError(
+            f"no tq-gc sidecar named {name!r} in Ray namespace {namespace!r}: start it first "
+            "(tq_gc.start_sidecar(config) or `tq-gc serve`)"
+        ) from exc
+    return AdmissionRegistry(SidecarAdmissionBackend(handle))
+
+
+__all__ = ["SidecarAdmissionBackend", "sidecar_registry", "start_sidecar", "stop_sidecar"]

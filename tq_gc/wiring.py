@@ -1,0 +1,53 @@
+"""Where a sweeper's stores come from: one place opens the state store and the row store, and closes only
+what it opened. The CLI, `tq-gc check` and the sidecar all go through it; tests hand in their own stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from tq_gc.config import Config
+from tq_gc.state import open_state
+from tq_gc.state.base import StateStore
+from tq_gc.stores import RowStore, attach_transfer_queue
+from tq_gc.stores.deferred import DeferredRowStore
+
+RowStoreFactory = Callable[[Config], RowStore]
+
+
+@dataclass
+class Runtime:
+    """The stores to run against: those handed in (tests), else built from config."""
+
+    state: StateStore | None = None
+    row_store: RowStore | None = None
+    row_store_factory: RowStoreFactory | None = None
+
+    def attach(self, config: Config) -> RowStore:
+        """The row store handed in, else the job's TransferQueue (or what the factory builds)."""
+        if self.row_store is not None:
+            return self.row_store
+        return (self.row_store_factory or attach_transfer_queue)(config)
+
+    @contextmanager
+    def stores(
+        self, config: Config, need_rows: bool = True, missing_queue_is_transient: bool = False
+    ) -> Iterator[tuple[StateStore, RowStore | None]]:
+        """The state store and (if `need_rows`) the row store, open for the block.
+
+        A row store built here attaches at first use: a sweep skipped for a held lease or a fence never
+        joins Ray. `missing_queue_is_transient` (the sidecar, which may start before the job's TQ) turns
+        a missing TransferQueue into an aborted sweep instead of a config error."""
+        with ExitStack() as opened:
+            state = self.state
+            if state is None:
+                state = open_state(config.state_url, config.namespace)
+                opened.callback(state.close)
+            rows = self.row_store
+            if rows is None and need_rows:
+                deferred = DeferredRowStore(lambda: self.attach(config), missing_queue_is_transient)
+                opened.callback(deferred.close)  # only the client we attached, never the job's TQ
+                rows = deferred
+            yield state, rows
