@@ -474,6 +474,18 @@ def load_config(
     return parse_config(data, origin=str(path) if path else "defaults and environment")
 
 
+ConfigLike = Config | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def as_config(config: ConfigLike) -> Config:
+    """A Config as given, a mapping validated as one, or the YAML file at a path (env applied)."""
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, Mapping):
+        return parse_config(config)
+    return load_config(Path(config))
+
+
 def parse_config(data: Mapping[str, Any], origin: str = "config") -> Config:
     try:
         return Config.model_validate(data)

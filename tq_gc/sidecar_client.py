@@ -14,10 +14,10 @@ from typing import Any
 
 import ray
 
-from tq_gc.config import Config
+from tq_gc.config import ConfigLike, as_config
 from tq_gc.errors import StoreUnavailable, TqGcError
 from tq_gc.ray_cluster import join_ray
-from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.sidecar import SidecarActor
 from tq_gc.state.base import AdmissionRows
 from tq_gc.wiring import RowStoreFactory
@@ -32,7 +32,7 @@ READY_TIMEOUT_SECONDS = 120.0
 CALL_TIMEOUT_SECONDS = 30.0
 
 
-def start_sidecar(config: Config, row_store_factory: RowStoreFactory | None = None) -> Any:
+def start_sidecar(config: ConfigLike, row_store_factory: RowStoreFactory | None = None) -> Any:
     """Start the sidecar actor in this Ray cluster, or return the one already running under
     `config.sidecar.name` in `config.sidecar.ray_namespace` (whatever config it was started with).
 
@@ -42,6 +42,7 @@ def start_sidecar(config: Config, row_store_factory: RowStoreFactory | None = No
     `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
     a module-level function importable in Ray's workers, or a functools.partial of one.
     """
+    config = as_config(config)
     if not ray.is_initialized():
         join_ray(config.transfer_queue.ray_address)
     sidecar = config.sidecar

@@ -16,15 +16,15 @@ Story, in the order `LeakScenario` plays it:
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from tq_gc.manifest import write_manifest
 from tq_gc.model import RowId
-from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.registry import AdmissionRegistry
 
 STAGING = "rollout_staging"
 CANONICAL = "rollout_data"
@@ -143,19 +143,10 @@ class LeakScenario:
 
     # -- I/O ----------------------------------------------------------------------------------
 
-    def write_manifest(self, state: str, keys: list[str]) -> Path:
+    def write_manifest(self, state: Literal["active", "retired"], keys: list[str]) -> Path:
         path = self.manifest_dir / CHECKPOINT / "gc-manifest.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "format": "tq-gc/manifest/v1",
-            "manifest_id": CHECKPOINT,
-            "state": state,
-            "rows": {STAGING: keys},
-        }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(path)  # atomic: a reader never sees half a manifest
-        return path
+        return write_manifest(path, CHECKPOINT, {STAGING: keys}, state)
 
     @staticmethod
     def _put(partition: str, keys: list[str], tags: list[dict[str, Any]], with_data: bool = True) -> None:

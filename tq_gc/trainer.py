@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.references.admissions import DELETE_WAIT_SECONDS, AdmissionRegistry
+from tq_gc.registry import DELETE_WAIT_SECONDS, AdmissionRegistry
 
 log = logging.getLogger(__name__)
 

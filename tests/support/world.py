@@ -3,14 +3,14 @@ checkpoint manifests in a temporary directory, and the job's canonical partition
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
+from tq_gc.manifest import write_manifest
 from tq_gc.model import SweepReport
-from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock
 
 from support.scripted_store import ScriptedRowStore, ScriptedState
@@ -56,12 +56,12 @@ class World:
     def staging(self) -> set[str]:
         return self.rows.keys(STAGING)
 
-    def write_manifest(self, keys: list[str], state: str = "active", name: str = "ckpt-1") -> Path:
+    def write_manifest(
+        self, keys: list[str], state: Literal["active", "retired"] = "active", name: str = "ckpt-1"
+    ) -> Path:
         path = self.tmp_path / "ckpt" / name / "gc-manifest.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"format": "tq-gc/manifest/v1", "manifest_id": name, "state": state, "rows": {STAGING: keys}}
-        path.write_text(json.dumps(doc))
-        return path
+        return write_manifest(path, name, {STAGING: keys}, state)
 
     def age(self, seconds: float = GRACE_S) -> None:
         """Let time pass; by default exactly the grace (more, with no sweep between, is a gap in

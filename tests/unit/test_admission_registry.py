@@ -9,8 +9,9 @@ import pytest
 import redis
 
 from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
-from tq_gc.references.admissions import AdmissionRegistry, AdmissionsSource
+from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.base import ReferenceSource
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.state import RedisState, StateStore
 
 from redis_server import RedisServer

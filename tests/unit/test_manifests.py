@@ -15,9 +15,10 @@ import pytest
 
 from tq_gc.config import ManifestSource, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
+from tq_gc.manifest import NATIVE_FORMAT, write_manifest
 from tq_gc.model import RowId, rows_of
 from tq_gc.references.base import ReferenceSource
-from tq_gc.references.manifests import NATIVE_FORMAT, ManifestsSource, read_manifest
+from tq_gc.references.manifests import ManifestsSource, read_manifest
 
 STAGING = "rollout_staging"
 CUT = "__generation_cut__/ckpt-000123/r7_g0_a1/call3/0"
@@ -586,3 +587,16 @@ def test_describe_reports_a_walk_failure_per_source(tmp_path: Path) -> None:
 def test_a_glob_naming_directories_is_refused(pattern: str) -> None:
     with pytest.raises(ConfigError, match=r"manifests\.0\.glob: .*end it with a file name pattern"):
         parse_config({"manifests": [{"glob": pattern}]})
+
+
+def test_write_manifest_is_read_back_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path / "gc-manifest.json", "ckpt-7", {"rollout_staging": ["a", "b"]})
+    assert read_manifest(path, ManifestSource(glob=str(tmp_path / "*.json"))) == [
+        RowId("rollout_staging", "a"),
+        RowId("rollout_staging", "b"),
+    ]
+    write_manifest(path, "ckpt-7", {"rollout_staging": ["a"]}, state="retired")
+    assert read_manifest(path, ManifestSource(glob=str(tmp_path / "*.json"))) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["gc-manifest.json"]
+    with pytest.raises(ValueError, match="state must be one of"):
+        write_manifest(path, "ckpt-7", {}, state="gone")  # type: ignore[arg-type]

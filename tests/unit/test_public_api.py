@@ -3,23 +3,38 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
+
+import pytest
+import yaml
 
 import tq_gc
-from tq_gc import AdmissionRegistry
+from tq_gc import AdmissionRegistry, ConfigError
+from tq_gc.config import as_config
 
 
 def test_all_is_pinned() -> None:
     assert sorted(tq_gc.__all__) == [
         "AdmissionRegistry",
         "Cause",
+        "CheckpointInProgress",
         "Collector",
         "Config",
+        "ConfigError",
+        "FenceRaised",
         "GcClient",
+        "LeaseLost",
         "Outcome",
+        "ReferenceSourceError",
+        "StoreUnavailable",
         "SweepReport",
+        "TqGcError",
+        "TransferQueueNotFound",
         "__version__",
         "load_config",
+        "sidecar_registry",
         "start_sidecar",
+        "write_manifest",
     ]
     for name in tq_gc.__all__:
         assert hasattr(tq_gc, name), name
@@ -44,3 +59,15 @@ def test_admission_registry_has_the_designed_methods() -> None:
         "rows",
         "ttl_seconds",
     ]
+
+
+def test_a_config_may_be_given_as_a_value_a_mapping_or_a_yaml_path(tmp_path: Path) -> None:
+    fields = {"namespace": "job-42", "scope": [{"partition": "rollout_staging", "all_keys": True}]}
+    path = tmp_path / "gc.yaml"
+    path.write_text(yaml.safe_dump(fields))
+    config = as_config(fields)
+    assert config.namespace == "job-42"
+    assert as_config(config) is config
+    assert as_config(path) == as_config(str(path)) == config
+    with pytest.raises(ConfigError, match="unknown key"):
+        as_config({**fields, "grace": 5})

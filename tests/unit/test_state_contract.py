@@ -20,8 +20,8 @@ from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, FIRST_SEEN_CHUNK, RUNS_KE
 from redis_server import RedisServer, free_port
 
 Advance = Callable[[float], None]
-TTL_MS = 200
-PAST_TTL_S = 0.35
+TTL_MS = 500  # short enough to wait out, long enough for a busy 2-core machine
+PAST_TTL_S = 0.75
 
 
 def seen(at_ms: int, digest: str = "d1", index: int | None = None) -> FirstSeen:

@@ -12,7 +12,7 @@ import redis
 
 from tq_gc.collector import Collector
 from tq_gc.model import Cause, Identity, Outcome, SweepReport
-from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.state import MemoryState, StateStore
 from tq_gc.trainer import GcClient
 

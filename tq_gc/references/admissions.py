@@ -1,44 +1,14 @@
-"""Admissions: rows a publisher (a rollout worker, the trainer) is still using, held by a lease on the
-store's clock, and checkpoint fences. Publishers write through AdmissionRegistry; the collector reads
-through AdmissionsSource.
-
-A publisher that dies stops protecting its rows after its TTL: that is the point of a lease, and why
-every admission needs one.
+"""Admissions as the collector reads them: one consistent snapshot of the registry per read, and a
+cheap re-read before every delete batch. Publishers write through tq_gc.registry.AdmissionRegistry.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Protocol
 
-from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
+from tq_gc.errors import ReferenceSourceError, StoreUnavailable
 from tq_gc.model import KeysByPartition
 from tq_gc.state.base import AdmissionRows
-
-log = logging.getLogger(__name__)
-
-# checkpoint_fence: how long to wait for a delete batch in flight (a batch is seconds at most; a sweeper
-# that died mid-batch stops counting after its lease TTL, 60 s by default), and how often to look.
-DELETE_WAIT_SECONDS = 120.0
-DELETE_POLL_SECONDS = 0.02
-
-
-class AdmissionBackend(Protocol):
-    """The admission and fence half of StateStore: a state store, or the sidecar actor's adapter."""
-
-    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None: ...
-    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool: ...
-    def release_admission(self, admission_id: str) -> None: ...
-    def live_admissions(self) -> dict[str, AdmissionRows]: ...
-    def raise_fence(self, name: str, ttl_ms: int) -> None: ...
-    def lower_fence(self, name: str) -> None: ...
-    def live_fences(self) -> dict[str, int]: ...
-    def delete_in_flight(self) -> bool: ...
 
 
 class AdmissionSnapshots(Protocol):
@@ -46,129 +16,6 @@ class AdmissionSnapshots(Protocol):
 
     def live_admissions(self) -> dict[str, AdmissionRows]: ...
     def admissions_version(self) -> int: ...
-
-
-class _Closeable(Protocol):
-    def close(self) -> None: ...
-
-
-class AdmissionRegistry:
-    """The publisher API. Every write is durable on return; every method raises StoreUnavailable."""
-
-    def __init__(self, backend: AdmissionBackend) -> None:
-        self._backend = backend
-        self._owned: _Closeable | None = None  # set by connect(): close only what we opened
-
-    @classmethod
-    def connect(cls, url: str, namespace: str = "default") -> AdmissionRegistry:
-        """A registry on the shared state store at `url` (redis://, rediss://, unix://)."""
-        from tq_gc.state import open_state  # the state package imports Redis: only when connecting
-
-        if urlsplit(url).scheme == "memory":
-            # A memory:// registry made here would live in this process only: the collector would
-            # never see it and would delete the rows it claims to protect.
-            raise ConfigError(
-                "with state_url memory:// the registry lives inside the tq-gc sidecar actor: pass the "
-                "sidecar's registry adapter to AdmissionRegistry(backend), or use a redis:// state_url"
-            )
-        state = open_state(url, namespace)
-        registry = cls(state)
-        registry._owned = state
-        return registry
-
-    def admit(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> None:
-        """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it."""
-        name = _checked_name("admission_id", admission_id)
-        self._backend.admit(name, _checked_rows(rows), _ttl_ms(ttl_seconds))
-
-    def renew(self, admission_id: str, ttl_seconds: float) -> bool:
-        """Extend to ttl_seconds from now; False if the admission expired or is unknown (re-admit)."""
-        name = _checked_name("admission_id", admission_id)
-        return self._backend.renew_admission(name, _ttl_ms(ttl_seconds))
-
-    def release(self, admission_id: str) -> None:
-        self._backend.release_admission(_checked_name("admission_id", admission_id))
-
-    @contextmanager
-    def admission(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> Iterator[str]:
-        """Admit for the duration of the block; released on exit, also when the block raises."""
-        self.admit(admission_id, rows, ttl_seconds)
-        try:
-            yield admission_id
-        except BaseException:
-            self._release_keeping_error(admission_id)
-            raise
-        self.release(admission_id)
-
-    def _release_keeping_error(self, admission_id: str) -> None:
-        # The block's own error is the one to report; an unreleased admission expires after its TTL.
-        try:
-            self.release(admission_id)
-        except StoreUnavailable as exc:
-            log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
-
-    def live(self) -> dict[str, AdmissionRows]:
-        """{admission_id: {partition: [keys]}} for every admission not yet expired."""
-        return self._backend.live_admissions()
-
-    def fence(self, name: str, ttl_seconds: float) -> None:
-        """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint)."""
-        self._backend.raise_fence(_checked_name("fence name", name), _ttl_ms(ttl_seconds))
-
-    def unfence(self, name: str) -> None:
-        self._backend.lower_fence(_checked_name("fence name", name))
-
-    def fences(self) -> dict[str, int]:
-        """Fences up now: {name: expires_at_ms on the store's clock}."""
-        return self._backend.live_fences()
-
-    @contextmanager
-    def checkpoint_fence(
-        self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
-    ) -> Iterator[str]:
-        """Fence for the duration of the block, which starts only once no delete batch is in flight.
-
-        A fence stops every delete that has not started; a batch already clearing could still remove
-        rows the checkpoint is recording. Sweepers mark a batch in flight in the same atomic step that
-        checks the fences, so once the fence is up and no batch is marked, none can start until the
-        fence comes down. Raises TimeoutError (fence lowered) if a batch is still in flight after
-        wait_seconds; a sweeper that died mid-batch stops counting after its lease's TTL."""
-        self.fence(name, ttl_seconds)
-        try:
-            self._wait_for_no_delete(wait_seconds)
-            yield name
-        except BaseException:
-            self._unfence_keeping_error(name)
-            raise
-        self.unfence(name)
-
-    def _wait_for_no_delete(self, wait_seconds: float) -> None:
-        deadline = time.monotonic() + wait_seconds
-        while self._backend.delete_in_flight():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"a tq-gc delete batch was still in flight after {wait_seconds:g} s; the checkpoint "
-                    "fence was lowered. Retry, or raise wait_seconds to the sweepers' lease_ttl_seconds"
-                )
-            time.sleep(DELETE_POLL_SECONDS)
-
-    def _unfence_keeping_error(self, name: str) -> None:
-        try:
-            self.unfence(name)
-        except StoreUnavailable as exc:
-            log.warning("could not lower fence %r (it expires after its TTL): %s", name, exc)
-
-    def close(self) -> None:
-        """Close the store connect() opened; a backend passed in is left to its owner."""
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
-
-    def __enter__(self) -> AdmissionRegistry:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class AdmissionsSource:
@@ -221,36 +68,3 @@ class AdmissionsSource:
     def reread_keys(self, partition: str, version: int | None = None) -> frozenset[str]:
         """`reread(version)`, as the keys held in one partition."""
         return self.reread(version).get(partition, frozenset())
-
-
-def _checked_name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _ttl_ms(ttl_seconds: float) -> int:
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
-        raise ValueError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
-    if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
-        raise ValueError(f"ttl_seconds must be positive and finite, got {ttl_seconds!r}")
-    return max(1, math.ceil(ttl_seconds * 1000))
-
-
-def _checked_rows(rows: object) -> AdmissionRows:
-    """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
-    if not isinstance(rows, Mapping):
-        raise ValueError(f"rows must be a mapping {{partition: [keys]}}, got {type(rows).__name__}")
-    checked: AdmissionRows = {}
-    for partition, keys in rows.items():
-        if not isinstance(partition, str) or not partition:
-            raise ValueError(f"rows: partition names must be non-empty strings, got {partition!r}")
-        if isinstance(keys, str | bytes) or not isinstance(keys, list | tuple | set | frozenset):
-            raise ValueError(
-                f"rows[{partition!r}] must be a list of keys, got {type(keys).__name__} "
-                f"(write {{{partition!r}: [key, ...]}})"
-            )
-        if not all(isinstance(key, str) and key for key in keys):
-            raise ValueError(f"rows[{partition!r}]: every key must be a non-empty string")
-        checked[partition] = list(keys)
-    return checked

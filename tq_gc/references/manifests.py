@@ -37,13 +37,12 @@ from typing import IO, Any
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
+from tq_gc.manifest import NATIVE_FORMAT, NATIVE_STATES
 from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition
 from tq_gc.references import nemo_rl
 from tq_gc.references.globwalk import UnreadablePath, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
 
-NATIVE_FORMAT = "tq-gc/manifest/v1"
-NATIVE_STATES = ("active", "retired")
 _FILE_TYPES = {
     stat.S_IFDIR: "a directory",
     stat.S_IFIFO: "a FIFO",

@@ -15,7 +15,7 @@ from harness import keys_in
 from tq_gc.config import Config
 from tq_gc.metrics import KEEP_REASONS, kept_by_reason
 from tq_gc.model import SweepReport
-from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.sidecar_client import sidecar_registry
 from tq_gc.state import RedisState
 
