@@ -1,41 +1,69 @@
 #!/usr/bin/env bash
 # Installs tq-gc into a virtualenv. The one install recipe: the README, CI and the Dockerfile all run it.
-#   scripts/install.sh          runtime only
-#   scripts/install.sh --dev    plus what the tests, linters and benchmarks need
-# Env: TQGC_VENV (default .venv), PYTHON (default python3), TORCH_INDEX_URL (a CPU-only wheel index,
-# for machines whose default index would serve a CUDA build of torch), TQGC_EDITABLE (default 1; 0 installs
-# a regular copy instead of an editable one, so the venv works without the source: the Dockerfile's mode).
+#   scripts/install.sh              runtime only
+#   scripts/install.sh --dev        plus what the tests, linters and benchmarks need
+#   scripts/install.sh --torch-only the venv and torch alone: the Dockerfile's first layer, which then stays
+#                                   cached while the source changes
+# Env:
+#   TQGC_VENV        the venv (default .venv)
+#   PYTHON           the interpreter that makes it (default python3)
+#   TORCH_INDEX_URL  a wheel index serving torch's CPU build, for machines whose default index would serve
+#                    the CUDA build. torch alone comes from it (`--index-url ... --no-deps torch==...`): the
+#                    index need not mirror torch's dependencies, which come from the default index, and no
+#                    other index can offer a torch in its place.
+#   RAY_VERSION      the Ray to install (default: the newest tq-gc allows). Anything joining a Ray cluster
+#                    (the CronJob's image) needs the cluster's Ray version and Python minor version.
+#   TQGC_EDITABLE    default 1; 0 installs a regular copy instead of an editable one, so the venv works
+#                    without the source: the Dockerfile's mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=${TQGC_VENV:-.venv}
 python=${PYTHON:-python3}
-extras=""
 editable=${TQGC_EDITABLE:-1}
-[ "${1:-}" = "--dev" ] && extras="[test]"
+extras=""
+torch_only=0
+case "${1:-}" in
+  "") ;;
+  --dev) extras="[test]" ;;
+  --torch-only) torch_only=1 ;;
+  *) echo "usage: scripts/install.sh [--dev | --torch-only]" >&2; exit 2 ;;
+esac
 
-# torch is pinned and installed first, CPU build: transferqueue depends on torch, and left to itself
-# pip would pull a multi-GB CUDA build.
+# torch is pinned and installed first, CPU build: transferqueue depends on torch, and left to itself pip
+# would pull a multi-GB CUDA build. Every later install repeats the pin, so a dependency asking for another
+# torch fails the install instead of swapping the CPU build for a CUDA one.
 torch_spec="torch==2.13.0"
+# [client]: the CronJob joins the training cluster through Ray Client (ray://), which needs grpcio.
+ray_spec="ray[client]${RAY_VERSION:+==$RAY_VERSION}"
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+
+install_torch() {
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    "${pip[@]}" --index-url "$TORCH_INDEX_URL" --no-deps "$torch_spec"
+  fi
+  # With TORCH_INDEX_URL: torch's dependencies only, since the torch installed above satisfies the pin.
+  "${pip[@]}" "$torch_spec"
+}
+
+if [ "$torch_only" = "1" ]; then
+  install_torch
+  exit 0
+fi
 
 # The stamp vouches for an editable install only: a regular copy goes stale with the source, so reinstall.
 stamp="$venv/.tq-gc-installed${extras}"
-want=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
+want=$( (cat pyproject.toml scripts/install.sh; echo "ray=${RAY_VERSION:-}") | sha256sum | cut -c1-16)
 if [ "$editable" != "0" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
-if [ -n "${TORCH_INDEX_URL:-}" ]; then
-  "${pip[@]}" --index-url "$TORCH_INDEX_URL" "$torch_spec"
-else
-  "${pip[@]}" "$torch_spec"
-fi
+install_torch
 if [ "$editable" = "0" ]; then
   rm -f "$stamp"  # it no longer describes this venv
-  "${pip[@]}" ".${extras}"
+  "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec"
 else
-  "${pip[@]}" -e ".${extras}"
+  "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec"
   echo "$want" > "$stamp"
 fi
