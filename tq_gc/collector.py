@@ -34,13 +34,14 @@ from tq_gc.model import (
     AuditBatch,
     Cause,
     FirstSeen,
+    Listing,
     Outcome,
     References,
     SweepReport,
     Tags,
     merge_keys,
 )
-from tq_gc.plan import FirstSeenByPartition, Listing, Plan, PlanPolicy, plan, stale_partitions
+from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy, plan, stale_partitions
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
@@ -135,7 +136,7 @@ class Collector:
 
     def _run(self, sweep: Sweep, dry_run: bool) -> None:
         report = sweep.report
-        report.started_at = _iso_now()
+        report.started_at = iso_now()
         self._take_request_stats()  # requests made before this sweep are not its own
         try:
             with self._phase(report, "lease"):
@@ -169,7 +170,7 @@ class Collector:
             _end(report, Outcome.ABORTED, Cause.ERROR, f"interrupted ({type(exc).__name__})")
             raise
         finally:
-            report.finished_at = _iso_now()
+            report.finished_at = iso_now()
             report.record_tq_requests(self._take_request_stats())
             self._finish(sweep)
 
@@ -242,7 +243,7 @@ class Collector:
         partition it lacks fails its source; an in-scope one is simply empty)."""
         existing = set(self.row_store.partitions())
         partitions = {entry.partition for entry in self.config.scope}
-        partitions |= {ref.partition for ref in self.config.tag_references}
+        partitions |= set(self.tags.partitions)
         partitions |= set(self.owners.partitions)
         listing: dict[str, dict[str, Tags]] = {}
         for partition in sorted(partitions):
@@ -456,5 +457,5 @@ def _without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _iso_now() -> str:
+def iso_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")

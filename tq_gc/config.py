@@ -86,11 +86,6 @@ class ScopeEntry(_Frozen):
             )
         return self
 
-    def covers(self, key: str) -> bool:
-        if self.key_pattern is not None:
-            return compile_key_pattern(self.key_pattern).fullmatch(key) is not None
-        return self.all_keys or key.startswith(self.prefixes)
-
 
 def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
     """The compiled pattern (re caches it), or ValueError saying why it does not compile."""
@@ -379,9 +374,6 @@ class Config(_Frozen):
     def protected(self) -> frozenset[str]:
         """Every partition no sweep may touch unless allow_unsafe_scope."""
         return frozenset((CANONICAL_PARTITION, *self.protected_partitions))
-
-    def scope_for(self, partition: str) -> ScopeEntry | None:
-        return next((entry for entry in self.scope if entry.partition == partition), None)
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():

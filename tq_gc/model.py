@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 Tags = Mapping[str, Any]
+Listing = Mapping[str, Mapping[str, Tags]]  # partition -> key -> tags: what a sweep listed
 RowsByPartition = Mapping[str, list[str]]
 
 

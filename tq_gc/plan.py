@@ -22,6 +22,7 @@ from tq_gc.model import (
     FirstSeen,
     Identity,
     KeysByPartition,
+    Listing,
     References,
     RowId,
     Tags,
@@ -29,7 +30,6 @@ from tq_gc.model import (
 )
 from tq_gc.model import tags_digest as digest_of
 
-Listing = Mapping[str, Mapping[str, Tags]]  # partition -> key -> tags
 FirstSeenByPartition = Mapping[str, Mapping[str, FirstSeen]]
 
 

@@ -28,7 +28,7 @@ import math
 import threading
 from collections import deque
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import ray
@@ -37,7 +37,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from tq_gc.collector import Collector, default_holder
+from tq_gc.collector import Collector, default_holder, iso_now
 from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
@@ -146,12 +146,12 @@ class SidecarActor:
             report = self._collector.sweep(dry_run=dry_run)
         except Exception as exc:
             self._metrics.record_error()
-            self._last_error = {"at": _iso_now(), "error": f"{type(exc).__name__}: {exc}"}
+            self._last_error = {"at": iso_now(), "error": f"{type(exc).__name__}: {exc}"}
             log.exception("sweep raised %s; the next scheduled sweep starts afresh", type(exc).__name__)
             raise
         if report.cause is Cause.ERROR:  # unforeseen: counted as an error too, as if it had raised
             self._metrics.record_error()
-            self._last_error = {"at": _iso_now(), "error": report.reason}
+            self._last_error = {"at": iso_now(), "error": report.reason}
         self._metrics.observe(report)
         self._reports.appendleft(report.to_dict())
         counts = report.counts
@@ -292,10 +292,6 @@ def _actor_id() -> str | None:
         return None
     actor_id = ray.get_runtime_context().get_actor_id()
     return str(actor_id) if actor_id is not None else None
-
-
-def _iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 __all__ = ["SidecarActor"]

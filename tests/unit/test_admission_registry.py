@@ -10,7 +10,6 @@ import redis
 
 from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
 from tq_gc.references.admissions import AdmissionsSource
-from tq_gc.references.base import ReferenceSource
 from tq_gc.registry import AdmissionRegistry
 from tq_gc.state import RedisState, StateStore
 
@@ -153,7 +152,7 @@ def test_source_reads_every_live_row(state: StateStore, advance: Advance) -> Non
     reg.admit("expiring", {"staging": ["k4"]}, ttl_seconds=0.2)
     advance(0.35)
 
-    source: ReferenceSource = AdmissionsSource(state, expect_nonempty=True)
+    source = AdmissionsSource(state, expect_nonempty=True)
     assert source.name == "admissions"
     assert source.read() == {"staging": {"k1", "k2"}, "other": {"k3"}}
 

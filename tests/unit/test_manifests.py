@@ -17,7 +17,6 @@ from tq_gc.config import ManifestSource, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.manifest import NATIVE_FORMAT, write_manifest
 from tq_gc.model import RowId, rows_of
-from tq_gc.references.base import ReferenceSource
 from tq_gc.references.manifests import ManifestsSource, read_manifest
 
 STAGING = "rollout_staging"
@@ -72,7 +71,7 @@ def rows(*keys: str, partition: str = STAGING) -> frozenset[RowId]:
 
 
 def test_is_a_reference_source(tmp_path: Path) -> None:
-    source: ReferenceSource = reader(tmp_path, NATIVE)
+    source = reader(tmp_path, NATIVE)
     assert source.name == "manifests"
 
 

@@ -147,11 +147,11 @@ def test_only_the_owner_renews_or_releases(state: StateStore) -> None:
     assert lease is not None
     forged = Lease("not-the-token", lease.holder, lease.expires_at_ms)
 
-    assert state.renew_lease(forged, ttl_ms=60_000) is None
+    assert state.recheck(forged, ttl_ms=60_000).lease is None
     state.release_lease(forged)
     assert state.lease_holder() is not None
 
-    renewed = state.renew_lease(lease, ttl_ms=60_000)
+    renewed = state.recheck(lease, ttl_ms=60_000).lease
     assert renewed is not None
     assert renewed.token == lease.token
     assert renewed.expires_at_ms > lease.expires_at_ms
@@ -163,7 +163,7 @@ def test_lease_expires_after_its_ttl(state: StateStore, advance: Advance) -> Non
     advance(PAST_TTL_S)
 
     assert state.lease_holder() is None
-    assert state.renew_lease(lease, ttl_ms=10_000) is None  # lost: the sweeper must stop
+    assert state.recheck(lease, ttl_ms=10_000).lease is None  # lost: the sweeper must stop
     successor = state.acquire_lease("cronjob", ttl_ms=10_000)
     assert successor is not None
     state.release_lease(lease)  # a stale release must not free the successor's lease
@@ -177,7 +177,7 @@ def test_renewing_keeps_the_lease_alive(state: StateStore, advance: Advance) -> 
     for _ in range(3):
         advance(TTL_MS / 2000)
         assert lease is not None
-        lease = state.renew_lease(lease, ttl_ms=TTL_MS)
+        lease = state.recheck(lease, ttl_ms=TTL_MS).lease
     assert lease is not None
     assert state.acquire_lease("cronjob", ttl_ms=TTL_MS) is None
 
@@ -519,7 +519,6 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
         "save_first_seen": lambda: store.save_first_seen(lease, "p", {"k": seen(1)}, ["j"], 1),
         "forget_partition": lambda: store.forget_partition(lease, "p"),
         "acquire_lease": lambda: store.acquire_lease("me", 1_000),
-        "renew_lease": lambda: store.renew_lease(lease, 1_000),
         "release_lease": lambda: store.release_lease(lease),
         "lease_holder": store.lease_holder,
         "recheck": lambda: store.recheck(lease, 1_000),

@@ -9,7 +9,6 @@ import pytest
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError, StoreUnavailable
 from tq_gc.model import Identity, RowId, Tags, rows_of
-from tq_gc.references.base import ReferenceSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.stores.memory import MemoryRowStore
 
@@ -59,7 +58,7 @@ class BrokenStore(RecordingStore):
 
 
 def test_is_a_reference_source() -> None:
-    source: ReferenceSource = TagsSource([ROUTE_PLAN], store_with({DATA: {"g1_g0": None}}))
+    source = TagsSource([ROUTE_PLAN], store_with({DATA: {"g1_g0": None}}))
     assert source.name == "tags"
     assert rows_of(source.read()) == frozenset()
 

@@ -13,11 +13,10 @@ from typing import TypeVar
 
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.model import KeysByPartition, RowId, Source, Tags, group_by_partition
+from tq_gc.model import KeysByPartition, Listing, RowId, Source, Tags, group_by_partition
 from tq_gc.references.keypath import extract_keys
 from tq_gc.stores.base import RowStore
 
-Listing = Mapping[str, Mapping[str, Tags]]
 T = TypeVar("T")
 
 

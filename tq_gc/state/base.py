@@ -83,10 +83,6 @@ class StateStore(Protocol):
         """Take the lease if nobody holds it (atomically); None when someone else does."""
         ...
 
-    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
-        """Extend our lease if it is still ours (token check, atomically); None if it was lost."""
-        ...
-
     def release_lease(self, lease: Lease) -> None:
         """Give the lease back if it is still ours; a no-op otherwise."""
         ...
@@ -96,7 +92,9 @@ class StateStore(Protocol):
         ...
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        """renew_lease, live_fences, admissions_version and the fence epoch together: one round trip."""
+        """Extend our lease if it is still ours (token check, atomically; lease None if it was lost), and
+        read live fences, the admissions version and the fence epoch: one round trip, before every
+        delete batch and through long listings."""
         ...
 
     # run summaries and the audit log

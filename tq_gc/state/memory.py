@@ -117,7 +117,7 @@ class MemoryState:
             self._lease = Lease(secrets.token_hex(16), holder, now + ttl_ms)
             return self._lease
 
-    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
+    def _renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
         with self._lock:
             now = self.clock_ms()
             current = self._live_lease(now)
@@ -136,7 +136,7 @@ class MemoryState:
             return self._live_lease(self.clock_ms())
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        renewed = self.renew_lease(lease, ttl_ms)
+        renewed = self._renew_lease(lease, ttl_ms)
         fences = self.live_fences()
         with self._lock:
             return Recheck(renewed, fences, self._admissions_version, self._fence_epoch)

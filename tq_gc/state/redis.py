@@ -214,7 +214,7 @@ return 1
 """
 )
 
-# renew_lease + live_fences + admissions_version + fence epoch:
+# the lease renewed + live fences + admissions version + fence epoch:
 # [expires_at_ms or '', version, epoch, fence, expiry, ...]
 _RECHECK = _with_clock("""
 local now = now_ms()
@@ -388,9 +388,6 @@ class RedisState:
         if not taken:
             return None
         return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
-
-    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
-        return self.recheck(lease, ttl_ms).lease
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
         keys = [self._keys.lease, self._keys.fences, self._keys.admission_version, self._keys.fence_epoch]
