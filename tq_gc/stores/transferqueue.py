@@ -477,32 +477,43 @@ def _connect_ray(config: TransferQueueConfig) -> bool:
 
 
 def _version_mismatch(address: str, ray_error: str) -> str | None:
-    """What to do about Ray's refusal to join a cluster of another Ray or Python version, or None when
-    `ray_error` is not that refusal (ray._private.utils.check_version_info words it, for both a GCS
-    address and Ray Client)."""
+    """What to do when Ray would not join a cluster of another Ray or Python version, or None when
+    `ray_error` is not that. Ray says it two ways: its version check (ray._private.utils.check_version_info,
+    for a GCS address and for Ray Client) names both sides' versions; but before that check runs, a Ray
+    Client server of another Ray version often fails to read the session's pickled JobConfig
+    ("Initialization failure from server": a Ray 2.59 client on a 2.60 cluster, for one)."""
+    import platform
     import re
 
-    if "Version mismatch" not in ray_error:
-        return None
+    import ray
+
     versions = re.search(
         r"cluster was started with:\s+Ray: (\S+)\s+Python: (\S+)\s+"
         r"This process .*? was started with:\s+Ray: (\S+)\s+Python: (\S+)",
         ray_error,
         re.DOTALL,
     )
-    if versions is None:
+    if versions is not None:
+        cluster_ray, cluster_python, our_ray, our_python = versions.groups()
         return (
-            f"the Ray cluster at transfer_queue.ray_address={address!r} refused tq-gc: {ray_error.strip()}. "
-            "Install tq-gc with the cluster's Ray and Python (image: --build-arg RAY_VERSION=<its Ray> "
-            "--build-arg PYTHON_IMAGE=python:<its Python>-slim)"
+            f"the Ray cluster at transfer_queue.ray_address={address!r} runs Ray {cluster_ray} on Python "
+            f"{cluster_python}; tq-gc here runs Ray {our_ray} on Python {our_python}. Ray joins only the "
+            "same Ray version and Python version (the same minor through ray://): rebuild the tq-gc image "
+            f"with --build-arg RAY_VERSION={cluster_ray} "
+            f"--build-arg PYTHON_IMAGE=python:{cluster_python}-slim (outside the image: "
+            f"RAY_VERSION={cluster_ray} scripts/install.sh, with Python {cluster_python})"
         )
-    cluster_ray, cluster_python, our_ray, our_python = versions.groups()
+    refused_by = "Initialization failure from server"  # ray.util.client.worker, Ray Client's session start
+    client_session_refused = address.startswith("ray://") and refused_by in ray_error
+    if "Version mismatch" not in ray_error and not client_session_refused:
+        return None
+    detail = ray_error.strip().splitlines()[-1] if client_session_refused else ray_error.strip()
     return (
-        f"the Ray cluster at transfer_queue.ray_address={address!r} runs Ray {cluster_ray} on Python "
-        f"{cluster_python}; tq-gc here runs Ray {our_ray} on Python {our_python}. Ray joins only the same "
-        "Ray version and Python version (the same minor through ray://): rebuild the tq-gc image with "
-        f"--build-arg RAY_VERSION={cluster_ray} --build-arg PYTHON_IMAGE=python:{cluster_python}-slim "
-        f"(outside the image: RAY_VERSION={cluster_ray} scripts/install.sh, with Python {cluster_python})"
+        f"the Ray cluster at transfer_queue.ray_address={address!r} refused tq-gc ({detail}): that is how "
+        f"it refuses another Ray or Python version, and tq-gc here runs Ray {ray.__version__} on Python "
+        f"{platform.python_version()}. Check the cluster's (`ray --version` and `python --version` on its "
+        "head) and rebuild the tq-gc image with --build-arg RAY_VERSION=<its Ray> "
+        "--build-arg PYTHON_IMAGE=python:<its Python>-slim"
     )
 
 
