@@ -1,14 +1,17 @@
 """Property test of the whole sweep against randomized interleavings.
 
 A hypothesis state machine plays writers, admissions, manifests, tag references, the clock and sweeps,
-and slips a publisher's action into the middle of a sweep (before it lists, or between its plan and its
-re-check). Invariant: a row the sweep deletes was unreferenced, by every source, for at least the grace
-period as far as sweeps can see it (it was not written, and no sweep found it referenced, during the
-last grace period), and is not referenced when the sweep ends.
+and slips a publisher's action into the middle of a sweep (before it lists, while it reads its
+references, between its plan and its re-check). Invariant: a row the sweep deletes was unreferenced, by
+every source, for at least the grace period as far as sweeps can see it (it was not written, and no
+sweep found it referenced, during the last grace period), and is not referenced when the sweep ends.
 
 Two windows no sampling collector closes: a reference that comes and goes entirely between two sweeps,
 and the moment between the last admission re-read and TQ's clear (TQ has no compare-and-delete). Grace
 and make-before-break publishing are what close them in practice.
+
+tests/unit/test_sweep_moves.py has the exhaustive moves and a machine of every other move (fences,
+lease expiry, scope changes, clock jumps).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
-from tq_gc.references.admissions import AdmissionRegistry
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock
 
 from support.scripted_store import ScriptedRowStore, ScriptedState
@@ -32,6 +35,8 @@ from support.scripted_store import ScriptedRowStore, ScriptedState
 STAGING, DATA = "rollout_staging", "rollout_data"
 KEYS = [f"r{i}/c" for i in range(3)]
 GRACE_S = 60
+# State calls a sweep makes between listing and its first re-check: where moving references get lost.
+MOVE_POINTS = ["admissions_version", "live_admissions", "load_first_seen"]
 key = st.sampled_from(KEYS)
 key_sets = st.frozensets(key, max_size=3)
 
@@ -57,6 +62,7 @@ class SweepMachine(RuleBasedStateMachine):
         self.manifest: frozenset[str] = frozenset()
         self.tagged: frozenset[str] = frozenset()
         self.last_held_ms: dict[str, int] = {}  # row -> last store time it was written or seen referenced
+        self.rows.put(DATA, "g-base", {"plan": {"keys": []}})  # the tag partition exists: a missing one fails
 
     # -- what publishers do ---------------------------------------------------------------------
 
@@ -117,14 +123,20 @@ class SweepMachine(RuleBasedStateMachine):
         if action == "restore":  # manifest -> admission, make-before-break
             self.admit("a2", frozenset({k}))
             self.checkpoint_manifest(self.manifest - {k})
+        elif action == "publish":  # admission -> tag row, make-before-break: admit, write the row, release
+            holders = {a: keys for a, keys in self.admitted.items() if k in keys}
+            if holders:
+                self.route_plan(self.tagged | {k})
+                for admission, keys in holders.items():
+                    self.admit(admission, keys - {k})
         elif action == "admit":
             self.admit("a1", self.admitted.get("a1", frozenset()) | {k})
         else:
             self.write(k)
 
     @rule(
-        point=st.sampled_from(["none", "list_rows", "recheck", "delete"]),
-        action=st.sampled_from(["restore", "admit", "rewrite"]),
+        point=st.sampled_from(["none", *MOVE_POINTS, "recheck", "delete"]),
+        action=st.sampled_from(["restore", "publish", "admit", "rewrite"]),
         pick=st.sampled_from([0, 0, 1, 2]),
     )
     def sweep(self, point: str, action: str, pick: int) -> None:
@@ -138,7 +150,9 @@ class SweepMachine(RuleBasedStateMachine):
         elif point == "recheck":  # between the plan and the re-check of the first batch
             self.state.before("recheck", lambda: self.slip(action, k))
         elif point == "list_rows":
-            self.rows.before(point, lambda: self.slip(action, k))
+            self.rows.before(point, lambda: self.slip(action, k), after_calls=pick % 2)
+        elif point in MOVE_POINTS:  # while the sweep reads its references (every hook before the re-check)
+            self.state.before(point, lambda: self.slip(action, k))
         # What the sweep reads (right after a slip before listing) restarts the clock of what it names.
         self.rows.before("list_rows", self.sweep_sees_references)
         before = self.rows.keys(STAGING)
@@ -146,6 +160,8 @@ class SweepMachine(RuleBasedStateMachine):
         Collector(self.config, self.state, self.rows).sweep(dry_run=False)
         self.rows.hooks.clear()
         self.state.hooks.clear()
+        self.rows.timeline.raise_errors()  # a slip that failed inside the sweep (which swallows errors)
+        self.state.timeline.raise_errors()
         deleted = before - self.rows.keys(STAGING)
         if self.rows.count("delete") == deletes_before:
             assert not deleted
@@ -156,11 +172,13 @@ class SweepMachine(RuleBasedStateMachine):
 
     @invariant()
     def out_of_scope_partition_is_never_touched(self) -> None:
-        assert all(partition != DATA for method, partition, _ in self.rows.calls if method == "delete")
+        deletes = [partition for method, partition, _ in self.rows.calls if method == "delete_if_unchanged"]
+        assert DATA not in deletes
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 TestSweepInterleavings = SweepMachine.TestCase
-TestSweepInterleavings.settings = settings(max_examples=500, stateful_step_count=20, deadline=None)
+# max_examples comes from the profile (tests/unit/conftest.py): `ci` by default, `thorough` for 10,000.
+TestSweepInterleavings.settings = settings(stateful_step_count=20, deadline=None)

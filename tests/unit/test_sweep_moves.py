@@ -1,0 +1,629 @@
+"""No live reference missed: a reference that moves while a sweep runs, and a machine of every move.
+
+1. `test_reference_moving_once_is_never_missed`, exhaustive and deterministic. A staging row that sweeps
+   saw unreferenced for longer than the grace, and that then got referenced (so its first-seen record is
+   old: one sweep that misses its reference deletes it), moves once, make-before-break (add the new
+   reference, then remove the old), between two of admission, manifest and tag row, right before any one
+   call the sweep makes to a store, up to its last re-check. Every ordered pair of sources times every
+   such call: the row is never deleted.
+
+2. `MovesMachine`, a hypothesis state machine: publishers admit, release, write tag rows and manifests
+   (active, retired, removed), checkpoints fence, write a manifest and unfence, writers rewrite rows, the
+   clock jumps past the grace with no sweep, a second config without the partition sweeps for a while,
+   and inside a sweep, before any call it makes, a reference moves (in one step or two), a fresh admission
+   or a fenced checkpoint names a row, or the lease expires and another sweeper sweeps. Invariants:
+   - a row deleted is not referenced when deleted (except a reference made after the sweep's last
+     re-check: TQ has no compare-and-delete, no collector over it closes that window);
+   - a row deleted was seen unreferenced by sweeps over at least a full grace, with no gap longer than
+     the grace between two of those sweeps (a reference that came and went between two sweeps, or inside
+     one, is invisible to any sampling collector, so the model gives the collector the benefit of it);
+   - a sweeper whose lease was taken writes no first-seen record, audit entry or run summary after, and
+     deletes at most the batch it had in flight; every deleted row is in the audit.
+
+Hypothesis profiles (tests/unit/conftest.py): `ci` by default, `thorough` (10,000 examples) with
+HYPOTHESIS_PROFILE=thorough.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from functools import partial
+from itertools import permutations
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from tq_gc.collector import Collector
+from tq_gc.config import Config, parse_config
+from tq_gc.model import SweepReport
+from tq_gc.registry import AdmissionRegistry
+from tq_gc.state.memory import ManualClock
+
+from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState, Timeline
+
+STAGING, DATA, SCRATCH = "rollout_staging", "rollout_data", "rollout_scratch"
+SOURCES = ("admission", "manifest", "tag")
+GRACE_S = 60
+LEASE_TTL_S = 30
+FOREVER_S = 10**8  # admissions and fences that never expire on their own: the model does not age them
+RECHECK = "recheck"  # the state call that opens every delete batch
+BASE_TAG_ROW = "g-base"  # the tag partition always exists: a missing one fails its source closed
+
+
+def config_for(manifest_dir: Path, scope: str = STAGING) -> Config:
+    return parse_config(
+        {
+            "namespace": "moves",
+            "scope": [{"partition": scope, "all_keys": True}],
+            "grace_seconds": GRACE_S,
+            "lease_ttl_seconds": LEASE_TTL_S,
+            "manifests": [{"glob": f"{manifest_dir}/*.json"}],
+            "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
+            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 2},
+        }
+    )
+
+
+class Publishers:
+    """Everything that references staging rows, written through the real interfaces, and the ground
+    truth of what is referenced (the model). `changed` runs after every single write."""
+
+    def __init__(self, registry: AdmissionRegistry, rows: ScriptedRowStore, manifest_dir: Path) -> None:
+        self.registry = registry
+        self.rows = rows
+        self.manifest_dir = manifest_dir
+        self.admissions: dict[str, frozenset[str]] = {}
+        self.manifests: dict[str, frozenset[str]] = {}  # active ones; retired or removed ones are absent
+        self.tags: dict[str, frozenset[str]] = {}
+        self.changed: list[Any] = []
+        manifest_dir.mkdir(parents=True, exist_ok=True)
+        rows.put(DATA, BASE_TAG_ROW, {"plan": {"keys": []}})
+
+    def referenced(self) -> set[str]:
+        return set().union(*self.admissions.values(), *self.manifests.values(), *self.tags.values())
+
+    def sources_of(self, key: str) -> list[str]:
+        held = {
+            "admission": self.admissions.values(),
+            "manifest": self.manifests.values(),
+            "tag": self.tags.values(),
+        }
+        return [source for source, sets in held.items() if any(key in keys for keys in sets)]
+
+    # -- one write each ---------------------------------------------------------------------------
+
+    def admit(self, admission_id: str, keys: frozenset[str]) -> None:
+        self.registry.admit(admission_id, {STAGING: sorted(keys)}, ttl_seconds=FOREVER_S)
+        self.admissions[admission_id] = keys
+        self._changed()
+
+    def release(self, admission_id: str) -> None:
+        self.registry.release(admission_id)
+        self.admissions.pop(admission_id, None)
+        self._changed()
+
+    def write_manifest(self, name: str, keys: frozenset[str], state: str = "active") -> None:
+        rows = {STAGING: sorted(keys)}
+        doc = {"format": "tq-gc/manifest/v1", "manifest_id": name, "state": state, "rows": rows}
+        path = self.manifest_dir / f"{name}.json"
+        temporary = path.with_suffix(".tmp")  # written whole, then renamed: a reader never sees half
+        temporary.write_text(json.dumps(doc))
+        temporary.replace(path)
+        if state == "active":
+            self.manifests[name] = keys
+        else:
+            self.manifests.pop(name, None)
+        self._changed()
+
+    def remove_manifest(self, name: str) -> None:
+        (self.manifest_dir / f"{name}.json").unlink(missing_ok=True)
+        self.manifests.pop(name, None)
+        self._changed()
+
+    def write_tag_row(self, row: str, keys: frozenset[str]) -> None:
+        self.rows.put(DATA, row, {"plan": {"keys": sorted(keys)}})
+        self.tags[row] = keys
+        self._changed()
+
+    def delete_tag_row(self, row: str) -> None:
+        self.rows.delete(DATA, [row])
+        self.tags.pop(row, None)
+        self._changed()
+
+    def fence(self, name: str) -> None:
+        self.registry.fence(name, ttl_seconds=FOREVER_S)
+
+    def unfence(self, name: str) -> None:
+        self.registry.unfence(name)
+
+    def _changed(self) -> None:
+        for callback in self.changed:
+            callback()
+
+    # -- a reference, by source -------------------------------------------------------------------
+
+    def add(self, source: str, key: str, holder: str = "1") -> None:
+        """Reference `key` from `source` (holder names the admission, manifest or tag row)."""
+        if source == "admission":
+            self.admit(f"a{holder}", self.admissions.get(f"a{holder}", frozenset()) | {key})
+        elif source == "manifest":
+            self.write_manifest(f"m{holder}", self.manifests.get(f"m{holder}", frozenset()) | {key})
+        else:
+            self.write_tag_row(f"g{holder}", self.tags.get(f"g{holder}", frozenset()) | {key})
+
+    def remove(self, source: str, key: str, keep_empty: bool = True) -> None:
+        """Stop referencing `key` from `source`, wherever it names it. An emptied admission is released;
+        an emptied manifest is retired and an emptied tag row rewritten, or both deleted (`keep_empty`)."""
+        if source == "admission":
+            for admission_id, keys in sorted(self.admissions.items()):
+                if key in keys:
+                    if keys - {key}:
+                        self.admit(admission_id, keys - {key})
+                    else:
+                        self.release(admission_id)
+        elif source == "manifest":
+            for name, keys in sorted(self.manifests.items()):
+                if key in keys:
+                    rest = keys - {key}
+                    if rest:
+                        self.write_manifest(name, rest)
+                    elif keep_empty:
+                        self.write_manifest(name, keys, state="retired")
+                    else:
+                        self.remove_manifest(name)
+        else:
+            for row, keys in sorted(self.tags.items()):
+                if key in keys and (keys - {key} or keep_empty):
+                    self.write_tag_row(row, keys - {key})
+                elif key in keys:
+                    self.delete_tag_row(row)
+
+    def move(self, key: str, old: str, new: str, keep_empty: bool = True) -> None:
+        """Make-before-break: the new reference is written before the old one is removed."""
+        self.add(new, key, holder="-moved")
+        self.remove(old, key, keep_empty)
+
+
+# -- 1. one move, every pair of sources, every step of the sweep -----------------------------------
+
+MOVER = "k/moving"
+ORPHANS = ("a/orphan0", "a/orphan1", "z/orphan2")  # eligible too: the sweep deletes in batches, re-checking
+
+
+class World:
+    def __init__(self, manifest_dir: Path) -> None:
+        self.timeline = Timeline()
+        self.clock = ManualClock()
+        self.state = ScriptedState("moves", clock_ms=self.clock, timeline=self.timeline)
+        self.rows = ScriptedRowStore(self.timeline)
+        self.publishers = Publishers(AdmissionRegistry(self.state), self.rows, manifest_dir)
+        self.config = config_for(manifest_dir)
+
+    def sweep(self) -> SweepReport:
+        return Collector(self.config, self.state, self.rows, holder="sidecar").sweep(dry_run=False)
+
+
+def world_about_to_sweep(manifest_dir: Path, source: str | None) -> World:
+    """The mover and the orphans seen unreferenced for 80 s by sweeps 40 s apart (grace 60 s), then the
+    mover referenced from `source`: the next sweep deletes it unless it sees that reference."""
+    world = World(manifest_dir)
+    for key in (MOVER, *ORPHANS):
+        world.rows.put(STAGING, key, {"v": 1})
+    for _ in range(2):
+        world.sweep()
+        world.clock.advance(GRACE_S * 2 / 3)
+    if source is not None:
+        world.publishers.add(source, MOVER)
+    return world
+
+
+def hook_points(manifest_dir: Path, source: str) -> list[Call]:
+    """Every call a sweep makes, up to its last re-check, on a world where nothing moves."""
+    world = world_about_to_sweep(manifest_dir, source)
+    start = world.timeline.position
+    world.sweep()
+    calls = world.timeline.calls[start:]
+    last_recheck = max((call.position for call in calls if call.method == RECHECK), default=None)
+    assert last_recheck is not None, f"the sweep made no {RECHECK}() call: {[c.describe() for c in calls]}"
+    assert MOVER in world.rows.keys(STAGING), f"{MOVER} deleted while referenced by {source}, nothing moving"
+    return [replace(call, position=call.position - start) for call in calls if call.position <= last_recheck]
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="tqgc-moves-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_unreferenced_mover_is_deleted_by_the_sweep(scratch: Path) -> None:
+    """The control: the scenario below is not vacuous, one missed reference and the mover goes."""
+    world = world_about_to_sweep(scratch, source=None)
+    report = world.sweep()
+    assert world.rows.keys(STAGING) == set(), report
+    assert world.state.load_first_seen(STAGING) == {}
+
+
+# The manifest or tag row a reference leaves is retired or rewritten, or deleted; an admission is released.
+MOVES = [
+    pytest.param(old, new, keep_empty, id=f"{old}-to-{new}" + ("" if keep_empty else "-old-deleted"))
+    for old, new in permutations(SOURCES, 2)
+    for keep_empty in ([True] if old == "admission" else [True, False])
+]
+
+
+@pytest.mark.parametrize(("old", "new", "keep_empty"), MOVES)
+def test_reference_moving_once_is_never_missed(scratch: Path, old: str, new: str, keep_empty: bool) -> None:
+    points = hook_points(scratch / "baseline", old)
+    missed: list[str] = []
+    for point in points:
+        world = world_about_to_sweep(scratch / f"at-{point.position}", old)
+        move: Action = partial(world.publishers.move, MOVER, old, new, keep_empty)
+        world.timeline.at(world.timeline.position + point.position, move)
+        world.sweep()
+        world.timeline.raise_errors()
+        assert world.timeline.pending() == 0, f"the move before {point.describe()} never ran"
+        if MOVER not in world.rows.keys(STAGING):
+            missed.append(point.describe())
+    assert not missed, (
+        f"a reference moving {old} -> {new} (make-before-break) was missed and its row deleted when the "
+        f"move came right before these calls of the sweep ({len(missed)} of {len(points)}): {missed}"
+    )
+
+
+# -- 2. the machine ---------------------------------------------------------------------------------
+
+KEYS = ("r0", "r1", "r2", "r3")
+key = st.sampled_from(KEYS)
+key_sets = st.frozensets(key, max_size=3)
+source = st.sampled_from(SOURCES)
+holder = st.sampled_from(["0", "1"])
+MAX_HOOK_POINT = 24  # a sweep here makes about 20 calls; later points never come, and that is fine
+
+
+@dataclass(frozen=True)
+class Slip:
+    """Something done right before call `at` (counted from 0) of a sweep."""
+
+    at: int
+    action: str
+    old: str = "admission"
+    new: str = "tag"
+    pick: int = 0  # which row: 0 is the one most at risk (seen unreferenced the longest)
+
+
+hook_point = st.integers(0, MAX_HOOK_POINT)
+pick = st.integers(0, 3)
+slips = st.one_of(
+    st.builds(
+        lambda at, pair, pick: Slip(at, "move", pair[0], pair[1], pick),
+        hook_point,
+        st.sampled_from(list(permutations(SOURCES, 2))),
+        pick,
+    ),
+    st.builds(Slip, hook_point, st.just("make"), new=source, pick=pick),
+    st.builds(Slip, hook_point, st.just("break"), old=source, pick=pick),
+    st.builds(Slip, hook_point, st.sampled_from(["admit", "rewrite"]), pick=pick),
+    st.builds(Slip, hook_point, st.just("checkpoint"), pick=pick),
+    st.builds(Slip, hook_point, st.just("lease_expires")),
+)
+
+
+@dataclass
+class Streak:
+    """Sweeps that may have seen a row unreferenced, each at most a grace after the one before."""
+
+    first_ms: int  # when the first of them started
+    last_ms: tuple[int, int]  # when the latest started and when it recorded what it saw
+    first_sweep: int  # the first one's Watch.number: no row is deleted on first sight
+    gap_before_ms: int | None = None  # it started because no sweep had observed the row for this long
+
+
+@dataclass
+class Watch:
+    """What the model knows of one sweep while it runs."""
+
+    number: int  # the machine's sweeps, counted from 0
+    holder: str
+    nested: bool  # run from a hook, inside another sweep
+    start_ms: int
+    held: set[str]  # rows referenced at every instant of the sweep so far
+    listed: bool = False  # it listed the staging partition
+    # It recorded what it saw (its first first-seen write, made holding its lease): from then on, later
+    # sweeps may count on its observation. A sweep that lost its lease before that observed nothing.
+    observed: bool = False
+    lost_lease_at: int | None = None  # timeline position at which another sweeper took its lease
+    first_seen_then: dict[str, Any] = field(default_factory=dict)
+    audit_then: set[tuple[str, str, str]] = field(default_factory=set)
+    runs_then: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+
+
+class MovesMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="tqgc-machine-"))
+        self.timeline = Timeline()
+        self.clock = ManualClock()
+        self.state = ScriptedState("moves", clock_ms=self.clock, timeline=self.timeline)
+        self.rows = ScriptedRowStore(self.timeline)
+        self.pub = Publishers(AdmissionRegistry(self.state), self.rows, self.dir)
+        self.config = config_for(self.dir)
+        self.other_config = config_for(self.dir, scope=SCRATCH)
+        self.streaks: dict[str, Streak] = {}
+        self.chain_since: dict[str, int] = {}  # referenced row -> timeline position it got referenced at
+        self.was_referenced: set[str] = set()
+        self.active: list[Watch] = []
+        self.sweeps = itertools.count()
+        self.pub.changed.append(self.references_changed)
+        self.state.spies.append(self.spy)
+        self.rows.spies.append(self.spy)
+        for k in KEYS:
+            self.write(k)
+
+    # -- the model ------------------------------------------------------------------------------
+
+    def references_changed(self) -> None:
+        now = self.pub.referenced()
+        for key in now - self.was_referenced:
+            self.chain_since[key] = self.timeline.position
+        for key in self.was_referenced - now:
+            del self.chain_since[key]
+        for watch in self.active:
+            watch.held &= now
+        self.was_referenced = now
+
+    def spy(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        if not self.active:
+            return
+        watch = self.active[-1]
+        if method == "list_rows" and args[:1] == (STAGING,):
+            watch.listed = True
+        elif method == "save_first_seen":
+            self.observe(watch)
+        elif method == "delete_if_unchanged":
+            partition = args[0] if args else kwargs["partition"]
+            assert partition == STAGING, f"{watch.holder} deleted in {partition!r}, out of scope"
+            for deleted in sorted(result):
+                self.check_deletable(watch, deleted)
+
+    def check_deletable(self, watch: Watch, row: str) -> None:
+        now = self.clock()
+        if row in self.was_referenced:
+            since = self.chain_since[row]
+            last_recheck = self.last_recheck_before(self.timeline.position - 1)
+            unclosable = not watch.nested and last_recheck is not None and since > last_recheck
+            assert unclosable, (
+                f"{row} deleted by {watch.holder} while referenced by {self.pub.sources_of(row)} "
+                f"(since timeline #{since}; the sweep's last {RECHECK} at #{last_recheck})"
+            )
+        streak = self.streaks.get(row)
+        first_sight = streak is None or streak.first_sweep == watch.number  # this sweep started it
+        if streak is None:
+            gap_ms = None
+        else:
+            gap_ms = streak.gap_before_ms if first_sight else watch.start_ms - streak.last_ms[1]
+        assert gap_ms is None or gap_ms <= GRACE_S * 1000, (
+            f"{row} deleted by {watch.holder} after {gap_ms / 1000:g} s in which no sweep observed it "
+            f"(grace {GRACE_S} s): grace must count only observed time"
+        )
+        assert streak is not None and not first_sight, (
+            f"{row} deleted by {watch.holder}: no earlier sweep saw it unreferenced"
+        )
+        assert now - streak.first_ms >= GRACE_S * 1000, (
+            f"{row} deleted by {watch.holder} after sweeps saw it unreferenced for only "
+            f"{(now - streak.first_ms) / 1000:g} s (grace {GRACE_S} s)"
+        )
+        del self.streaks[row]
+        watch.deleted.add(row)
+        event("a sweep deleted a row" + (" (the sweeper that took the lease)" if watch.nested else ""))
+
+    def last_recheck_before(self, position: int) -> int | None:
+        calls = self.timeline.calls[:position]
+        return next((call.position for call in reversed(calls) if call.method == RECHECK), None)
+
+    def observe(self, watch: Watch) -> None:
+        """When a sweep records what it saw: extend or start the streak of each row it may have seen
+        unreferenced, end it for rows referenced throughout the sweep so far."""
+        if watch.observed or watch.lost_lease_at is not None:
+            return
+        watch.observed = True
+        end_ms = self.clock()
+        for row in self.rows.keys(STAGING):
+            streak = self.streaks.get(row)
+            if row in watch.held:
+                self.streaks.pop(row, None)
+            elif streak is not None and watch.start_ms - streak.last_ms[1] <= GRACE_S * 1000:
+                streak.first_ms = min(streak.first_ms, watch.start_ms)
+                streak.last_ms = (watch.start_ms, max(end_ms, streak.last_ms[1]))
+            else:
+                gap_ms = watch.start_ms - streak.last_ms[1] if streak is not None else None
+                self.streaks[row] = Streak(watch.start_ms, (watch.start_ms, end_ms), watch.number, gap_ms)
+
+    def at_risk(self, rows: set[str]) -> list[str]:
+        """Rows, the longest seen unreferenced first: where a missed reference costs a row."""
+        never = self.clock() + 1
+        return sorted(rows, key=lambda row: (getattr(self.streaks.get(row), "first_ms", never), row))
+
+    # -- sweeps ---------------------------------------------------------------------------------
+
+    def run_sweep(self, config: Config, holder: str, nested: bool = False) -> SweepReport:
+        watch = Watch(next(self.sweeps), holder, nested, self.clock(), set(self.was_referenced))
+        self.active.append(watch)
+        try:
+            report = Collector(config, self.state, self.rows, holder=holder).sweep(dry_run=False)
+        finally:
+            self.active.pop()
+            if not nested:
+                self.timeline.clear()  # slips whose call never came
+        if not nested:
+            self.timeline.raise_errors()  # an assertion inside the sweep (a spy, a slip): it was swallowed
+        cause = getattr(report, "cause", None)  # why it stopped, if it did
+        assert str(cause) != "error", f"{holder}'s sweep failed unexpectedly: {report.reason}"
+        event(f"sweep {report.outcome.value}: {cause}")
+        with self.timeline.quietly():
+            audited = {
+                row.key for row in self.state.read_audit(report.run_id, 10_000) if row.partition == STAGING
+            }
+            assert watch.deleted <= audited, (
+                f"{holder} deleted {watch.deleted - audited} and did not audit them"
+            )
+            if watch.lost_lease_at is not None:
+                self.check_wrote_nothing_after_losing_its_lease(watch, report)
+        if watch.listed:
+            self.observe(watch)  # if it listed and wrote no record, at its end
+        return report
+
+    def check_wrote_nothing_after_losing_its_lease(self, watch: Watch, report: SweepReport) -> None:
+        assert watch.lost_lease_at is not None
+        after = [call for call in self.timeline.calls if call.position >= watch.lost_lease_at]
+        deletes = [call for call in after if call.method == "delete_if_unchanged"]
+        rechecks = [call for call in after if call.method == RECHECK]
+        in_flight = not rechecks or deletes[:1] == [] or deletes[0].position < rechecks[0].position
+        assert len(deletes) <= 1 and in_flight, (
+            f"{watch.holder} lost its lease, then deleted more than its batch in flight: "
+            f"{[c.describe() for c in after]}"
+        )
+        assert self.state.load_first_seen(STAGING) == watch.first_seen_then, (
+            f"{watch.holder} wrote first-seen records after another sweeper took its lease"
+        )
+        audit = self.audit_rows()
+        assert audit - watch.audit_then == set(), (
+            f"{watch.holder} wrote the audit after another sweeper took its lease: {audit - watch.audit_then}"
+        )
+        runs = {run["run_id"] for run in self.state.recent_runs(1000)}
+        assert report.run_id not in runs - watch.runs_then, (
+            f"{watch.holder} recorded its run ({report.outcome.value}) after another sweeper took its lease"
+        )
+
+    def audit_rows(self) -> set[tuple[str, str, str]]:
+        return {(row.run_id, row.partition, row.key) for row in self.state.read_audit(None, 100_000)}
+
+    @rule(slips=st.lists(slips, max_size=3), then_s=st.sampled_from([10, 30, 45, 59]))
+    def sweep(self, slips: list[Slip], then_s: int) -> None:
+        """The sidecar's schedule: a sweep, with `slips` inside, then a while before the next one."""
+        start = self.timeline.position
+        for slip in slips:
+            self.timeline.at(start + slip.at, partial(self.slip, slip))
+        self.run_sweep(self.config, "sidecar")
+        self.clock.advance(then_s)
+
+    @rule(sweeps=st.integers(1, 3), then_s=st.sampled_from([10, 30, 45, 59]))
+    def sweeps_go_by(self, sweeps: int, then_s: int) -> None:
+        """Quiet sweeps on schedule: how rows age out of their grace."""
+        for _ in range(sweeps):
+            self.run_sweep(self.config, "sidecar")
+            self.clock.advance(then_s)
+
+    @rule(sweeps=st.integers(1, 3), seconds=st.sampled_from([20, 45, 61]))
+    def another_scope_sweeps_for_a_while(self, sweeps: int, seconds: int) -> None:
+        """A config without the staging partition (an operator's edit, a second job's sweeper)."""
+        for _ in range(sweeps):
+            self.run_sweep(self.other_config, "sidecar")
+            self.clock.advance(seconds)
+
+    # -- inside a sweep -------------------------------------------------------------------------
+
+    def slip(self, slip: Slip) -> None:
+        event(f"inside a sweep: {slip.action}")
+        referenced = self.at_risk(self.was_referenced)
+        anyone = self.at_risk(self.rows.keys(STAGING)) or list(KEYS)
+        if slip.action in ("move", "make", "break"):
+            if slip.action != "make":
+                referenced = [row for row in referenced if slip.old in self.pub.sources_of(row)]
+            if not referenced:
+                return
+            row = referenced[slip.pick % len(referenced)]
+            if slip.action == "move":
+                self.pub.move(row, slip.old, slip.new, keep_empty=slip.pick % 2 == 0)
+            elif slip.action == "make":
+                self.pub.add(slip.new, row, holder="-made")
+            else:
+                self.pub.remove(slip.old, row, keep_empty=slip.pick % 2 == 0)
+        elif slip.action == "admit":  # a fresh admission: the re-check before each batch sees it
+            self.pub.add("admission", anyone[slip.pick % len(anyone)], holder="-fresh")
+        elif slip.action == "checkpoint":  # fence, write a manifest naming a row, unfence
+            self.pub.fence("checkpoint")
+            self.pub.add("manifest", anyone[slip.pick % len(anyone)], holder="-ckpt")
+            self.pub.unfence("checkpoint")
+        elif slip.action == "rewrite":
+            self.write(anyone[slip.pick % len(anyone)])
+        else:
+            self.lease_expires_and_another_sweeper_sweeps()
+
+    def lease_expires_and_another_sweeper_sweeps(self) -> None:
+        watch = self.active[-1]
+        lease = self.state.lease_holder()
+        ours = lease is not None and lease.holder == watch.holder
+        self.clock.advance(LEASE_TTL_S + 1)
+        if ours and watch.lost_lease_at is None:
+            watch.lost_lease_at = self.timeline.position
+        self.run_sweep(self.config, "cronjob", nested=True)
+        if watch.lost_lease_at is not None:  # what it must leave as it is from now on
+            watch.first_seen_then = self.state.load_first_seen(STAGING)
+            watch.audit_then = self.audit_rows()
+            watch.runs_then = {run["run_id"] for run in self.state.recent_runs(1000)}
+
+    # -- between sweeps: publishers, writers, the clock -----------------------------------------
+
+    @rule(k=key)
+    def write(self, k: str) -> None:
+        self.rows.put(STAGING, k, {"written_ms": self.clock()})
+        self.streaks.pop(k, None)  # a new row: its grace starts afresh
+
+    @rule(k=key)
+    def finalizer_deletes(self, k: str) -> None:
+        self.rows.delete(STAGING, [k])
+        self.streaks.pop(k, None)
+
+    @rule(admission=holder, keys=key_sets)
+    def admission(self, admission: str, keys: frozenset[str]) -> None:
+        """Admit `keys` (replacing what the admission held), or release it when there are none."""
+        if keys:
+            self.pub.admit(f"a{admission}", keys)
+        else:
+            self.pub.release(f"a{admission}")
+
+    @rule(name=holder, keys=key_sets, state=st.sampled_from(["active", "retired", "removed"]))
+    def manifest(self, name: str, keys: frozenset[str], state: str) -> None:
+        if state == "removed":
+            self.pub.remove_manifest(f"m{name}")
+        else:
+            self.pub.write_manifest(f"m{name}", keys, state)
+
+    @rule(row=holder, keys=key_sets, delete=st.booleans())
+    def tag_row(self, row: str, keys: frozenset[str], delete: bool) -> None:
+        if delete:
+            self.pub.delete_tag_row(f"g{row}")
+        else:
+            self.pub.write_tag_row(f"g{row}", keys)
+
+    @rule(sweeps=st.integers(1, 3), seconds=st.sampled_from([20, 45, 61]))
+    def fenced_for_a_while(self, sweeps: int, seconds: int) -> None:
+        """A long checkpoint: every sweep is skipped while its fence is up, and observes nothing."""
+        self.pub.fence("long-checkpoint")
+        for _ in range(sweeps):
+            self.run_sweep(self.config, "sidecar")
+            self.clock.advance(seconds)
+        self.pub.unfence("long-checkpoint")
+
+    @rule(seconds=st.sampled_from([61, 200]))
+    def no_sweep_for(self, seconds: int) -> None:
+        """A sweeper paused, a CronJob suspended: a gap longer than the grace that nothing observed."""
+        self.clock.advance(seconds)
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestSweepMoves = MovesMachine.TestCase
+TestSweepMoves.settings = settings(stateful_step_count=30, deadline=None)
