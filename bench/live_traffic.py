@@ -108,7 +108,7 @@ class NaiveRestore:
         quiet_tq()
         import transfer_queue as tq
 
-        from tq_gc.references.admissions import AdmissionRegistry
+        from tq_gc.registry import AdmissionRegistry
         from tq_gc.state import open_state
 
         tq.init()
@@ -120,6 +120,20 @@ class NaiveRestore:
         started = time.perf_counter()
         deleted = naive_clear(self._data, self._registry)
         return {"deleted": deleted, "clear_s": round(time.perf_counter() - started, 3)}
+
+
+def _renice(_actor: Any, niceness: int) -> None:
+    """Run in the sidecar's process: every thread of it (Linux niceness is per thread) at `niceness`."""
+    import os
+
+    for tid in os.listdir("/proc/self/task"):
+        os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
+
+
+def ray_get(ref: Any) -> Any:
+    import ray
+
+    return ray.get(ref)
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -150,7 +164,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, state_url: str, manifest_dir: Path) -> None:
         import ray
 
-        from tq_gc.references.admissions import AdmissionRegistry
+        from tq_gc.registry import AdmissionRegistry
         from tq_gc.state import open_state
 
         self.args = args
@@ -202,15 +216,25 @@ class Bench:
             schedule=schedule,
             grace_seconds=900,
             limits={},
+            transfer_queue=self._pacing(),
             sidecar={"name": f"tq-gc-bench-{config}"},
         )
         handle = start_sidecar(sidecar_config)
+        if self.args.sweeper_nice:
+            ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
             self._wait_for_first_sweep(handle)
             loop = self._loop(self.args.window_seconds, config)
-            return summary(config, self.data.rows, loop, self._sweeps(handle, loop["elapsed_s"]))
+            sweeps = self._sweeps(handle, loop["elapsed_s"])
+            settings = {"sweeper_nice": self.args.sweeper_nice, "transfer_queue": self._pacing()}
+            return summary(config, self.data.rows, loop, {**sweeps, **settings})
         finally:
             stop_sidecar(handle)
+
+    def _pacing(self) -> dict[str, float]:
+        """transfer_queue settings given on the command line (the rest stay at their defaults)."""
+        given = {"duty_cycle": self.args.duty_cycle, "request_target_ms": self.args.request_target_ms}
+        return {name: value for name, value in given.items() if value is not None}
 
     def _mark_orphans_past_grace(self) -> None:
         """The orphans' first sightings, a grace period back, as an earlier sweep would have left them
@@ -327,6 +351,11 @@ def main() -> None:
     parser.add_argument("--admissions", type=int, default=10_000)
     parser.add_argument("--manifests", type=int, default=4)
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--duty-cycle", type=float, help="transfer_queue.duty_cycle (default: the config's)")
+    parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
+    parser.add_argument(
+        "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"
+    )
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file (for plot_live)")
     args = parser.parse_args()
     run(args, lambda line: emit(line, args.out))

@@ -21,7 +21,6 @@ import statistics
 import sys
 import tempfile
 import time
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,10 @@ from common import (
     DataSet,
     clear_rows,
     config_for,
-    fill,
     machine_load,
     naive_clear,
     publish_references,
+    put_rows,
     shift_first_seen,
     start_ray_and_tq,
     start_redis,
@@ -45,14 +44,15 @@ from common import (
 class Sides:
     """Both contestants over one attached row store and one state store."""
 
-    def __init__(self, data: DataSet, state_url: str) -> None:
-        from tq_gc.references.admissions import AdmissionRegistry
+    def __init__(self, data: DataSet, state_url: str, duty_cycle: float | None) -> None:
+        from tq_gc.registry import AdmissionRegistry
         from tq_gc.state import open_state
         from tq_gc.state.memory import ManualClock, MemoryState
         from tq_gc.stores import attach_transfer_queue
 
         self.data = data
-        self.config = config_for(data, state_url)
+        pacing = {} if duty_cycle is None else {"duty_cycle": duty_cycle}
+        self.config = config_for(data, state_url, transfer_queue=pacing)
         self.clock = ManualClock(start_ms=int(time.time() * 1000))
         self.state = (
             MemoryState("bench", clock_ms=self.clock)
@@ -62,14 +62,20 @@ class Sides:
         self.rows = attach_transfer_queue(self.config)
         self.registry = AdmissionRegistry(self.state)
 
+        self._published = False
+
     def reset(self) -> None:
+        """The data set's rows, all of them and only them, and its references (published once: neither
+        side changes them)."""
         import transfer_queue as tq
 
-        clear_rows(list(tq.kv_list(PARTITION).get(PARTITION, {})))
-        for admission_id in list(self.registry.live()):
-            self.registry.release(admission_id)
-        fill(self.data)
-        publish_references(self.data, self.registry)
+        listed = set(tq.kv_list(PARTITION).get(PARTITION, {}))
+        wanted = set(self.data.keys)
+        clear_rows(sorted(listed - wanted))
+        put_rows(sorted(wanted - listed))
+        if not self._published:
+            publish_references(self.data, self.registry)
+            self._published = True
 
     def mark(self) -> float:
         from tq_gc.collector import Collector
@@ -92,6 +98,7 @@ class Sides:
         report = Collector(self.config, self.state, self.rows, holder="bench").sweep(dry_run=False)
         assert report.outcome.value == "completed", report.to_dict()
         self.last_phases_ms = report.phases_ms
+        self.last_longest = report.to_dict()["longest_tq_request"]
         return report.counts.deleted
 
     def naive(self) -> int:
@@ -109,19 +116,27 @@ def timed(fn: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - started, deleted
 
 
-def peak_heap(prepare: Callable[[], Any], fn: Callable[[], int]) -> float:
+def peak_rss_growth(prepare: Callable[[], Any], fn: Callable[[], int]) -> int:
+    """Bytes by which this process's peak resident set grew over its resident set before `fn` (Linux:
+    writing 5 to /proc/self/clear_refs resets the peak, VmHWM)."""
     prepare()
     gc.collect()
-    tracemalloc.start()
+    before = _status_bytes("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
     fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak / 2**20
+    return _status_bytes("VmHWM") - before
+
+
+def _status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[str, Any]:
     data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
-    sides = Sides(data, state_url)
+    sides = Sides(data, state_url, args.duty_cycle)
     ratios, a_times, b_times, marks = [], [], [], []
     for repeat in range(args.repeats):
         order = ["tq-gc", "naive"] if repeat % 2 == 0 else ["naive", "tq-gc"]
@@ -148,8 +163,8 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
         sides.reset()
         sides.mark()
 
-    heap_a = peak_heap(prepare_tq_gc, sides.tq_gc)
-    heap_b = peak_heap(sides.reset, sides.naive)
+    rss_a = peak_rss_growth(prepare_tq_gc, sides.tq_gc)
+    rss_b = peak_rss_growth(sides.reset, sides.naive)
     orphans = data.rows // 2
     return {
         "state": state_url.split(":")[0],
@@ -164,8 +179,12 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
         "tq_gc_rows_per_s": round(orphans / statistics.median(a_times)),
         "naive_rows_per_s": round(orphans / statistics.median(b_times)),
         "mark_sweep_median_s": round(statistics.median(marks), 3),
-        "tq_gc_peak_heap_mib": round(heap_a, 1),
-        "naive_peak_heap_mib": round(heap_b, 1),
+        "tq_gc_phases_ms": _rounded(sides.last_phases_ms),
+        "tq_gc_longest_tq_request": sides.last_longest,
+        "duty_cycle": sides.config.transfer_queue.duty_cycle,
+        "tq_gc_peak_rss_growth_mib": round(rss_a / 2**20, 1),
+        "naive_peak_rss_growth_mib": round(rss_b / 2**20, 1),
+        "rss_bytes_per_listed_row_over_naive": round((rss_a - rss_b) / data.rows, 1),
     }
 
 
@@ -178,6 +197,9 @@ def main() -> None:
     parser.add_argument("--manifests", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--state", choices=["memory", "redis", "both"], default="both")
+    parser.add_argument(
+        "--duty-cycle", type=float, help="transfer_queue.duty_cycle for tq-gc (default: the config default)"
+    )
     args = parser.parse_args()
 
     import ray

@@ -210,12 +210,16 @@ class TransferQueueRowStore:
         return found
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        """In batches of request_batch rows, each followed by the duty cycle's pause. The batch does not
+        shrink when clears are slow: part of a clear's cost is per request, not per row (with a nested
+        field, TQ rescans every row's shape on each clear, O(partition)), so smaller clears would cost
+        the controller more in all."""
         deleted: set[str] = set()
         pacer = self._pacer()
-        for batch in _paced_batches(list(expected), pacer):
+        for batch in _batches(list(expected), self._request_batch):
             started = time.perf_counter()
             deleted.update(self._delete_batch_if_unchanged(partition, batch, expected, len(deleted)))
-            self._pause(pacer, time.perf_counter() - started)
+            time.sleep(pacer.pause_after(time.perf_counter() - started))
         return deleted
 
     def delete(self, partition: str, keys: Sequence[str]) -> None:
