@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pip
 import pytest
 
 from .dockerfile import dockerfile_stages
@@ -171,9 +172,21 @@ def _installed(venv: Path) -> dict[str, str]:
     return versions
 
 
+def _venv_with_this_pip(venv: Path) -> None:
+    """A real venv that runs this environment's pip (ensurepip would take 10-15 s of a busy 2-core machine);
+    install.sh finds it made and goes on to its pip installs."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    pip_home = venv.parent / "pip-home"
+    pip_home.mkdir()
+    (pip_home / "pip").symlink_to(Path(pip.__file__).parent)
+    site_packages = next(venv.glob("lib/python3*/site-packages"))
+    (site_packages / "this-pip.pth").write_text(f"{pip_home}\n")
+
+
 @pytest.fixture
 def toy_world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A toy checkout (scripts/install.sh + toy project) and the env that points pip at the two indexes."""
+    _venv_with_this_pip(tmp_path / "venv")
     checkout = tmp_path / "checkout"
     (checkout / "scripts").mkdir(parents=True)
     (checkout / "scripts" / "install.sh").write_text(INSTALL_SH.read_text())
@@ -203,7 +216,6 @@ def toy_world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
         "PIP_INDEX_URL": _simple_index(default_index, default_wheels),
         "TORCH_INDEX_URL": _simple_index(torch_index, {"torch": [cpu]}),
-        "PYTHON": sys.executable,
         "TQGC_VENV": str(tmp_path / "venv"),
         "TQGC_EDITABLE": "0",
         "RAY_VERSION": "2.49.0",
