@@ -9,7 +9,7 @@ import pytest
 import ray
 from ray._private.utils import check_version_info
 
-from tq_gc.stores.transferqueue import _version_mismatch
+from tq_gc.ray_cluster import _version_mismatch
 
 
 def ray_refusal(cluster_ray: str, cluster_python: str, joined_through: str) -> str:

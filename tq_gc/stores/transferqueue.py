@@ -49,18 +49,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
+from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
 from tq_gc.model import Identity, Tags, tags_digest
+from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.pacing import Pacer
 
 logger = logging.getLogger(__name__)
@@ -76,8 +75,6 @@ REQUEST_TIMEOUT_SECONDS = 60.0
 LOOP_GRACE_SECONDS = 5.0
 # A controller that exists but has not published its config yet (the job is starting) gets this long.
 CONTROLLER_CONFIG_WAIT_SECONDS = 30.0
-# ray.init() against an address where nothing listens retries for minutes; a TCP probe answers at once.
-GCS_PROBE_TIMEOUT_SECONDS = 5.0
 # identities(): rounds to pin down which key each index belongs to when some keys are gone (see there).
 IDENTITY_ROUNDS = 3
 # Operation names of tq-gc's own requests, as take_request_stats() and the metrics report them.
@@ -139,7 +136,7 @@ class TransferQueueRowStore:
         """
         import ray
 
-        owns_ray_connection = _connect_ray(config)
+        owns_ray_connection = join_ray(config.ray_address, config.ray_namespace)
         try:
             controller = _find_controller(config.ray_address)
             client = _open_client(controller)
@@ -450,106 +447,6 @@ class TransferQueueRowStore:
             ) from exc
         except Exception as exc:
             raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
-
-
-def _connect_ray(config: TransferQueueConfig) -> bool:
-    """Join the job's Ray cluster unless this process already is in one. True if we connected."""
-    import ray
-
-    address = config.ray_address.strip()
-    if address in ("", "local"):
-        # ray.init() with no address or "local" starts a new cluster of its own: never what we want.
-        raise ConfigError(
-            f"transfer_queue.ray_address={config.ray_address!r} would start a new Ray cluster: "
-            "tq-gc joins the training job's. Use 'auto' on a node of that cluster, its GCS address "
-            "(host:6379), or ray://head:10001"
-        )
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {"namespace": config.ray_namespace}
-    if "://" not in address:
-        address = _reachable_gcs(address)
-        kwargs.update(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    try:
-        ray.init(address=address, **kwargs)
-    except Exception as exc:
-        if ray.is_initialized():
-            ray.shutdown()
-        mismatch = _version_mismatch(config.ray_address, str(exc))
-        raise ConfigError(mismatch or _unreachable(config.ray_address, str(exc))) from exc
-    return True
-
-
-def _version_mismatch(address: str, ray_error: str) -> str | None:
-    """What to do when Ray would not join a cluster of another Ray or Python version, or None when
-    `ray_error` is not that. Ray says it two ways: its version check (ray._private.utils.check_version_info,
-    for a GCS address and for Ray Client) names both sides' versions; but before that check runs, a Ray
-    Client server of another Ray version often fails to read the session's pickled JobConfig
-    ("Initialization failure from server": a Ray 2.59 client on a 2.60 cluster, for one)."""
-    import platform
-    import re
-
-    import ray
-
-    versions = re.search(
-        r"cluster was started with:\s+Ray: (\S+)\s+Python: (\S+)\s+"
-        r"This process .*? was started with:\s+Ray: (\S+)\s+Python: (\S+)",
-        ray_error,
-        re.DOTALL,
-    )
-    if versions is not None:
-        cluster_ray, cluster_python, our_ray, our_python = versions.groups()
-        return (
-            f"the Ray cluster at transfer_queue.ray_address={address!r} runs Ray {cluster_ray} on Python "
-            f"{cluster_python}; tq-gc here runs Ray {our_ray} on Python {our_python}. Ray joins only the "
-            "same Ray version and Python version (the same minor through ray://): rebuild the tq-gc image "
-            f"with --build-arg RAY_VERSION={cluster_ray} "
-            f"--build-arg PYTHON_IMAGE=python:{cluster_python}-slim (outside the image: "
-            f"RAY_VERSION={cluster_ray} scripts/install.sh, with Python {cluster_python})"
-        )
-    refused_by = "Initialization failure from server"  # ray.util.client.worker, Ray Client's session start
-    client_session_refused = address.startswith("ray://") and refused_by in ray_error
-    if "Version mismatch" not in ray_error and not client_session_refused:
-        return None
-    detail = ray_error.strip().splitlines()[-1] if client_session_refused else ray_error.strip()
-    return (
-        f"the Ray cluster at transfer_queue.ray_address={address!r} refused tq-gc ({detail}): that is how "
-        f"it refuses another Ray or Python version, and tq-gc here runs Ray {ray.__version__} on Python "
-        f"{platform.python_version()}. Check the cluster's (`ray --version` and `python --version` on its "
-        "head) and rebuild the tq-gc image with --build-arg RAY_VERSION=<its Ray> "
-        "--build-arg PYTHON_IMAGE=python:<its Python>-slim"
-    )
-
-
-def _reachable_gcs(address: str) -> str:
-    """Resolve `address` ('auto' or host:port) as ray.init would, and check that something listens."""
-    from ray._private.services import canonicalize_bootstrap_address_or_die
-
-    try:
-        gcs_address = canonicalize_bootstrap_address_or_die(address)
-    except Exception as exc:  # ConnectionError: 'auto' found no cluster; ValueError: bad format
-        raise ConfigError(_unreachable(address, str(exc))) from exc
-    parts = urlsplit(f"//{gcs_address}")
-    try:
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        host, port = None, None
-    if not host or not port:
-        raise ConfigError(_unreachable(address, f"{gcs_address!r} is not host:port"))
-    try:
-        with socket.create_connection((host, port), timeout=GCS_PROBE_TIMEOUT_SECONDS):
-            pass
-    except OSError as exc:
-        raise ConfigError(_unreachable(address, f"nothing answers at {gcs_address} ({exc})")) from exc
-    return gcs_address
-
-
-def _unreachable(address: str, detail: str) -> str:
-    return (
-        f"cannot reach a Ray cluster at transfer_queue.ray_address={address!r}: {detail}. "
-        "Start the training job first, or set ray_address to its cluster: 'auto' on one of its nodes, "
-        "the GCS address (host:6379), or ray://head:10001"
-    )
 
 
 def _find_controller(ray_address: str) -> Any:
