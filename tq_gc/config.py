@@ -32,6 +32,8 @@ CANONICAL_PARTITION = "rollout_data"
 NEMO_RL_STAGING_PARTITION = "rollout_staging"
 STATE_SCHEMES = ("memory", "redis", "rediss", "unix")
 ENV_PREFIX = "TQGC_"
+# TQGC_ variables that are not config: the config file's path, and scripts/install.sh's own settings.
+NOT_CONFIG_ENV = frozenset({"TQGC_CONFIG", "TQGC_VENV", "TQGC_EDITABLE"})
 REDACTED = "***"
 # A URL query parameter whose name holds one of these carries a secret or names key material.
 _SECRET_PARAMETER_WORDS = (
@@ -507,7 +509,7 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     """TQGC_LIMITS__DELETE_BATCH=100 -> {"limits": {"delete_batch": 100}}; values parse as YAML."""
     result: dict[str, Any] = {}
     for name, raw in env.items():
-        if not name.startswith(ENV_PREFIX) or name == "TQGC_CONFIG":
+        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
             continue
         path = name[len(ENV_PREFIX) :].lower().split("__")
         node = result

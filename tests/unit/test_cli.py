@@ -179,6 +179,15 @@ def test_env_overrides_file_and_flags_override_env(cli: Cli, monkeypatch: pytest
     assert doc["counts"]["deleted"] == 2
 
 
+def test_the_installers_own_variables_are_not_config(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TQGC_VENV", "/opt/venv")  # scripts/install.sh's, set in the image
+    monkeypatch.setenv("TQGC_EDITABLE", "0")
+    assert cli.run("sweep")[0] == EXIT_OK
+    monkeypatch.setenv("TQGC_GRACE_SECOND", "900")  # a misspelled config variable is still refused
+    code, _, err = cli.run("sweep")
+    assert code == EXIT_USAGE and "grace_second: unknown key" in err
+
+
 def test_status_admissions_audit_and_check(cli: Cli) -> None:
     cli.rows.put(STAGING, "r1/c1")
     cli.rows.put(STAGING, "r2/c1")
