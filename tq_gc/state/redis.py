@@ -23,6 +23,7 @@ from redis.retry import Retry
 from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
+from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import (
     AUDIT_MAXLEN,
@@ -40,214 +41,6 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 10.0
 
-# The Redis server's clock, read inside a script (Redis 7 allows TIME in scripts).
-_NOW_MS_LUA = """
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-"""
-
-
-def _with_clock(body: str) -> str:
-    return _NOW_MS_LUA + body
-
-
-# Every write of a sweeper checks its lease token in the same script: KEYS[1] is the lease, ARGV[1] the token.
-_HOLDS_LEASE_LUA = """
-local function holds_lease()
-  local value = redis.call('GET', KEYS[1])
-  return value and cjson.decode(value).token == ARGV[1]
-end
-"""
-
-
-def _lease_guarded(body: str) -> str:
-    return _HOLDS_LEASE_LUA + "if not holds_lease() then return 0 end\n" + body
-
-
-# `total` of an audit stream entry: rows appended to the log up to and including it.
-_AUDIT_TOTAL_LUA = """
-local function total_of(entry)
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    if fields[i] == 'total' then return tonumber(fields[i + 1]) end
-  end
-  return 0
-end
-local function newest_total()
-  local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-  return newest and total_of(newest) or 0
-end
-"""
-
-
-# Lua numbers are doubles: %d keeps ms-since-epoch exact where tostring's %.14g could round.
-_ADMIT = _with_clock("""
-local expires_at_ms = now_ms() + tonumber(ARGV[3])
-redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('INCR', KEYS[3])
-return expires_at_ms
-""")
-
-_RENEW_ADMISSION = _with_clock("""
-local now = now_ms()
-local expires_at_ms = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not expires_at_ms or tonumber(expires_at_ms) <= now then
-  return 0
-end
-redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
-return 1
-""")
-
-# Prunes expired admissions, then returns the rest as [id, rows_json, ...]: one consistent snapshot.
-# A live admission without its rows (evicted by a maxmemory policy, or a hand edit) is an error, never
-# an admission holding nothing: reading it as empty would release the rows it protects.
-_LIVE_ADMISSIONS = _with_clock("""
-local now = string.format('%d', now_ms())
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-  redis.call('HDEL', KEYS[2], id)
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local out = {}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local rows = redis.call('HGET', KEYS[2], id)
-  if not rows then
-    return redis.error_reply('live admission ' .. id .. ' has no rows: evicted? (maxmemory-policy)')
-  end
-  out[#out + 1] = id
-  out[#out + 1] = rows
-end
-return out
-""")
-
-# GT: raising a fence never shortens one somebody else raised under the same name.
-_RAISE_FENCE = _with_clock("""
-redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now_ms() + tonumber(ARGV[2])), ARGV[1])
-redis.call('INCR', KEYS[2])
-return 1
-""")
-
-_LIVE_FENCES = _with_clock("""
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now_ms()))
-return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-""")
-
-# First-seen records of one partition: ARGV[4] upsert fields as field, value, ..., then keys to drop; the
-# partition marked observed at ARGV[3]. Lua's unpack has a stack limit: 1,000 arguments per command.
-_SAVE_FIRST_SEEN = _lease_guarded("""
-local last_upsert = 4 + tonumber(ARGV[4])
-for i = 5, last_upsert, 1000 do
-  redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + 999, last_upsert)))
-end
-for i = last_upsert + 1, #ARGV, 1000 do
-  redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
-return 1
-""")
-
-# UNLINK: a million-field hash is freed in the background, not while Redis serves everyone else.
-_FORGET_PARTITION = _lease_guarded("""
-redis.call('UNLINK', KEYS[2])
-redis.call('HDEL', KEYS[3], ARGV[2])
-return 1
-""")
-
-# An intent: one stream entry per batch about to be deleted, refused (-1) while a fence is up or once the
-# fence epoch moved from the sweep's (ARGV[7]); it marks a delete in flight (KEYS[5], PX ARGV[8]) until its
-# confirmation. `total` counts every row appended so far, so the rows newer than an entry are
-# total(newest) - total(entry): the oldest entries are trimmed while the newer ones still hold ARGV[2]
-# rows, the newest never. Returns the entry's id.
-_RECORD_INTENT = _with_clock(
-    _lease_guarded(
-        _AUDIT_TOTAL_LUA
-        + """
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%d', now_ms()))
-if redis.call('ZCARD', KEYS[3]) > 0 or (redis.call('GET', KEYS[4]) or '0') ~= ARGV[7] then
-  return -1
-end
-local maxlen = tonumber(ARGV[2])
-local total = tonumber(ARGV[5]) + newest_total()
-local id = redis.call('XADD', KEYS[2], '*', 'run_id', ARGV[3], 'partition', ARGV[4], 'n', ARGV[5],
-  'total', string.format('%d', total), 'rows', ARGV[6])
-redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[8])
-local start = '-'
-while true do
-  local oldest = redis.call('XRANGE', KEYS[2], start, '+', 'COUNT', 1)[1]
-  if total - total_of(oldest) < maxlen then
-    redis.call('XTRIM', KEYS[2], 'MINID', oldest[1])
-    return id
-  end
-  start = '(' .. oldest[1]
-end
-"""
-    )
-)
-
-# A confirmation names its intent and the intent's keys that were not deleted (usually none), drops
-# first-seen records (ARGV[4..]) and clears our in-flight mark (KEYS[4]) in the same step.
-_CONFIRM_DELETES = _lease_guarded(
-    _AUDIT_TOTAL_LUA
-    + """
-redis.call('XADD', KEYS[2], '*', 'confirms', ARGV[2], 'saved', ARGV[3], 'n', '0',
-  'total', string.format('%d', newest_total()))
-for i = 4, #ARGV, 1000 do
-  redis.call('HDEL', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
-if redis.call('GET', KEYS[4]) == ARGV[1] then
-  redis.call('DEL', KEYS[4])
-end
-return 1
-"""
-)
-
-# A run summary; with a token (ARGV[1] not empty), only while that lease is still ours.
-_RECORD_RUN = (
-    _HOLDS_LEASE_LUA
-    + """
-if ARGV[1] ~= '' and not holds_lease() then return 0 end
-redis.call('LPUSH', KEYS[2], ARGV[2])
-redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
-return 1
-"""
-)
-
-# the lease renewed + live fences + admissions version + fence epoch:
-# [expires_at_ms or '', version, epoch, fence, expiry, ...]
-_RECHECK = _with_clock("""
-local now = now_ms()
-local renewed = ''
-local value = redis.call('GET', KEYS[1])
-if value and cjson.decode(value).token == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  renewed = string.format('%d', now + tonumber(ARGV[2]))
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
-local out = {renewed, redis.call('GET', KEYS[3]) or '0', redis.call('GET', KEYS[4]) or '0'}
-for _, item in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')) do
-  out[#out + 1] = item
-end
-return out
-""")
-
-_RELEASE_LEASE = """
-local value = redis.call('GET', KEYS[1])
-if value and cjson.decode(value).token == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-end
-return 1
-"""
-
-_LEASE_HOLDER = _with_clock("""
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return false
-end
-return {value, now_ms() + redis.call('PTTL', KEYS[1])}
-""")
-
 
 class RedisState:
     def __init__(
@@ -262,19 +55,19 @@ class RedisState:
         self._owns_client = owns_client
         self._keys = Keys(namespace)
         register = client.register_script
-        self._admit = register(_ADMIT)
-        self._save_first_seen = register(_SAVE_FIRST_SEEN)
-        self._forget_partition = register(_FORGET_PARTITION)
-        self._record_intent = register(_RECORD_INTENT)
-        self._confirm_deletes = register(_CONFIRM_DELETES)
-        self._record_run = register(_RECORD_RUN)
-        self._recheck = register(_RECHECK)
-        self._renew_admission = register(_RENEW_ADMISSION)
-        self._live_admissions = register(_LIVE_ADMISSIONS)
-        self._raise_fence = register(_RAISE_FENCE)
-        self._live_fences = register(_LIVE_FENCES)
-        self._release_lease = register(_RELEASE_LEASE)
-        self._lease_holder = register(_LEASE_HOLDER)
+        self._admit = register(scripts.ADMIT)
+        self._save_first_seen = register(scripts.SAVE_FIRST_SEEN)
+        self._forget_partition = register(scripts.FORGET_PARTITION)
+        self._record_intent = register(scripts.RECORD_INTENT)
+        self._confirm_deletes = register(scripts.CONFIRM_DELETES)
+        self._record_run = register(scripts.RECORD_RUN)
+        self._recheck = register(scripts.RECHECK)
+        self._renew_admission = register(scripts.RENEW_ADMISSION)
+        self._live_admissions = register(scripts.LIVE_ADMISSIONS)
+        self._raise_fence = register(scripts.RAISE_FENCE)
+        self._live_fences = register(scripts.LIVE_FENCES)
+        self._release_lease = register(scripts.RELEASE_LEASE)
+        self._lease_holder = register(scripts.LEASE_HOLDER)
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
