@@ -1,0 +1,71 @@
+"""Configuration: a frozen, validated value, loaded from YAML, then env `TQGC_...`, then flags.
+
+base.py       the frozen value every section is
+models.py     Config and its sections, and the safety rules that refuse a config
+sources.py    the reference sources' sections: manifests, tag references, owner references
+loading.py    YAML + env + flags -> Config, and the error messages that name each field
+redaction.py  what is shown of a state store URL's secrets
+"""
+
+from tq_gc.config.loading import (
+    ENV_PREFIX,
+    NOT_CONFIG_ENV,
+    ConfigLike,
+    as_config,
+    env_overrides,
+    format_validation_error,
+    load_config,
+    parse_config,
+)
+from tq_gc.config.models import (
+    CANONICAL_PARTITION,
+    MAX_LEASE_TTL_SECONDS,
+    MIN_GRACE_SECONDS,
+    MIN_LEASE_TTL_SECONDS,
+    STATE_SCHEMES,
+    AdmissionsConfig,
+    Config,
+    Limits,
+    Schedule,
+    ScopeEntry,
+    SidecarConfig,
+    TransferQueueConfig,
+)
+from tq_gc.config.redaction import REDACTED, redact_url
+from tq_gc.config.sources import (
+    NEMO_RL_STAGING_PARTITION,
+    ManifestSource,
+    OwnerReference,
+    TagReference,
+    compile_key_pattern,
+)
+
+__all__ = [
+    "CANONICAL_PARTITION",
+    "ENV_PREFIX",
+    "MAX_LEASE_TTL_SECONDS",
+    "MIN_GRACE_SECONDS",
+    "MIN_LEASE_TTL_SECONDS",
+    "NEMO_RL_STAGING_PARTITION",
+    "NOT_CONFIG_ENV",
+    "REDACTED",
+    "STATE_SCHEMES",
+    "AdmissionsConfig",
+    "Config",
+    "ConfigLike",
+    "Limits",
+    "ManifestSource",
+    "OwnerReference",
+    "Schedule",
+    "ScopeEntry",
+    "SidecarConfig",
+    "TagReference",
+    "TransferQueueConfig",
+    "as_config",
+    "compile_key_pattern",
+    "env_overrides",
+    "format_validation_error",
+    "load_config",
+    "parse_config",
+    "redact_url",
+]

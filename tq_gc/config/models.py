@@ -1,0 +1,259 @@
+"""The Config value and its sections, and the safety rules that refuse a config (DESIGN.md): every
+refusal says which field is wrong and what to do."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from apscheduler.triggers.cron import CronTrigger
+from pydantic import Field, field_validator, model_validator
+
+from tq_gc.config.base import DURATION_WITH_UNIT, Frozen
+from tq_gc.config.redaction import redact_url
+from tq_gc.config.sources import ManifestSource, OwnerReference, TagReference, compile_key_pattern
+
+MIN_GRACE_SECONDS = 60.0
+
+# Below, a sweep could lose its lease between two renewals; above, a crashed sweeper blocks the next
+# one for over an hour.
+MIN_LEASE_TTL_SECONDS = 5.0
+
+MAX_LEASE_TTL_SECONDS = 3600.0
+
+# The canonical samples: protected even when protected_partitions leaves them out.
+CANONICAL_PARTITION = "rollout_data"
+
+STATE_SCHEMES = ("memory", "redis", "rediss", "unix")
+
+
+class ScopeEntry(Frozen):
+    partition: str = Field(min_length=1)
+    prefixes: tuple[str, ...] = ()
+    all_keys: bool = False
+    # A regular expression the whole key must match (re.fullmatch): for layouts whose transient rows
+    # share no prefix with the rows to keep (verl's trajectories `{uid}_{session}_{index}` beside their
+    # prompt rows `{uid}`).
+    key_pattern: str | None = None
+
+    @field_validator("prefixes")
+    @classmethod
+    def _no_catch_all_prefix(cls, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+        for prefix in prefixes:
+            if prefix in ("", "*"):
+                raise ValueError(
+                    f"prefix {prefix!r} would match every key; write `all_keys: true` to mean that"
+                )
+        return prefixes
+
+    @field_validator("key_pattern")
+    @classmethod
+    def _narrow_key_pattern(cls, key_pattern: str | None) -> str | None:
+        if key_pattern is None:
+            return None
+        compiled = compile_key_pattern(key_pattern)
+        if compiled.fullmatch("") is not None:
+            raise ValueError(
+                f"{key_pattern!r} matches the empty string, so it reads as a catch-all: write "
+                "`all_keys: true` to mean every key, or a pattern that needs at least one character"
+            )
+        return key_pattern
+
+    @model_validator(mode="after")
+    def _one_way_to_scope(self) -> ScopeEntry:
+        ways = [bool(self.prefixes), self.all_keys, self.key_pattern is not None]
+        if sum(ways) != 1:
+            raise ValueError(
+                f"scope entry for partition {self.partition!r} needs exactly one of non-empty "
+                "`prefixes`, `all_keys: true` or `key_pattern`"
+            )
+        return self
+
+
+class TransferQueueConfig(Frozen):
+    ray_address: str = "auto"
+    ray_namespace: str | None = None
+    # The most keys (or global indexes) one request asks for; pacing adapts each request's size
+    # between a sixteenth of this and this (tq_gc/stores/pacing.py).
+    request_batch: int = Field(default=2000, ge=1)
+    # A request slower than this halves the next one's size: how long tq-gc may hold the job's
+    # controller, which serves one request at a time, in one go.
+    request_target_ms: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
+    # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
+    # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. 1 never pauses.
+    duty_cycle: float = Field(default=0.5, gt=0.0, le=1.0, allow_inf_nan=False)
+
+
+class AdmissionsConfig(Frozen):
+    expect_nonempty: bool = False
+
+
+class Limits(Frozen):
+    max_deletes_per_run: int = Field(default=100_000, ge=0)
+    max_delete_fraction: float = Field(default=0.5, gt=0.0, le=1.0, allow_inf_nan=False)
+    delete_batch: int = Field(default=2000, ge=1)
+    max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small
+    # staging partition is legitimately all orphans.
+    fraction_min_rows: int = Field(default=100, ge=0)
+
+
+class Schedule(Frozen):
+    interval_seconds: float | None = Field(default=60.0, gt=0.0, allow_inf_nan=False)
+    cron: str | None = None
+    jitter_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    misfire_grace_seconds: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> Schedule:
+        if self.cron is None:
+            if self.interval_seconds is None:
+                raise ValueError("set either interval_seconds or cron")
+            return self
+        # interval_seconds has a default: only one the user wrote conflicts with cron.
+        if "interval_seconds" in self.model_fields_set and self.interval_seconds is not None:
+            raise ValueError(
+                f"both interval_seconds ({self.interval_seconds:g}) and cron ({self.cron!r}) are set: "
+                "keep one of them"
+            )
+        _check_crontab(self.cron)
+        object.__setattr__(self, "interval_seconds", None)
+        return self
+
+
+def _check_crontab(cron: str) -> None:
+    """The sidecar builds its trigger the same way: a cron it cannot use fails here, at load."""
+    try:
+        CronTrigger.from_crontab(cron, timezone=UTC)
+    except ValueError as exc:
+        raise ValueError(
+            f"cron {cron!r} is not a crontab expression ({exc}): write 5 fields, like '*/5 * * * *'"
+        ) from None
+
+
+class SidecarConfig(Frozen):
+    name: str = "tq-gc"
+    ray_namespace: str = "tq_gc"
+    num_cpus: float = Field(default=0.1, ge=0.0, allow_inf_nan=False)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # The sidecar's scheduled sweeps delete (it is how tq-gc runs in production); false makes them dry
+    # runs, to watch what it would reclaim (reports, metrics) before letting it.
+    execute: bool = True
+
+
+class Config(Frozen):
+    namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
+    state_url: str = "memory://"
+    transfer_queue: TransferQueueConfig = TransferQueueConfig()
+    scope: tuple[ScopeEntry, ...] = ()
+    protected_partitions: tuple[str, ...] = ("rollout_data",)
+    allow_unsafe_scope: bool = False
+    grace_seconds: float = Field(default=900.0, ge=0.0, allow_inf_nan=False)
+    allow_short_grace: bool = False
+    lease_ttl_seconds: float = Field(default=60.0, allow_inf_nan=False)
+    admissions: AdmissionsConfig = AdmissionsConfig()
+    manifests: tuple[ManifestSource, ...] = ()
+    tag_references: tuple[TagReference, ...] = ()
+    owner_references: tuple[OwnerReference, ...] = ()
+    limits: Limits = Limits()
+    schedule: Schedule = Schedule()
+    sidecar: SidecarConfig = SidecarConfig()
+    log_format: Literal["text", "json"] = "text"
+
+    @field_validator("grace_seconds", "lease_ttl_seconds", mode="before")
+    @classmethod
+    def _seconds_are_numbers(cls, value: Any) -> Any:
+        if isinstance(value, str) and DURATION_WITH_UNIT.match(value):
+            raise ValueError(f"is in seconds: write a number such as 900, not {value!r}")
+        return value
+
+    @field_validator("lease_ttl_seconds")
+    @classmethod
+    def _lease_ttl_in_bounds(cls, ttl: float) -> float:
+        if not MIN_LEASE_TTL_SECONDS <= ttl <= MAX_LEASE_TTL_SECONDS:
+            raise ValueError(
+                f"{ttl:g} s is outside {MIN_LEASE_TTL_SECONDS:g}..{MAX_LEASE_TTL_SECONDS:g} s: shorter, a "
+                "sweep can lose its lease between two renewals; longer, a crashed sweeper blocks the next "
+                "one that long. Set a value in that range (the default is 60)"
+            )
+        return ttl
+
+    @field_validator("state_url")
+    @classmethod
+    def _known_state_scheme(cls, url: str) -> str:
+        scheme = urlsplit(url).scheme
+        if scheme not in STATE_SCHEMES:
+            raise ValueError(
+                f"{redact_url(url)!r} is not a state store URL: use memory://, redis://host:6379/0, "
+                "rediss://... or unix:///path/to/redis.sock"
+            )
+        return url
+
+    @model_validator(mode="after")
+    def _safety_rules(self) -> Config:
+        if self.grace_seconds < MIN_GRACE_SECONDS and not self.allow_short_grace:
+            raise ValueError(
+                f"grace_seconds={self.grace_seconds:g} is below {MIN_GRACE_SECONDS:g} s: a row staged "
+                "before its reference is recorded could be deleted. Raise it, or set "
+                "allow_short_grace: true (tests and demos only)"
+            )
+        if not self.allow_unsafe_scope:
+            self._no_protected_partition_in_scope()
+        partitions = [entry.partition for entry in self.scope]
+        if len(partitions) != len(set(partitions)):
+            raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
+        _check_batch_fits_lease(self.limits, self.lease_ttl_seconds)
+        return self
+
+    def _no_protected_partition_in_scope(self) -> None:
+        for entry in self.scope:
+            if entry.partition not in self.protected:
+                continue
+            why = (
+                "protected_partitions"
+                if entry.partition in self.protected_partitions
+                else "the canonical samples, protected even when protected_partitions leaves it out"
+            )
+            raise ValueError(
+                f"scope: partition {entry.partition!r} is protected ({why}): the trainer treats any "
+                "change there as fatal. Remove it from scope, or set allow_unsafe_scope: true if you "
+                "really mean it"
+            )
+
+    @property
+    def protected(self) -> frozenset[str]:
+        """Every partition no sweep may touch unless allow_unsafe_scope."""
+        return frozenset((CANONICAL_PARTITION, *self.protected_partitions))
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "state_url" else value
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as a log-safe dict (no password)."""
+        data = self.model_dump(mode="json")
+        data["state_url"] = redact_url(self.state_url)
+        return data
+
+
+def _check_batch_fits_lease(limits: Limits, lease_ttl_seconds: float) -> None:
+    """A throttled delete batch must end well inside the lease, or the lease runs out mid-batch (and a
+    rate near zero sleeps for years, wedging the sidecar's scheduler)."""
+    rate = limits.max_deletes_per_second
+    if rate == 0:
+        return
+    batch_seconds = limits.delete_batch / rate
+    budget = lease_ttl_seconds / 2
+    if batch_seconds < budget:
+        return
+    fixes = [f"Raise max_deletes_per_second above {limits.delete_batch / budget:.3g}"]
+    if rate * budget > 1:
+        fixes.append(f"lower delete_batch below {rate * budget:.3g}")
+    if 2 * batch_seconds < MAX_LEASE_TTL_SECONDS:
+        fixes.append(f"raise lease_ttl_seconds above {2 * batch_seconds:.3g}")
+    raise ValueError(
+        f"limits.delete_batch={limits.delete_batch} at limits.max_deletes_per_second={rate:g} takes "
+        f"{batch_seconds:.3g} s per batch, not under half of lease_ttl_seconds={lease_ttl_seconds:g}: the "
+        f"lease could run out mid-batch. {'; or '.join(fixes)} (0 means unthrottled)"
+    )

@@ -1,0 +1,149 @@
+"""Config of the reference sources read from files and rows: manifests, tag references, owner references."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from tq_gc.config.base import Frozen
+from tq_gc.references.keypath import split_key_path
+from tq_gc.references.keytemplate import KeyTemplate
+
+# Where NeMo RL's data plane stages rows (the rows its recovery inventory names).
+NEMO_RL_STAGING_PARTITION = "rollout_staging"
+
+
+def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
+    """The compiled pattern (re caches it), or ValueError saying why it does not compile."""
+    try:
+        return re.compile(key_pattern)
+    except re.error as exc:
+        raise ValueError(f"{key_pattern!r} is not a regular expression ({exc})") from None
+
+
+class ManifestSource(Frozen):
+    glob: str = Field(min_length=1)
+    format: Literal["native", "json", "jsonl", "nemo_rl_recovery"] = "native"
+    key_path: str | None = None
+    partition: str | None = None
+    expect_nonempty: bool = False
+    # A larger file fails the source: a runaway or wrong file must not exhaust the sweeper's memory.
+    max_file_bytes: int = Field(default=64 * 2**20, gt=0)
+
+    @field_validator("glob")
+    @classmethod
+    def _absolute_file_pattern(cls, glob: str) -> str:
+        if not os.path.isabs(glob):
+            raise ValueError(
+                f"{glob!r} is relative, so it would be read from whatever directory tq-gc runs in: "
+                "use an absolute path, such as /ckpt/**/gc-manifest.json"
+            )
+        if glob.rsplit("/", 1)[-1] in ("", "**"):
+            raise ValueError(
+                f"{glob!r} matches directories: end it with a file name pattern, "
+                "such as /ckpt/**/gc-manifest.json"
+            )
+        return glob
+
+    @model_validator(mode="after")
+    def _paths_fit_format(self) -> ManifestSource:
+        if self.format == "nemo_rl_recovery":
+            if self.key_path:
+                raise ValueError(
+                    "a nemo_rl_recovery inventory names its rows itself (each attempt's staging_keys): "
+                    "drop key_path"
+                )
+            if self.partition is None:
+                object.__setattr__(self, "partition", NEMO_RL_STAGING_PARTITION)
+        elif self.format == "native":
+            if self.key_path or self.partition:
+                raise ValueError(
+                    "a native (tq-gc/manifest/v1) manifest names its own partitions: "
+                    "drop key_path/partition, or set format: json|jsonl"
+                )
+        elif not (self.key_path and self.partition):
+            raise ValueError(f"format {self.format!r} needs both key_path and partition")
+        return self
+
+
+class TagReference(Frozen):
+    partition: str = Field(min_length=1)
+    key_path: str = Field(min_length=1)
+    target_partition: str = Field(min_length=1)
+    # A key path that resolves in none of the partition's rows fails the sweep instead of reading as
+    # "references nothing".
+    expect_nonempty: bool = False
+
+    @field_validator("key_path")
+    @classmethod
+    def _well_formed_key_path(cls, key_path: str) -> str:
+        split_key_path(key_path)  # a malformed path would abort every sweep later: refuse it now
+        return key_path
+
+
+class OwnerReference(Frozen):
+    """Rows of `partition` referenced while their owner row exists in `owner_partition`.
+
+    The owner's key comes from the row's key (`key_pattern`, whose named groups fill `owner_key`) or
+    from one of its tags (`owner_tag`). A row the pattern does not match, or without the tag, is left
+    to the other rules."""
+
+    partition: str = Field(min_length=1)
+    key_pattern: str | None = None
+    owner_key: str | None = None
+    owner_tag: str | None = Field(default=None, min_length=1)
+    owner_partition: str | None = Field(default=None, min_length=1)
+    # A pattern (or tag) that matches no row of a non-empty partition fails the sweep instead of
+    # reading as "owns nothing".
+    expect_nonempty: bool = False
+
+    @field_validator("key_pattern")
+    @classmethod
+    def _compiles(cls, key_pattern: str | None) -> str | None:
+        if key_pattern is not None:
+            compile_key_pattern(key_pattern)
+        return key_pattern
+
+    @model_validator(mode="after")
+    def _one_way_to_the_owner(self) -> OwnerReference:
+        if (self.key_pattern is None) == (self.owner_tag is None):
+            raise ValueError(
+                f"owner reference for partition {self.partition!r} needs exactly one of `key_pattern` "
+                "(with `owner_key`) or `owner_tag`"
+            )
+        if self.owner_tag is not None:
+            if self.owner_key is not None:
+                raise ValueError("owner_key: only a key_pattern fills a template; with owner_tag drop it")
+        else:
+            self._check_owner_key()
+        if self.owner_partition is None:
+            object.__setattr__(self, "owner_partition", self.partition)
+        return self
+
+    def _check_owner_key(self) -> None:
+        if self.owner_key is None:
+            raise ValueError("owner_key: key_pattern needs a template for the owner's key, such as '{uid}'")
+        try:
+            template = KeyTemplate.parse(self.owner_key)
+        except ValueError as exc:
+            raise ValueError(f"owner_key: {exc}") from None
+        named = compile_key_pattern(self.key_pattern or "").groupindex
+        unknown = [group for group in template.groups if group not in named]
+        if unknown:
+            raise ValueError(
+                f"owner_key: {self.owner_key!r} names {', '.join(map(repr, unknown))}, not a named group "
+                f"of key_pattern {self.key_pattern!r} (its groups: {', '.join(named) or 'none'})"
+            )
+        if not template.groups:
+            raise ValueError(
+                f"owner_key: {self.owner_key!r} uses no group of key_pattern, so every row would have "
+                "the same owner: write a template such as '{uid}'"
+            )
+
+    @property
+    def owners_in(self) -> str:
+        """The partition the owner rows live in (the validator fills in the default)."""
+        return self.owner_partition or self.partition
