@@ -8,17 +8,12 @@ rows it deleted before it stopped.
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from tq_gc.config import Config
 from tq_gc.errors import (
@@ -46,12 +41,23 @@ from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.state.base import Lease, Recheck, StateStore
+from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore
+from tq_gc.sweep import (
+    Batch,
+    Progress,
+    Sweep,
+    SweepStopped,
+    batches,
+    default_holder,
+    end_sweep,
+    iso_now,
+    stop_if_fenced,
+    throttle,
+    without_cyclic_gc,
+)
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[int, int], None]
 
 # During the mark phase the lease is renewed once a third of its TTL has passed since the last renewal:
 # a long listing (a million rows) must not let it lapse while no delete is near.
@@ -59,47 +65,6 @@ RENEW_AFTER_TTL_FRACTION = 1 / 3
 # Right before a clear, the last renewal must be younger than this fraction of the TTL (monotonic clock):
 # a sweeper paused between its re-check and its clear (SIGSTOP, a long GC pause) stops instead.
 CLEAR_WITHIN_TTL_FRACTION = 1 / 2
-
-
-class SweepStopped(Exception):
-    """Ends a sweep early with an outcome and its cause: skipped (lease held, fence) or aborted."""
-
-    def __init__(self, outcome: Outcome, cause: Cause, reason: str) -> None:
-        super().__init__(reason)
-        self.outcome = outcome
-        self.cause = cause
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    partition: str
-    keys: tuple[str, ...]
-
-
-@dataclass
-class Sweep:
-    """One sweep's state, from the lease to the report."""
-
-    report: SweepReport
-    policy: PlanPolicy
-    progress: Progress | None
-    lease: Lease | None = None
-    renewed_at: float = 0.0  # time.monotonic() when the lease was last renewed
-    fence_epoch: int = 0  # the store's fence epoch before any reference was read
-    started_ms: int = 0  # the store's clock when the lease was taken: sweeping resumed then
-    plan: Plan | None = None
-    # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
-    first_seen: FirstSeenByPartition = field(default_factory=dict)
-
-    @property
-    def holds_lease(self) -> Lease:
-        assert self.lease is not None, "the sweep took its lease first"
-        return self.lease
-
-
-def default_holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Collector:
@@ -124,7 +89,7 @@ class Collector:
             raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
         sweep = Sweep(report, PlanPolicy.from_config(self.config, max_deletes), progress)
-        with _without_cyclic_gc():
+        with without_cyclic_gc():
             self._run(sweep, dry_run)
         return report
 
@@ -151,23 +116,23 @@ class Collector:
                     self._delete(sweep)
                 report.outcome = Outcome.COMPLETED
         except SweepStopped as stop:
-            _end(report, stop.outcome, stop.cause, stop.reason)
+            end_sweep(report, stop.outcome, stop.cause, stop.reason)
         except LeaseLost as exc:
-            _end(report, Outcome.ABORTED, Cause.LEASE_LOST, str(exc))
+            end_sweep(report, Outcome.ABORTED, Cause.LEASE_LOST, str(exc))
         except CheckpointInProgress as exc:
-            _end(report, Outcome.SKIPPED, Cause.CHECKPOINT_IN_PROGRESS, str(exc))
+            end_sweep(report, Outcome.SKIPPED, Cause.CHECKPOINT_IN_PROGRESS, str(exc))
         except ReferenceSourceError as exc:
-            _end(report, Outcome.ABORTED, Cause.SOURCE_FAILED, str(exc))
+            end_sweep(report, Outcome.ABORTED, Cause.SOURCE_FAILED, str(exc))
         except StoreUnavailable as exc:
-            _end(report, Outcome.ABORTED, Cause.STORE_FAILED, str(exc))
+            end_sweep(report, Outcome.ABORTED, Cause.STORE_FAILED, str(exc))
         except ConfigError as exc:
-            _end(report, Outcome.ABORTED, Cause.ERROR, str(exc))
+            end_sweep(report, Outcome.ABORTED, Cause.ERROR, str(exc))
             raise
         except Exception as exc:  # unforeseen: the sweep stops, and says so; it never reads as completed
             log.exception("sweep %s failed", report.run_id)
-            _end(report, Outcome.ABORTED, Cause.ERROR, f"{type(exc).__name__}: {exc}")
+            end_sweep(report, Outcome.ABORTED, Cause.ERROR, f"{type(exc).__name__}: {exc}")
         except BaseException as exc:
-            _end(report, Outcome.ABORTED, Cause.ERROR, f"interrupted ({type(exc).__name__})")
+            end_sweep(report, Outcome.ABORTED, Cause.ERROR, f"interrupted ({type(exc).__name__})")
             raise
         finally:
             report.finished_at = iso_now()
@@ -187,7 +152,7 @@ class Collector:
             raise SweepStopped(Outcome.SKIPPED, Cause.LEASE_HELD, f"lease held by {who}")
         sweep.lease, sweep.started_ms = lease, lease.expires_at_ms - self._lease_ttl_ms
         check = self._recheck(sweep)
-        _stop_if_fenced(check.fences)
+        stop_if_fenced(check.fences)
         sweep.fence_epoch = check.fence_epoch
 
     def _attach_row_store(self) -> None:
@@ -292,11 +257,11 @@ class Collector:
         limits = self.config.limits
         total = sum(len(keys) for keys in sweep.plan.to_delete.values())
         counts = sweep.report.counts
-        for batch in _batches(sweep.plan.to_delete, limits.delete_batch):
+        for batch in batches(sweep.plan.to_delete, limits.delete_batch):
             started = time.monotonic()
             self._stop_if_asked()
             check = self._recheck(sweep)
-            _stop_if_fenced(check.fences)
+            stop_if_fenced(check.fences)
             if check.fence_epoch != sweep.fence_epoch:
                 raise SweepStopped(
                     Outcome.SKIPPED,
@@ -307,7 +272,7 @@ class Collector:
             self._delete_batch(sweep, batch, check)
             if sweep.progress is not None:
                 sweep.progress(counts.deleted + counts.recheck_saved, total)
-            _throttle(len(batch.keys), limits.max_deletes_per_second, started)
+            throttle(len(batch.keys), limits.max_deletes_per_second, started)
 
     def _delete_batch(self, sweep: Sweep, batch: Batch, check: Recheck) -> None:
         """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can
@@ -416,46 +381,3 @@ class Collector:
             yield
         finally:
             report.phases_ms[name] = report.phases_ms.get(name, 0.0) + (time.perf_counter() - started) * 1000
-
-
-def _end(report: SweepReport, outcome: Outcome, cause: Cause, reason: str) -> None:
-    report.outcome, report.cause, report.reason = outcome, cause, reason
-
-
-def _batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batch]:
-    """Batches of one partition each, keeping the plan's order within a partition."""
-    for partition, keys in to_delete.items():
-        for start in range(0, len(keys), size):
-            yield Batch(partition, tuple(keys[start : start + size]))
-
-
-def _stop_if_fenced(fences: Mapping[str, int]) -> None:
-    if fences:
-        raise SweepStopped(
-            Outcome.SKIPPED, Cause.FENCE_UP, f"checkpoint fence up: {', '.join(sorted(fences))}"
-        )
-
-
-def _throttle(deleted: int, max_per_second: float, started: float) -> None:
-    if max_per_second <= 0:
-        return
-    wait = deleted / max_per_second - (time.monotonic() - started)
-    if wait > 0:
-        time.sleep(wait)
-
-
-@contextmanager
-def _without_cyclic_gc() -> Iterator[None]:
-    """A sweep allocates millions of small objects and makes no reference cycles: the cyclic GC
-    only rescans the listing again and again (measured: it doubles the plan's time at 100k rows)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")

@@ -37,7 +37,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from tq_gc.collector import Collector, default_holder, iso_now
+from tq_gc.collector import Collector
 from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
@@ -45,6 +45,7 @@ from tq_gc.metrics import SweepMetrics
 from tq_gc.model import Cause, SweepReport
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue
+from tq_gc.sweep import default_holder, iso_now
 from tq_gc.wiring import RowStoreFactory, Runtime
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tq_gc.config import ScopeEntry
@@ -181,7 +181,6 @@ def _past_grace(record: FirstSeen, now: int, pol: PlanPolicy) -> bool:
     return now - record.at_ms >= 0 and now - record.at_ms >= pol.grace_ms
 
 
-@settings(max_examples=400)
 @given(snapshots())
 def test_no_referenced_young_unseen_or_out_of_scope_row_is_deleted(snap: Snapshot) -> None:
     _, refs, first_seen, now, pol = snap
@@ -194,7 +193,6 @@ def test_no_referenced_young_unseen_or_out_of_scope_row_is_deleted(snap: Snapsho
     assert len(result.rows_to_delete()) <= pol.max_deletes
 
 
-@settings(max_examples=400)
 @given(snapshots())
 def test_buckets_partition_the_in_scope_rows(snap: Snapshot) -> None:
     result = plan(*snap)
@@ -206,7 +204,6 @@ def test_buckets_partition_the_in_scope_rows(snap: Snapshot) -> None:
     assert sum(counts.referenced.values()) + counts.within_grace + counts.eligible == counts.in_scope
 
 
-@settings(max_examples=400)
 @given(snapshots())
 def test_every_old_unreferenced_row_is_deleted_or_capped(snap: Snapshot) -> None:
     _, refs, first_seen, now, pol = snap
@@ -217,7 +214,6 @@ def test_every_old_unreferenced_row_is_deleted_or_capped(snap: Snapshot) -> None
             assert result.decision_of(row) in (Decision.DELETE, Decision.KEEP_OVER_CAP)
 
 
-@settings(max_examples=200)
 @given(snapshots())
 def test_first_seen_records_stay_only_for_unreferenced_in_scope_rows(snap: Snapshot) -> None:
     _, refs, first_seen, _, _ = snap
@@ -231,7 +227,6 @@ def test_first_seen_records_stay_only_for_unreferenced_in_scope_rows(snap: Snaps
     assert after == _in_scope(snap) - referenced
 
 
-@settings(max_examples=300)
 @given(
     observed=st.dictionaries(
         st.sampled_from([STAGING, DATA, "old"]), st.integers(NOW - 3 * GRACE_MS, NOW + 10)

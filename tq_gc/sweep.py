@@ -1,0 +1,103 @@
+"""One sweep's state, and the small mechanics of a sweep the collector's steps share: how it stops
+with an outcome, its delete batches, pacing, and the clock of its report."""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from tq_gc.model import Cause, Outcome, SweepReport
+from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
+from tq_gc.state.base import Lease
+
+Progress = Callable[[int, int], None]
+
+
+class SweepStopped(Exception):
+    """Ends a sweep early with an outcome and its cause: skipped (lease held, fence) or aborted."""
+
+    def __init__(self, outcome: Outcome, cause: Cause, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.cause = cause
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    partition: str
+    keys: tuple[str, ...]
+
+
+@dataclass
+class Sweep:
+    """One sweep's state, from the lease to the report."""
+
+    report: SweepReport
+    policy: PlanPolicy
+    progress: Progress | None
+    lease: Lease | None = None
+    renewed_at: float = 0.0  # time.monotonic() when the lease was last renewed
+    fence_epoch: int = 0  # the store's fence epoch before any reference was read
+    started_ms: int = 0  # the store's clock when the lease was taken: sweeping resumed then
+    plan: Plan | None = None
+    # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
+    first_seen: FirstSeenByPartition = field(default_factory=dict)
+
+    @property
+    def holds_lease(self) -> Lease:
+        assert self.lease is not None, "the sweep took its lease first"
+        return self.lease
+
+
+def default_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def end_sweep(report: SweepReport, outcome: Outcome, cause: Cause, reason: str) -> None:
+    report.outcome, report.cause, report.reason = outcome, cause, reason
+
+
+def batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batch]:
+    """Batches of one partition each, keeping the plan's order within a partition."""
+    for partition, keys in to_delete.items():
+        for start in range(0, len(keys), size):
+            yield Batch(partition, tuple(keys[start : start + size]))
+
+
+def stop_if_fenced(fences: Mapping[str, int]) -> None:
+    if fences:
+        raise SweepStopped(
+            Outcome.SKIPPED, Cause.FENCE_UP, f"checkpoint fence up: {', '.join(sorted(fences))}"
+        )
+
+
+def throttle(deleted: int, max_per_second: float, started: float) -> None:
+    if max_per_second <= 0:
+        return
+    wait = deleted / max_per_second - (time.monotonic() - started)
+    if wait > 0:
+        time.sleep(wait)
+
+
+@contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """A sweep allocates millions of small objects and makes no reference cycles: the cyclic GC
+    only rescans the listing again and again (measured: it doubles the plan's time at 100k rows)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
