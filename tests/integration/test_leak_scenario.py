@@ -33,7 +33,7 @@ RunPython = Callable[..., Any]
 RecordTiming = Callable[[str, float], None]
 
 CLI_TIMEOUT_S = 90.0
-GRACE_S = 10.0  # above a CLI sweep's own seconds (joining Ray), so dry runs can observe within it
+GRACE_S = 15.0  # above a CLI sweep's own seconds (joining Ray), so dry runs can observe within it
 CLEAR_BATCH = 2000
 CONTROLLER = "TransferQueueController"
 TQ_NAMESPACE = "transfer_queue"
@@ -192,6 +192,7 @@ def test_leak_scenario_sweep_reclaims_exactly_the_orphans(
         "admissions": played.held_by(ADMITTED),
         "manifests": 0,  # the checkpoint's manifest was retired on restore
         "tags": played.held_by(TAGGED),
+        "owners": 0,
     }, report
     assert {(d["partition"], d["key"]) for d in report["deleted_sample"]} == set(
         played.scenario.fates.orphans
