@@ -1,15 +1,16 @@
 """tq-gc's full safe sweep against the naive restore-time clear, side by side on a real TransferQueue.
 
     scripts/bench                       # 100k staging rows, half orphans, 10k admissions, 4 manifests
-    scripts/bench --rows 20000 --repeats 3
+    scripts/bench sweep --rows 1000000 --repeats 2 --duty-cycle 1
 
 Each repeat fills the same data set twice and, in alternating order, times
   (a) tq-gc: the deleting sweep (lease, fence, list, references, plan, per-batch lease renewal, identity
       re-check, admission and fence re-read, delete, audit), with every row's first sighting done by an
       earlier sweep (that marking sweep is timed too, and reported apart);
   (b) naive: list the partition, subtract the referenced set, kv_clear the rest in batches of 2000;
-and prints the median ratio a/b, rows deleted per second, and each side's peak Python heap (tracemalloc,
-measured in a separate untimed pass). Only ratios from one run mean anything on a noisy machine.
+and prints the median ratio a/b, rows deleted per second, and each side's peak RSS growth (measured in a
+separate untimed pass per side), then a line of ratios. Only ratios from one run mean anything on a
+noisy machine.
 """
 
 from __future__ import annotations
