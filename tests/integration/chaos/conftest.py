@@ -54,12 +54,12 @@ def own_redis() -> Iterator[KillableRedisServer]:
 
 @pytest.fixture
 def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_path: Path) -> MakeJob:
-    """make_job(state_url, lease_ttl_s): rows in the test's partition, their references, a config.
+    """make_job(state_url, lease_ttl_s, grace_s): rows in the test's partition, their references, a config.
 
     Keys row-00000...: every ORPHANS+ADMITTED+MANIFESTED of them in one partition, the referenced ones
     spread among the orphans (so that they share delete batches' key ranges)."""
 
-    def make(state_url: str, lease_ttl_s: float = 30.0) -> Job:
+    def make(state_url: str, lease_ttl_s: float = 30.0, grace_s: float = GRACE_S) -> Job:
         total = ORPHANS + ADMITTED + MANIFESTED
         keys = [f"row-{i:05d}" for i in range(total)]
         step = total // (ADMITTED + MANIFESTED)
@@ -80,7 +80,7 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             state_url=state_url,
             transfer_queue={"ray_address": ray_cluster.address},
             scope=[{"partition": tq_partition, "all_keys": True}],
-            grace_seconds=GRACE_S,
+            grace_seconds=grace_s,
             allow_short_grace=True,
             lease_ttl_seconds=lease_ttl_s,
             manifests=[{"glob": f"{manifests}/**/gc-manifest.json"}],

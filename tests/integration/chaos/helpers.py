@@ -11,7 +11,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -19,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 from harness import TQ_GC, CliResult, cli_env
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from redis_server import RedisServer
+from redis_server import RedisServer, RedisServerError
 
 CLI_TIMEOUT_S = 90.0
 POLL_S = 0.02  # chaos polls TQ while a sweep deletes: finer than the default
@@ -133,7 +138,45 @@ def wait_for_deletes(
 
 
 class KillableRedisServer(RedisServer):
-    """A per-test redis-server that a test can kill (SIGKILL) or freeze (SIGSTOP) mid-sweep."""
+    """A per-test redis-server that a test can kill (SIGKILL), freeze (SIGSTOP), restart empty on the
+    same port, or turn into a read-only replica (a failover that left clients on the old primary)."""
+
+    def restart_empty(self) -> None:
+        """SHUTDOWN NOSAVE, then a fresh server on the same port: every key gone, as after a restart of
+        a Redis without persistence. Clients reconnect by themselves on their next call."""
+        process = self._process
+        assert process is not None and process.poll() is None and self._dir is not None
+        # No retries: redis-py would otherwise reconnect, for seconds, to the server it just stopped.
+        client = redis.Redis(port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass  # the server closed the connection on its way out: what SHUTDOWN does
+        finally:
+            client.close()
+        process.wait(timeout=10)
+        self._process = None
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        if not self._spawn(binary, Path(self._dir.name)):
+            raise RedisServerError(f"redis-server did not restart on port {self.port}:\n{self._log()}")
+
+    def make_read_only(self) -> None:
+        """REPLICAOF an address nobody serves: the data stays, every write fails with READONLY."""
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            dead_port = unused.getsockname()[1]
+        self._replicaof("127.0.0.1", dead_port)
+
+    def make_writable(self) -> None:
+        self._replicaof("NO", "ONE")
+
+    def _replicaof(self, host: str, port: int | str) -> None:
+        client = redis.Redis(port=self.port, socket_timeout=5)
+        try:
+            client.replicaof(host, port)
+        finally:
+            client.close()
 
     def signal(self, sig: signal.Signals) -> None:
         process = self._process
@@ -207,3 +250,26 @@ def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
         logger.setLevel(level)
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err, time.monotonic() - started)
+
+
+def redis_snapshot(url: str) -> dict[bytes, tuple[bytes, Any]]:
+    """Every key of the Redis database at `url` with its type and value (TTLs left out: they tick):
+    two equal snapshots around an interval mean nobody wrote in it."""
+    client = redis.Redis.from_url(url)
+    try:
+        return {key: _type_and_value(client, key) for key in client.scan_iter(count=1000)}
+    finally:
+        client.close()
+
+
+def _type_and_value(client: redis.Redis, key: bytes) -> tuple[bytes, Any]:
+    kind: bytes = client.type(key)
+    readers: dict[bytes, Callable[[], Any]] = {
+        b"string": lambda: client.get(key),
+        b"hash": lambda: client.hgetall(key),
+        b"list": lambda: client.lrange(key, 0, -1),
+        b"set": lambda: sorted(client.smembers(key)),
+        b"zset": lambda: client.zrange(key, 0, -1, withscores=True),
+        b"stream": lambda: client.xrange(key),
+    }
+    return kind, readers.get(kind, lambda: None)()

@@ -1,0 +1,158 @@
+"""The three properties every fault-matrix test asserts, whatever the fault:
+
+1. no referenced row deleted: every row a live admission or an active manifest holds is still there,
+   readable;
+2. reruns converge: once the fault is gone, sweeps a grace apart leave exactly the referenced rows and
+   end with nothing waiting;
+3. the audit (`tq-gc audit --json`) names every removed row, exactly once, and no row that is still
+   there.
+
+Sweeps and the audit run through the `tq-gc` CLI, in this process (`tq_gc_in_process`): a fresh
+process needs ~6 s to import TransferQueue and join Ray, and converging takes a few sweeps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from harness import CliResult, keys_in, wait_until
+
+from .conftest import KILL_AFTER, ORPHANS
+from .helpers import Cli, Job, Processes, assert_readable, tq_gc_in_process, wait_for_deletes
+
+# The fault matrix's grace. Grace accrues only while sweeps observe: a stretch longer than the grace
+# with no sweep observing restarts every row's clock. A sweep in a subprocess takes its lease seconds
+# after it starts (importing TQ), so the grace must be longer than that for it to delete anything.
+FAULT_GRACE_S = 8.0
+OBSERVE_EVERY_S = FAULT_GRACE_S / 4  # sweeps in this process keep the rows observed meanwhile
+# A subprocess sweep's lease: above the seconds it spends joining Ray and attaching to TQ while it holds
+# the lease on a loaded 2-core box (5-12 s seen).
+SUBPROCESS_LEASE_TTL_S = 15.0
+CONVERGE_WITHIN_S = 4 * FAULT_GRACE_S
+AUDIT_LIMIT = "100000"
+
+Sweep = Callable[[], CliResult]
+
+
+def in_process_sweep(capsys: Any, job: Job) -> Sweep:
+    return lambda: tq_gc_in_process(capsys, *job.sweep_args())
+
+
+def mark(sweep: Sweep, job: Job, orphans: int) -> float:
+    """The first sweep: every orphan seen for the first time, nothing deleted. Returns when it ended
+    (monotonic): its first-seen times, on the store's clock, are older than that."""
+    result = sweep()
+    ended = time.monotonic()
+    assert result.code == 0, result.why()
+    counts = result.json()["counts"]
+    assert counts["deleted"] == counts["eligible"] == 0, counts
+    assert counts["within_grace"] == orphans, counts
+    return ended
+
+
+def observe_until(sweep: Sweep, until: float) -> None:
+    """Sweep every OBSERVE_EVERY_S until `until` (monotonic): the rows stay observed, their grace
+    accrues. Nothing may be due before `until`: these sweeps must delete nothing."""
+    while time.monotonic() + OBSERVE_EVERY_S < until:
+        time.sleep(OBSERVE_EVERY_S)
+        result = sweep()
+        assert result.code == 0, result.why()
+        assert result.json()["counts"]["deleted"] == 0, result.stdout
+
+
+def mark_and_observe(sweep: Sweep, job: Job, orphans: int, grace_s: float = FAULT_GRACE_S) -> None:
+    """Mark, then keep the rows observed until a sweep started now, in a process of its own, will take
+    its lease well within a grace of the last observation and plan after the orphans' grace is over."""
+    marked = mark(sweep, job, orphans)
+    # The last observation ends between OBSERVE_EVERY_S and 0.5 s short of the grace: not due yet.
+    # A subprocess needs longer than the rest to join Ray and list: when it plans, the orphans are.
+    observe_until(sweep, marked + grace_s - 0.5)
+
+
+def lease_holder(capsys: Any, job: Job) -> Any:
+    """The lease as `tq-gc status --json` shows it: None when nobody holds it."""
+    result = tq_gc_in_process(capsys, "status", "--config", str(job.config), "--json")
+    assert result.code == 0, result.why()
+    return result.json()["lease"]
+
+
+def wait_for_free_lease(capsys: Any, job: Job, timeout_s: float) -> None:
+    """A sweeper that stopped without releasing its lease (its store failed, it died) holds every
+    other one off until the lease's TTL runs out."""
+    wait_until("the lease is free", lambda: lease_holder(capsys, job) is None, timeout_s, poll_s=0.2)
+
+
+def assert_referenced_intact(tq: Any, job: Job) -> None:
+    left = keys_in(tq, job.partition)
+    lost = job.referenced - left
+    assert not lost, f"{len(lost)} referenced rows deleted: {sorted(lost)[:10]}"
+    assert_readable(tq, job.partition, sorted(job.referenced))
+
+
+def converge(sweep: Sweep, tq: Any, job: Job, grace_s: float = FAULT_GRACE_S) -> list[dict[str, Any]]:
+    """Sweep every quarter grace (so that the rows stay observed) until only the referenced rows are
+    left and nothing waits out a grace; returns the reports. Every one of these sweeps must complete."""
+    reports: list[dict[str, Any]] = []
+    deadline = time.monotonic() + CONVERGE_WITHIN_S
+    while True:
+        result = sweep()
+        assert result.code == 0, result.why()
+        report = result.json()
+        reports.append(report)
+        assert report["outcome"] == "completed", report
+        left = keys_in(tq, job.partition)
+        if left == job.referenced and report["counts"]["within_grace"] == 0:
+            return reports
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"not converged after {len(reports)} sweeps: {len(left - job.referenced)} orphans left, "
+                f"{len(job.referenced - left)} referenced rows gone; last report: {report}"
+            )
+        time.sleep(grace_s / 4)
+
+
+def audited(capsys: Any, job: Job) -> list[dict[str, Any]]:
+    """Every row `tq-gc audit --json` names (it lists the newest first, up to the limit)."""
+    result = tq_gc_in_process(capsys, "audit", "--config", str(job.config), "--limit", AUDIT_LIMIT, "--json")
+    assert result.code == 0, result.why()
+    rows: list[dict[str, Any]] = result.json()["deleted"]
+    assert len(rows) < int(AUDIT_LIMIT), "raise AUDIT_LIMIT: the audit may hold more rows than were read"
+    return rows
+
+
+def assert_audit_names_every_removed_row(
+    capsys: Any, tq: Any, job: Job, removed_before_audit_began: Iterable[str] = ()
+) -> None:
+    """Every row of the job that is gone is in the audit; none is recorded as deleted twice, and none
+    that is still there is recorded as deleted. An entry marked `"confirmed": false` (a delete whose
+    intent was written, the sweeper gone before it could confirm) counts as naming its row, and may
+    name one that was never cleared. `removed_before_audit_began`: rows deleted before the audit log
+    itself was lost (Redis restarted empty), which no audit can name any more."""
+    forgotten = set(removed_before_audit_began)
+    removed = job.all_keys - keys_in(tq, job.partition) - forgotten
+    rows = audited(capsys, job)
+    assert {row["partition"] for row in rows} <= {job.partition}, rows[:3]
+    named = {row["key"] for row in rows}
+    confirmed = Counter(row["key"] for row in rows if row.get("confirmed", True) is not False)
+    twice = sorted(key for key, n in confirmed.items() if n > 1)
+    assert not twice, f"{len(twice)} rows recorded as deleted more than once: {twice[:10]}"
+    unaudited = removed - named
+    assert not unaudited, (
+        f"{len(unaudited)} of {len(removed)} removed rows are not in the audit: {sorted(unaudited)[:10]}"
+    )
+    still_there = confirmed.keys() - removed - forgotten
+    assert not still_there, (
+        f"{len(still_there)} rows recorded as deleted are still there: {sorted(still_there)[:10]}"
+    )
+
+
+def start_deleting_sweep(processes: Processes, capsys: Any, tq: Any, job: Job) -> tuple[Cli, set[str]]:
+    """Mark and observe (in this process), then a deleting sweep (a subprocess) until it has deleted
+    KILL_AFTER rows; returns it, and the rows left at that moment."""
+    mark_and_observe(in_process_sweep(capsys, job), job, ORPHANS)
+    sweeper = processes.start(*job.sweep_args())
+    wait_for_deletes(tq, job.partition, len(job.all_keys), KILL_AFTER, sweeper, timeout_s=90)
+    return sweeper, keys_in(tq, job.partition)
