@@ -45,6 +45,7 @@ from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore
 from tq_gc.sweep import (
     Batch,
+    LeaseKeeper,
     Progress,
     Sweep,
     SweepStopped,
@@ -59,9 +60,9 @@ from tq_gc.sweep import (
 
 log = logging.getLogger(__name__)
 
-# During the mark phase the lease is renewed once a third of its TTL has passed since the last renewal:
-# a long listing (a million rows) must not let it lapse while no delete is near.
-RENEW_AFTER_TTL_FRACTION = 1 / 3
+# The lease is renewed in the background every third of its TTL (sweep.LeaseKeeper): two renewals can fail
+# in a row before it lapses, and a long attach or listing (a million rows) never outlasts it.
+RENEW_FRACTION = 1 / 3
 # Right before a clear, the last renewal must be younger than this fraction of the TTL (monotonic clock):
 # a sweeper paused between its re-check and its clear (SIGSTOP, a long GC pause) stops instead.
 CLEAR_WITHIN_TTL_FRACTION = 1 / 2
@@ -103,9 +104,11 @@ class Collector:
         report = sweep.report
         report.started_at = iso_now()
         self._take_request_stats()  # requests made before this sweep are not its own
+        keeper = LeaseKeeper(lambda: self._recheck(sweep), self.config.lease_ttl_seconds * RENEW_FRACTION)
         try:
             with self._phase(report, "lease"):
                 self._take_lease(sweep)
+            keeper.start()
             with self._phase(report, "attach"):
                 self._attach_row_store()
             self._mark(sweep)
@@ -135,6 +138,7 @@ class Collector:
             end_sweep(report, Outcome.ABORTED, Cause.ERROR, f"interrupted ({type(exc).__name__})")
             raise
         finally:
+            keeper.stop()
             report.finished_at = iso_now()
             report.record_tq_requests(self._take_request_stats())
             self._finish(sweep)
@@ -194,16 +198,15 @@ class Collector:
         with self._phase(report, "references"):
             admissions, manifests = self.admissions.read(), self.manifests.read()
         with self._phase(report, "list"):
-            listing, existing = self._list(sweep)
+            listing, existing = self._list()
         with self._phase(report, "references"):
             tags = self.tags.read(listing, existing)
             owners = self.owners.read(listing, existing)
             admissions = merge_keys(admissions, self.admissions.reread())
             manifests = merge_keys(manifests, self.manifests.read())
-        self._keep_lease(sweep)
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
 
-    def _list(self, sweep: Sweep) -> tuple[Listing, set[str]]:
+    def _list(self) -> tuple[Listing, set[str]]:
         """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
         partition it lacks fails its source; an in-scope one is simply empty)."""
         existing = set(self.row_store.partitions())
@@ -213,7 +216,6 @@ class Collector:
         listing: dict[str, dict[str, Tags]] = {}
         for partition in sorted(partitions):
             listing[partition] = self.row_store.list_rows(partition)
-            self._keep_lease(sweep)
         return listing, existing
 
     def _trusted_first_seen(self, sweep: Sweep) -> FirstSeenByPartition:
@@ -339,10 +341,6 @@ class Collector:
             raise LeaseLost(self.config.namespace)
         sweep.lease, sweep.renewed_at = check.lease, started
         return check
-
-    def _keep_lease(self, sweep: Sweep) -> None:
-        if time.monotonic() - sweep.renewed_at > self.config.lease_ttl_seconds * RENEW_AFTER_TTL_FRACTION:
-            self._recheck(sweep)
 
     def _check_lease_fresh(self, sweep: Sweep) -> None:
         """Right before a clear: were we paused since the renewal? The store would not tell us in time."""

@@ -4,17 +4,22 @@ with an outcome, its delete batches, pacing, and the clock of its report."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from tq_gc.errors import LeaseLost
 from tq_gc.model import Cause, Outcome, SweepReport
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.state.base import Lease
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 
@@ -54,6 +59,38 @@ class Sweep:
     def holds_lease(self) -> Lease:
         assert self.lease is not None, "the sweep took its lease first"
         return self.lease
+
+
+class LeaseKeeper:
+    """Renews a sweep's lease in the background, from when it is taken until the sweep ends: attaching
+    to a busy cluster or listing a million rows in paced windows can take longer than the TTL. A paused
+    process renews nothing (the thread pauses with it), so a sweeper frozen past its TTL still loses the
+    lease and fences itself; a renewal that finds the lease gone ends the keeper, and the sweep's next
+    write fails on the token."""
+
+    def __init__(self, renew: Callable[[], object], every_seconds: float) -> None:
+        self._renew = renew
+        self._every_seconds = every_seconds
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._keep, name="tq-gc-lease-keeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _keep(self) -> None:
+        while not self._stopped.wait(self._every_seconds):
+            try:
+                self._renew()
+            except LeaseLost:
+                return
+            except Exception as exc:  # a store hiccup: the next renewal may succeed, the TTL decides
+                log.warning("could not renew the sweep lease (retrying): %s", exc)
 
 
 def default_holder() -> str:

@@ -243,3 +243,23 @@ def test_the_memory_store_clock_does_not_follow_a_wall_clock_step(monkeypatch: p
     real_ns = time.time_ns
     monkeypatch.setattr(time, "time_ns", lambda: real_ns() + 86_400 * 10**9)  # NTP steps a day ahead
     assert 0 <= state.now_ms() - before < 60_000
+
+
+def test_the_lease_outlives_a_listing_longer_than_its_ttl(tmp_path: Path) -> None:
+    """Attaching to a busy cluster or listing a million rows in paced windows can outlast the TTL: the
+    lease is renewed in the background, and another sweeper keeps out meanwhile."""
+    world = World(tmp_path)
+    world.state = MemoryState("job-42")  # the real (steady) clock: the renewals run in real time
+    config = world.config.model_copy(update={"lease_ttl_seconds": 0.3})  # below the config's floor
+    world.rows.put(STAGING, KEY)
+    contenders: list[Any] = []
+
+    def slow_listing() -> None:
+        time.sleep(0.5)
+        contenders.append(Collector(config, world.state, world.rows, holder="cronjob").sweep())
+        time.sleep(0.5)
+
+    world.rows.before("list_rows", slow_listing)
+    report = Collector(config, world.state, world.rows, holder="sidecar").sweep(dry_run=False)
+    assert (report.outcome, report.counts.within_grace) == (Outcome.COMPLETED, 1), report.reason
+    assert (contenders[0].outcome, contenders[0].cause) == (Outcome.SKIPPED, Cause.LEASE_HELD)
