@@ -1,6 +1,6 @@
 """The state store: everything tq-gc remembers between sweeps, and the clock it trusts.
 
-One interface, two implementations run against one contract suite (tests/unit/test_state_contract.py):
+One interface, two implementations run against one contract suite (tests/contract/test_state_store.py):
 `memory://` (embedded default, one process) and `redis://` / `rediss://` / `unix://` (shared by the
 sidecar, the CronJob and the CLI). Times are milliseconds on the store's own clock (Redis `TIME`), never
 the host's: a collector whose host clock is off must not shorten anyone's grace.

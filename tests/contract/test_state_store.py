@@ -1,7 +1,7 @@
 """One contract for every state store: each test runs on memory:// and on a real redis-server.
 
 `advance(seconds)` lets time pass on the store's clock: a manual clock for memory, real sleeps for Redis
-(short TTLs, ~200 ms). Redis-only tests at the bottom cover what only a network store can do wrong.
+(short TTLs, ~500 ms). Redis-only tests at the bottom cover what only a network store can do wrong.
 """
 
 from __future__ import annotations
