@@ -28,6 +28,14 @@ CANONICAL_PARTITION = "rollout_data"
 STATE_SCHEMES = ("memory", "redis", "rediss", "unix")
 
 
+def not_a_state_url(url: str) -> str:
+    """What to say of a state_url whose scheme names no state store (log-safe)."""
+    return (
+        f"{redact_url(url)!r} is not a state store URL: use memory://, redis://host:6379/0, "
+        "rediss://... or unix:///path/to/redis.sock"
+    )
+
+
 class ScopeEntry(Frozen):
     partition: str = Field(min_length=1)
     prefixes: tuple[str, ...] = ()
@@ -186,10 +194,7 @@ class Config(Frozen):
     def _known_state_scheme(cls, url: str) -> str:
         scheme = urlsplit(url).scheme
         if scheme not in STATE_SCHEMES:
-            raise ValueError(
-                f"{redact_url(url)!r} is not a state store URL: use memory://, redis://host:6379/0, "
-                "rediss://... or unix:///path/to/redis.sock"
-            )
+            raise ValueError(not_a_state_url(url))
         return url
 
     @model_validator(mode="after")

@@ -33,6 +33,7 @@ from tq_gc.config import OwnerReference, compile_key_pattern
 from tq_gc.errors import ReferenceSourceError
 from tq_gc.model import KeysByPartition, Listing, Source, Tags
 from tq_gc.references.keytemplate import KeyTemplate
+from tq_gc.references.listed import ListedRows
 from tq_gc.stores.base import RowStore
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ class OwnersSource:
 
     def __init__(self, references: Sequence[OwnerReference], row_store: RowStore) -> None:
         self._rules = tuple(_Rule.of(reference) for reference in references)
-        self._row_store = row_store
+        self._listed = ListedRows(Source.OWNERS, row_store)
 
     @property
     def partitions(self) -> list[str]:
@@ -100,9 +101,7 @@ class OwnersSource:
         """Each rule with what it found in its partition."""
         if not self._rules:
             return
-        if existing is None:
-            existing = self._store_call("listing partitions", self._row_store.partitions)
-        known = set(existing)
+        known = self._listed.existing(existing)
         for rule in self._rules:
             reference = rule.reference
             for role, partition in (
@@ -116,23 +115,9 @@ class OwnersSource:
                         "store: a typo, a renamed partition, or a job that has not written it yet. Nothing "
                         "is deleted until it exists",
                     )
-            rows = self._rows(reference.partition, listed)
-            owners = self._rows(reference.owners_in, listed)
+            rows = self._listed.rows(reference.partition, listed)
+            owners = self._listed.rows(reference.owners_in, listed)
             yield rule, rule.find(rows, owners)
-
-    def _rows(self, partition: str, listed: Listing | None) -> Mapping[str, Tags]:
-        if listed is not None and partition in listed:
-            return listed[partition]
-        return self._store_call(
-            f"listing partition {partition!r}", lambda: self._row_store.list_rows(partition)
-        )
-
-    @staticmethod
-    def _store_call(what: str, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except Exception as exc:  # any store failure: the source is incomplete, so the sweep aborts
-            raise ReferenceSourceError(Source.OWNERS.value, f"{what} failed: {exc!r}") from exc
 
 
 @dataclass(frozen=True, slots=True)

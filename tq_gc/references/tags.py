@@ -8,13 +8,14 @@ a nested object, so strings along the key path are decoded.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TypeVar
 
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError
 from tq_gc.model import KeysByPartition, Listing, RowId, Source, Tags, group_by_partition
 from tq_gc.references.keypath import extract_keys
+from tq_gc.references.listed import ListedRows
 from tq_gc.stores.base import RowStore
 
 T = TypeVar("T")
@@ -33,7 +34,7 @@ class TagsSource:
         self._by_partition: dict[str, list[TagReference]] = defaultdict(list)
         for reference in references:
             self._by_partition[reference.partition].append(reference)
-        self._row_store = row_store
+        self._listed = ListedRows(Source.TAGS, row_store)
 
     @property
     def partitions(self) -> list[str]:
@@ -45,9 +46,7 @@ class TagsSource:
         `existing` (the row store's partitions) replaces asking the store which partitions exist."""
         if not self._by_partition:
             return {}
-        if existing is None:
-            existing = self._store_call("listing partitions", self._row_store.partitions)
-        known = set(existing)
+        known = self._listed.existing(existing)
         rows: set[RowId] = set()
         for partition, references in self._by_partition.items():
             if partition not in known:
@@ -57,25 +56,10 @@ class TagsSource:
                     "a renamed partition, or a job that has not written it yet. Nothing is deleted until "
                     "it exists",
                 )
-            if listed is not None and partition in listed:
-                tagged_rows = listed[partition]
-            else:
-                tagged_rows = self._list(partition)
+            tagged_rows = self._listed.rows(partition, listed)
             for reference in references:
                 rows.update(_checked_rows(reference, tagged_rows))
         return group_by_partition(rows)
-
-    def _list(self, partition: str) -> Mapping[str, Tags]:
-        return self._store_call(
-            f"listing partition {partition!r}", lambda: self._row_store.list_rows(partition)
-        )
-
-    @staticmethod
-    def _store_call(what: str, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except Exception as exc:  # any store failure: the source is incomplete, so the sweep aborts
-            raise ReferenceSourceError(Source.TAGS.value, f"{what} failed: {exc!r}") from exc
 
 
 def _checked_rows(reference: TagReference, tagged_rows: Mapping[str, Tags]) -> list[RowId]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tq_gc.config import redact_url
+from tq_gc.config.models import not_a_state_url
 from tq_gc.errors import ConfigError
 from tq_gc.state.base import Lease, StateStore
 from tq_gc.state.memory import MemoryState
@@ -22,7 +22,4 @@ def open_state(url: str, namespace: str) -> StateStore:
         return MemoryState(namespace)
     if scheme in REDIS_SCHEMES:
         return RedisState.from_url(url, namespace)
-    raise ConfigError(
-        f"{redact_url(url)!r} is not a state store URL: use memory://, redis://host:6379/0, "
-        "rediss://... or unix:///path/to/redis.sock"
-    )
+    raise ConfigError(not_a_state_url(url))
