@@ -86,9 +86,9 @@ class TransferQueueConfig(Frozen):
     # between a sixteenth of this and this (tq_gc/stores/pacing.py).
     request_batch: int = Field(default=2000, ge=1)
     # A listing request slower than this halves the next one's size: how long tq-gc may hold the job's
-    # controller, which serves one request at a time, in one go. 5 ms: windows of ~500-1,000 rows at
-    # 1M rows (README, "Cost to the training job").
-    request_target_ms: float = Field(default=5.0, gt=0.0, allow_inf_nan=False)
+    # controller, which serves one request at a time, in one go. 10 ms: windows of ~1,000-2,000 rows at
+    # 1M rows, each holding the controller under 10 ms (README, "Cost to the training job").
+    request_target_ms: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
     # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
     # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. A job request then waits behind one of
     # tq-gc's at most this often. 1 never pauses.
