@@ -1,0 +1,77 @@
+"""The lines README's "NeMo RL" section tells a trainer to add, run as written against a real Ray cluster,
+a real TransferQueue and a real Redis: the sidecar started from the example config file, the trainer kit
+holding a restored call's cut rows, a checkpoint saved under a fence. The sidecar reclaims exactly the
+cut rows that neither a held call nor a committed checkpoint's inventory names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import keys_in, wait_until
+
+import tq_gc
+from tq_gc.sidecar_client import stop_sidecar
+
+from support.nemo_rl_checkpoints import cut_key, inventory, write_checkpoint
+
+pytestmark = pytest.mark.ray
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "nemo_rl.yaml"
+GRACE_S = 3.0
+WAIT_S = 90.0
+
+
+def example_config_file(tmp_path: Path, redis_url: str, ray_address: str, staging: str, ckpt: Path) -> Path:
+    """deploy/examples/nemo_rl.yaml, made this test's: its partition, checkpoint directory, Redis, and a
+    grace and schedule of seconds."""
+    values: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    [scope], [manifest] = values["scope"], values["manifests"]
+    scope["partition"] = manifest["partition"] = staging
+    manifest["glob"] = manifest["glob"].replace("/checkpoints/", f"{ckpt}/", 1)
+    values.update(
+        namespace=f"trainer-{staging}",
+        state_url=redis_url,
+        transfer_queue={"ray_address": ray_address},
+        grace_seconds=GRACE_S,
+        allow_short_grace=True,
+        lease_ttl_seconds=5,
+        schedule={"interval_seconds": 1},
+        sidecar={"name": f"tq-gc-{staging}", "ray_namespace": "tq_gc_trainer_lines"},
+    )
+    path = tmp_path / "nemo_rl.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def test_the_readme_trainer_lines_protect_what_they_name(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, redis_url: str, tmp_path: Path
+) -> None:
+    staging, ckpt = tq_partition, tmp_path / "checkpoints"
+    ckpt.mkdir()
+    config_path = example_config_file(tmp_path, redis_url, ray_cluster.address, staging, ckpt)
+    held = [cut_key("step_3", "g1_g0_a1", "call3", seq) for seq in range(2)]  # a restored call's cut
+    saved = [cut_key("step_4", "g2_g0_a2", "call5", 0)]  # listed by the checkpoint saved below
+    orphans = [cut_key("step_3", "g3_g0_a3", "call1", 0)]  # the forest lane dropped it
+
+    # The README's lines, as a trainer writes them:
+    handle = tq_gc.start_sidecar(tq_gc.load_config(config_path))
+    gc = tq_gc.GcClient.connect(redis_url, namespace=f"trainer-{staging}")
+    try:
+        with gc.holding("restored-call-g1", {staging: held}):
+            put_rows(staging, held + saved + orphans)
+            with gc.checkpoint_fence("ckpt-4"):
+                write_checkpoint(ckpt / "step_4", inventory({"g2": saved}))
+            wait_until("the orphan is reclaimed", lambda: not keys_in(tq, staging) & set(orphans), WAIT_S)
+            assert keys_in(tq, staging) == set(held + saved)  # held and saved rows whole
+    finally:
+        gc.close()
+        stop_sidecar(handle)
+    audit = tq_gc.AdmissionRegistry.connect(redis_url, namespace=f"trainer-{staging}")
+    try:
+        assert audit.live() == {}  # released when the call's block ended
+    finally:
+        audit.close()
