@@ -2,7 +2,8 @@
 and deletes nothing more than the batch already in flight. No referenced row is touched.
 
 A redis-server of the test's own is SIGKILLed once the sweep (the `tq-gc` console script in a
-subprocess, against the session's real TransferQueue) has deleted a good part of the orphans.
+subprocess, against the session's real TransferQueue) has deleted a good part of the orphans. Sweeps
+in this process mark the orphans and keep them observed until then (grace counts only observed time).
 """
 
 from __future__ import annotations
@@ -17,14 +18,9 @@ from harness import keys_in
 
 from tq_gc.state.redis import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S
 
-from .conftest import DELETE_BATCH, GRACE_S, KILL_AFTER, ORPHANS, MakeJob
-from .helpers import (
-    KillableRedisServer,
-    Processes,
-    RecordTiming,
-    assert_readable,
-    wait_for_deletes,
-)
+from .conftest import DELETE_BATCH, MakeJob
+from .helpers import KillableRedisServer, Processes, RecordTiming, assert_readable
+from .properties import FAULT_GRACE_S, start_deleting_sweep
 
 pytestmark = pytest.mark.ray
 
@@ -39,19 +35,13 @@ def test_redis_killed_mid_delete_aborts_and_deletes_nothing_more(
     own_redis: KillableRedisServer,
     processes: Processes,
     tq: Any,
+    capsys: pytest.CaptureFixture[str],
     record_timing: RecordTiming,
 ) -> None:
-    job = make_job(own_redis.url)
+    job = make_job(own_redis.url, grace_s=FAULT_GRACE_S)
     total = len(job.all_keys)
 
-    mark = processes.run(*job.sweep_args())
-    marked = time.monotonic()
-    assert mark.code == 0, mark.why()
-    assert mark.json()["counts"]["within_grace"] == ORPHANS, mark.stdout
-    time.sleep(max(0.0, marked + GRACE_S + 0.2 - time.monotonic()))
-
-    sweeper = processes.start(*job.sweep_args())
-    wait_for_deletes(tq, job.partition, total, KILL_AFTER, sweeper, timeout_s=60)
+    sweeper, _ = start_deleting_sweep(processes, capsys, tq, job)  # marks: every orphan within grace
     own_redis.signal(signal.SIGKILL)
     died, died_wall = time.monotonic(), time.time()
     left_at_death = keys_in(tq, job.partition)
