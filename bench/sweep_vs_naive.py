@@ -48,18 +48,12 @@ class Sides:
     def __init__(self, data: DataSet, state_url: str, duty_cycle: float | None) -> None:
         from tq_gc.registry import AdmissionRegistry
         from tq_gc.state import open_state
-        from tq_gc.state.memory import ManualClock, MemoryState
         from tq_gc.stores import attach_transfer_queue
 
         self.data = data
         pacing = {} if duty_cycle is None else {"duty_cycle": duty_cycle}
         self.config = config_for(data, state_url, transfer_queue=pacing)
-        self.clock = ManualClock(start_ms=int(time.time() * 1000))
-        self.state = (
-            MemoryState("bench", clock_ms=self.clock)
-            if state_url == "memory://"
-            else open_state(state_url, "bench")
-        )
+        self.state = open_state(state_url, "bench")
         self.rows = attach_transfer_queue(self.config)
         self.registry = AdmissionRegistry(self.state)
 
@@ -88,10 +82,9 @@ class Sides:
         return time.perf_counter() - started
 
     def _let_grace_pass(self) -> None:
-        if hasattr(self.state, "clock_ms") and self.state.clock_ms is self.clock:
-            self.clock.advance(self.config.grace_seconds + 1)
-        else:  # Redis: its own clock; move the records back instead of waiting 60 s
-            shift_first_seen(self.state, PARTITION, int(self.config.grace_seconds * 1000) + 1000)
+        """Move the records a grace period back, as if sweeps had observed the rows all along (moving the
+        clock instead would leave a gap in observation longer than the grace: the records would go)."""
+        shift_first_seen(self.state, PARTITION, int(self.config.grace_seconds * 1000) + 1000)
 
     def tq_gc(self) -> int:
         from tq_gc.collector import Collector
@@ -100,6 +93,10 @@ class Sides:
         assert report.outcome.value == "completed", report.to_dict()
         self.last_phases_ms = report.phases_ms
         self.last_longest = report.to_dict()["longest_tq_request"]
+        self.last_requests = {
+            op: {"count": len(seconds), "total_ms": round(1000 * sum(seconds))}
+            for op, seconds in report.tq_request_seconds.items()
+        }
         return report.counts.deleted
 
     def naive(self) -> int:
@@ -182,6 +179,7 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
         "mark_sweep_median_s": round(statistics.median(marks), 3),
         "tq_gc_phases_ms": _rounded(sides.last_phases_ms),
         "tq_gc_longest_tq_request": sides.last_longest,
+        "tq_gc_tq_requests": sides.last_requests,
         "duty_cycle": sides.config.transfer_queue.duty_cycle,
         "tq_gc_peak_rss_growth_mib": round(rss_a / 2**20, 1),
         "naive_peak_rss_growth_mib": round(rss_b / 2**20, 1),
