@@ -1,0 +1,105 @@
+"""The sidecar shut down while its sweep deletes: the sweep stops between two delete batches (aborted,
+cause `stopped`, its report counting every row it deleted), shutdown() returns only once it has, and
+nothing is deleted after. No referenced row is lost, reruns converge, the audit names every removed row.
+
+The sidecar is a real actor in the session's cluster, sweeping on its schedule (which keeps the rows
+observed through the grace); its delete phase is slowed by the throttle, not by a fake store.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import ray
+import yaml
+from harness import keys_in, wait_until
+
+from tq_gc import start_sidecar
+from tq_gc.sidecar_client import stop_sidecar
+
+from .conftest import DELETE_BATCH, KILL_AFTER, ORPHANS, MakeJob
+from .helpers import Job
+from .properties import (
+    assert_audit_names_every_removed_row,
+    assert_referenced_intact,
+    audited,
+    converge,
+    in_process_sweep,
+)
+
+pytestmark = pytest.mark.ray
+
+# The sidecar sweeps every INTERVAL_S, in its own long-running process: it observes the rows many
+# times per grace, and a short grace is enough.
+GRACE_S = 3.0
+INTERVAL_S = 0.5
+DELETES_PER_SECOND = 200.0  # batches of 100 every 0.5 s: a delete phase of 15 s for 3,000 orphans
+CALL_TIMEOUT_S = 60.0
+QUIET_S = 2 * DELETE_BATCH / DELETES_PER_SECOND  # two batches' time: long enough to see one more
+
+
+@pytest.fixture
+def sidecars() -> Iterator[list[Any]]:
+    """Sidecar handles the test started: each one stopped (shutdown, then killed) at the end."""
+    handles: list[Any] = []
+    yield handles
+    for handle in handles:
+        stop_sidecar(handle, timeout_seconds=10)
+
+
+def sidecar_config(job: Job) -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load(job.config.read_text())
+    values["grace_seconds"] = GRACE_S
+    values["limits"] = {**values["limits"], "max_deletes_per_second": DELETES_PER_SECOND}
+    values["schedule"] = {"interval_seconds": INTERVAL_S, "misfire_grace_seconds": 5}
+    values["sidecar"] = {"name": f"tq-gc-chaos-{uuid.uuid4().hex[:8]}", "ray_namespace": "tq_gc_tests"}
+    return values
+
+
+def test_sidecar_shutdown_mid_delete_stops_between_batches(
+    make_job: MakeJob,
+    redis_url: str,
+    tq: Any,
+    capsys: pytest.CaptureFixture[str],
+    sidecars: list[Any],
+) -> None:
+    job = make_job(redis_url, grace_s=GRACE_S)
+    config = sidecar_config(job)
+    handle = start_sidecar(config)
+    sidecars.append(handle)
+    total = len(job.all_keys)
+    wait_until(
+        f"the sidecar deletes {KILL_AFTER} rows",
+        lambda: len(keys_in(tq, job.partition)) <= total - KILL_AFTER,
+        timeout_s=60,
+        poll_s=0.02,
+    )
+    left_when_asked = keys_in(tq, job.partition)
+    ray.get(handle.shutdown.remote(), timeout=CALL_TIMEOUT_S)  # returns once the sweep has stopped
+    left_at_shutdown = keys_in(tq, job.partition)
+
+    # Between batches: at most the batch in flight when it was asked (and one that may have begun
+    # between reading TQ and the call arriving) went after; nothing at all once shutdown returned.
+    assert len(left_when_asked - left_at_shutdown) <= 2 * DELETE_BATCH
+    assert left_at_shutdown & job.orphans, "the sweep finished before it was stopped: slow it down"
+    time.sleep(QUIET_S)
+    assert keys_in(tq, job.partition) == left_at_shutdown
+    assert_referenced_intact(tq, job)
+
+    last = ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_S)["last_reports"][0]
+    assert (last["outcome"], last["cause"]) == ("aborted", "stopped"), last
+    assert 0 < last["counts"]["deleted"] < ORPHANS, last["counts"]
+    # Its report counts exactly the rows its audit confirms, all removed before shutdown returned.
+    by_stopped_sweep = {
+        row["key"] for row in audited(capsys, job) if row["run_id"] == last["run_id"] and row["confirmed"]
+    }
+    assert len(by_stopped_sweep) == last["counts"]["deleted"], (len(by_stopped_sweep), last["counts"])
+    assert by_stopped_sweep <= job.orphans - left_at_shutdown
+
+    converge(in_process_sweep(capsys, job), tq, job, grace_s=GRACE_S)
+    assert_referenced_intact(tq, job)
+    assert_audit_names_every_removed_row(capsys, tq, job)
