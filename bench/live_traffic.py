@@ -62,6 +62,10 @@ NAIVE_DELAY_S = 1.0
 # this long before it.
 LEAD_S = 5.0
 BACK_TO_BACK_INTERVAL_S = 1.0
+# After a window, how long a sweep in progress may take to end (a paced 1M-row sweep: a minute or two).
+FINISH_WAIT_S = 150.0
+# A sidecar killed mid-sweep leaves its lease until the TTL (60 s by default) runs out.
+LEASE_WAIT_S = 75.0
 
 
 class JobLoop:
@@ -225,7 +229,7 @@ class Bench:
         try:
             self._wait_for_first_sweep(handle)
             loop = self._loop(self.args.window_seconds, config)
-            sweeps = self._sweeps(handle, loop["elapsed_s"])
+            sweeps = {**self._sweeps(handle, loop["elapsed_s"]), **self._let_sweep_finish(handle)}
             settings = {"sweeper_nice": self.args.sweeper_nice, "transfer_queue": self._pacing()}
             return summary(config, self.data.rows, loop, {**sweeps, **settings})
         finally:
@@ -247,6 +251,10 @@ class Bench:
             key: FirstSeen(back_ms, Identity(tags_digest(tags_for(key)))) for key in self.data.orphans()
         }
         lease = self.state.acquire_lease("bench", 60_000)
+        deadline = time.monotonic() + LEASE_WAIT_S
+        while lease is None and time.monotonic() < deadline:  # a sidecar stopped mid-sweep: its TTL
+            time.sleep(1.0)
+            lease = self.state.acquire_lease("bench", 60_000)
         assert lease is not None, "a sidecar still holds the lease"
         self.state.forget_partition(lease, PARTITION)
         self.state.save_first_seen(lease, PARTITION, records, [], observed_ms=now_ms)
@@ -261,6 +269,31 @@ class Bench:
         next_run = ray.get(handle.status.remote())["next_run_at"]
         wait_s = datetime.fromisoformat(next_run).timestamp() - datetime.now(UTC).timestamp() - LEAD_S
         time.sleep(max(0.0, wait_s))
+
+    @staticmethod
+    def _let_sweep_finish(handle: Any) -> dict[str, Any]:
+        """After the window: no new sweep, and the one in progress (if any) runs to its end, so the
+        sidecar stops cleanly (a sweep stops early only between delete batches) and reports it. Its
+        report is given apart: it may have gone on past the window."""
+        import ray
+
+        ray.get(handle.pause.remote())
+        waited = time.monotonic()
+        while ray.get(handle.status.remote())["sweeping"] and time.monotonic() - waited < FINISH_WAIT_S:
+            time.sleep(1.0)
+        reports = ray.get(handle.status.remote())["last_reports"]
+        if not reports:
+            return {"sweep_after_window": None}
+        last = reports[0]
+        return {
+            "sweep_after_window": {
+                "finished_s_after_window": round(time.monotonic() - waited, 1),
+                "outcome": last["outcome"],
+                "deleted": last["counts"]["deleted"],
+                "phases_ms": {k: round(v) for k, v in last["phases_ms"].items()},
+                "longest_tq_request": last.get("longest_tq_request"),
+            }
+        }
 
     @staticmethod
     def _sweeps(handle: Any, window_s: float) -> dict[str, Any]:
