@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 
 from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
-from tq_gc.stores.transferqueue import TQ_REQUEST_OPS
+from tq_gc.stores.tq_requests import TQ_REQUEST_OPS
 
 log = logging.getLogger(__name__)
 

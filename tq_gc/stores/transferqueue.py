@@ -1,26 +1,8 @@
 """The real row store: a running training job's TransferQueue (TQ), reached through its Ray cluster.
 
-Attach, never own (DESIGN.md rule 10). How this module makes sure of it:
-
-- `attach()` looks the controller up by name (`ray.get_actor`) and fails with TransferQueueNotFound
-  when it is missing. It never calls `tq.init()`: in a cluster without a controller, `tq.init()` (with
-  or without a config) creates a new, empty TQ.
-- It builds its own `TransferQueueClient` from the config the controller publishes (what TQ's own
-  `_init_from_existing()` does), and leaves TQ's process-global state alone. `_init_from_existing()`
-  would record the controller handle in `transfer_queue.interface`, and from then on TQ's
-  module-level `close` in this process runs `ray.kill(controller)`: the job's TQ gone. With our own
-  client, a stray module-level `close` here has nothing to kill. It also lets `close()` close exactly
-  the client we opened,
-  and lets every request carry a deadline (TQ's client waits forever on a dead controller).
-- `close()` closes that client, and disconnects from Ray only if `attach()` connected this process
-  (`ray.shutdown()` ends this driver's connection; the cluster and the job's actors are untouched).
-  It never kills an actor.
-
-Reaching the cluster (`transfer_queue.ray_address`): 'auto' (RAY_ADDRESS, else the cluster last started
-on this node), a GCS address host:port, or ray://head:10001 (Ray Client: works, but TQ's client then
-talks ZMQ to the controller's node directly, so that node must be routable from here). '' and 'local'
-are refused: ray.init() would start a cluster of its own. A cluster with token auth needs
-RAY_AUTH_MODE=token and the token in tq-gc's environment (Ray reads them; nothing here does).
+Attaching (never creating, never closing the job's TQ) and joining its Ray cluster: tq_attach.py and
+tq_gc/ray_cluster.py. `close()` closes our own client, and disconnects from Ray only if `attach()`
+connected this process; it never kills an actor.
 
 TQ facts this relies on (transferqueue 0.1.11, read from its source and checked on a real TQ):
 
@@ -47,27 +29,33 @@ TQ facts this relies on (transferqueue 0.1.11, read from its source and checked 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-import os
 import threading
 import time
-import uuid
 from array import array
 from collections.abc import Awaitable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
-from tq_gc.model import Identity, Tags, tags_digest
+from tq_gc.errors import StoreUnavailable
+from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.pacing import Pacer
+from tq_gc.stores.tq_attach import find_controller, open_client
+from tq_gc.stores.tq_requests import (
+    OP_CLEAR,
+    OP_INDEX_RANGE,
+    OP_KEYS,
+    OP_KV_LIST,
+    OP_META,
+    OP_PARTITIONS,
+    RequestLog,
+)
+from tq_gc.stores.tq_rows import ListedPass, batches, identities_of, paced_batches, unchanged
 
 logger = logging.getLogger(__name__)
 
-CONTROLLER_NAME = "TransferQueueController"
-CONTROLLER_NAMESPACE = "transfer_queue"
 
 # Every controller request carries this deadline: TQ's controller socket has none, so a dead or wedged
 # controller would hang a sweep (and the sidecar's scheduler) forever. Generous: kv_list of a
@@ -75,18 +63,8 @@ CONTROLLER_NAMESPACE = "transfer_queue"
 REQUEST_TIMEOUT_SECONDS = 60.0
 # Beyond the deadline, how long we wait for the client's event loop itself (a wedged loop thread).
 LOOP_GRACE_SECONDS = 5.0
-# A controller that exists but has not published its config yet (the job is starting) gets this long.
-CONTROLLER_CONFIG_WAIT_SECONDS = 30.0
 # identities(): rounds to pin down which key each index belongs to when some keys are gone (see there).
 IDENTITY_ROUNDS = 3
-# Operation names of tq-gc's own requests, as take_request_stats() and the metrics report them.
-OP_INDEX_RANGE = "get_partition_index_range"
-OP_KEYS = "kv_retrieve_keys"
-OP_META = "kv_retrieve_meta"
-OP_CLEAR = "clear_samples"
-OP_PARTITIONS = "get_partition_list"
-OP_KV_LIST = "kv_list"
-TQ_REQUEST_OPS = (OP_INDEX_RANGE, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST)
 
 T = TypeVar("T")
 
@@ -140,8 +118,8 @@ class TransferQueueRowStore:
 
         owns_ray_connection = join_ray(config.ray_address, config.ray_namespace)
         try:
-            controller = _find_controller(config.ray_address)
-            client = _open_client(controller)
+            controller = find_controller(config.ray_address)
+            client = open_client(controller, REQUEST_TIMEOUT_SECONDS)
         except BaseException:
             if owns_ray_connection:
                 ray.shutdown()
@@ -183,7 +161,7 @@ class TransferQueueRowStore:
             return dict(listing.get(partition) or {})
         pacer = self._pacer()
         rows: dict[str, Tags] = {}
-        first_pass = _ListedRows()
+        first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
             owners, keys_s = self._keys_of(partition, window, pacer)
             tags_s = self._add_tags(partition, owners, rows, first_pass)
@@ -201,9 +179,9 @@ class TransferQueueRowStore:
         """
         found: dict[str, Identity] = {}
         pacer = self._pacer()
-        for batch in _paced_batches(list(dict.fromkeys(keys)), pacer):
+        for batch in paced_batches(list(dict.fromkeys(keys)), pacer):
             started = time.perf_counter()
-            found.update(_identities(*self._snapshot(partition, batch)))
+            found.update(identities_of(*self._snapshot(partition, batch)))
             self._pause(pacer, time.perf_counter() - started)
         return found
 
@@ -214,7 +192,7 @@ class TransferQueueRowStore:
         the controller more in all."""
         deleted: set[str] = set()
         pacer = self._pacer()
-        for batch in _batches(list(expected), self._request_batch):
+        for batch in batches(list(expected), self._request_batch):
             started = time.perf_counter()
             deleted.update(self._delete_batch_if_unchanged(partition, batch, expected, len(deleted)))
             time.sleep(pacer.pause_after(time.perf_counter() - started))
@@ -224,7 +202,7 @@ class TransferQueueRowStore:
         """Delete unconditionally, like tq.kv_clear (tests and tools; the collector never does)."""
         unique = list(dict.fromkeys(keys))
         done = 0
-        for batch in _batches(unique, self._request_batch):
+        for batch in batches(unique, self._request_batch):
             what = f"kv_clear of {len(batch)} keys in {partition!r} (after {done} of {len(unique)})"
             meta = self._call(OP_META, what, self._retrieve_meta(partition, batch))
             if meta.size > 0:
@@ -327,7 +305,7 @@ class TransferQueueRowStore:
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 
     def _add_tags(
-        self, partition: str, owners: dict[int, str], rows: dict[str, Tags], listed: _ListedRows | None
+        self, partition: str, owners: dict[int, str], rows: dict[str, Tags], listed: ListedPass | None
     ) -> float:
         """Read the tags of `owners` ({index: key}, ascending indexes) into rows, and each row into
         `listed` if given; return the request's seconds. A key whose index changed since `owners` was
@@ -358,7 +336,7 @@ class TransferQueueRowStore:
         keys, meta = self._snapshot(partition, batch)
         # A row recreated (another index) or retagged since the plan saw it is not the row the
         # plan judged: it stays, and the collector counts it as recheck_saved.
-        matched = _unchanged(keys, meta, expected)
+        matched = unchanged(keys, meta, expected)
         if not matched:
             return []
         what = f"clear of {len(matched)} rows in {partition!r} (after {done} deleted in this call)"
@@ -375,7 +353,7 @@ class TransferQueueRowStore:
         meta = await self._timed(OP_META, self._retrieve_meta(partition, keys))
         if meta.size != len(keys):
             return None
-        matched = _unchanged(keys, meta, expected)
+        matched = unchanged(keys, meta, expected)
         if matched:
             # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
             doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
@@ -452,124 +430,3 @@ class TransferQueueRowStore:
             ) from exc
         except Exception as exc:
             raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
-
-
-def _find_controller(ray_address: str) -> Any:
-    import ray
-
-    try:
-        return ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
-    except ValueError:  # Ray's answer for "no live actor of that name"
-        raise TransferQueueNotFound(ray_address) from None
-    except Exception as exc:
-        raise StoreUnavailable(f"looking up the TransferQueue controller failed: {exc}") from exc
-
-
-def _open_client(controller: Any) -> Any:
-    """A TQ client of our own, configured from what the controller publishes (as TQ's attach does)."""
-    import ray
-    from transfer_queue import TransferQueueClient
-
-    deadline = time.monotonic() + CONTROLLER_CONFIG_WAIT_SECONDS
-    try:
-        conf = ray.get(controller.get_config.remote(), timeout=REQUEST_TIMEOUT_SECONDS)
-        while conf is None and time.monotonic() < deadline:
-            time.sleep(0.5)  # the controller exists but the job's tq.init() has not finished yet
-            conf = ray.get(controller.get_config.remote(), timeout=REQUEST_TIMEOUT_SECONDS)
-    except Exception as exc:
-        raise StoreUnavailable(f"reading the TransferQueue controller's config failed: {exc}") from exc
-    if conf is None:
-        raise StoreUnavailable(
-            f"the TransferQueue controller has not published its config after "
-            f"{CONTROLLER_CONFIG_WAIT_SECONDS:g} s: is the job still starting?"
-        )
-    client = None
-    try:
-        client = TransferQueueClient(
-            client_id=f"tq-gc_{os.getpid()}_{uuid.uuid4().hex[:8]}", controller_info=conf.controller.zmq_info
-        )
-        backend = conf.backend.storage_backend
-        # kv_clear clears the storage units too, so the client needs the job's storage manager.
-        client.initialize_storage_manager(manager_type=backend, config=conf.backend[backend])
-    except Exception as exc:
-        if client is not None:
-            client.close()
-        raise StoreUnavailable(f"connecting to the TransferQueue controller failed: {exc}") from exc
-    return client
-
-
-def _identities(keys: list[str], meta: Any) -> dict[str, Identity]:
-    """{key: identity} of a snapshot: row i of `meta` is keys[i]; its custom_meta is the row's tags."""
-    if not keys:
-        return {}
-    return {
-        key: Identity(tags_digest(tags), int(index))
-        for key, index, tags in zip(keys, meta.global_indexes, meta.custom_meta, strict=True)
-    }
-
-
-def _unchanged(keys: list[str], meta: Any, expected: Mapping[str, Identity]) -> list[int]:
-    """Positions in the snapshot whose row is still the expected one (runs once per deleted row)."""
-    matched = []
-    for i, (key, index, tags) in enumerate(zip(keys, meta.global_indexes, meta.custom_meta, strict=True)):
-        want = expected[key]
-        same_index = want.global_index is None or want.global_index == index
-        if same_index and want.tags_digest == tags_digest(tags):
-            matched.append(i)
-    return matched
-
-
-def _batches(items: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _paced_batches(items: list[str], pacer: Pacer) -> Iterator[list[str]]:
-    """Batches of the pacer's current size, read afresh for each batch."""
-    start = 0
-    while start < len(items):
-        batch = items[start : start + pacer.window]
-        start += len(batch)
-        yield batch
-
-
-class _ListedRows:
-    """The (global index, key) pairs a listing's first pass read, added in ascending index order: an array
-    of indexes and a list of the keys (which the listing holds anyway), 16 bytes a row rather than a
-    dict's ~90 (a million-row listing keeps this the whole second pass)."""
-
-    def __init__(self) -> None:
-        self._indexes = array("q")
-        self._keys: list[str] = []
-
-    def add(self, index: int, key: str) -> None:
-        self._indexes.append(index)
-        self._keys.append(key)
-
-    def not_in(self, owners: Mapping[int, str]) -> dict[int, str]:
-        """The pairs of `owners` ({index: key}) not read by the first pass: new rows, or another key at an
-        index the first pass read."""
-        if not owners:
-            return {}
-        low = bisect.bisect_left(self._indexes, min(owners))
-        high = bisect.bisect_right(self._indexes, max(owners))
-        read = dict(zip(self._indexes[low:high], self._keys[low:high], strict=True))
-        return {index: key for index, key in owners.items() if read.get(index) != key}
-
-
-class RequestLog:
-    """The duration of each of tq-gc's requests, by operation, until taken. Thread-safe: requests are
-    recorded on the client's event loop thread, taken from the sweeping thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seconds: dict[str, list[float]] = {}
-
-    def record(self, op: str, seconds: float) -> None:
-        with self._lock:
-            self._seconds.setdefault(op, []).append(seconds)
-
-    def take(self) -> dict[str, list[float]]:
-        with self._lock:
-            taken, self._seconds = self._seconds, {}
-        return taken
