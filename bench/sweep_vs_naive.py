@@ -8,8 +8,8 @@ Each repeat fills the same data set twice and, in alternating order, times
       re-check, admission and fence re-read, delete, audit), with every row's first sighting done by an
       earlier sweep (that marking sweep is timed too, and reported apart);
   (b) naive: list the partition, subtract the referenced set, kv_clear the rest in batches of 2000;
-and prints the median ratio a/b, rows deleted per second, and each side's peak RSS growth (measured in a
-separate untimed pass per side), then a line of ratios. Only ratios from one run mean anything on a
+and prints the median ratio a/b, rows deleted per second, and each side's peak Python heap (tracemalloc,
+in a separate untimed pass per side), then a line of ratios. Only ratios from one run mean anything on a
 noisy machine.
 """
 
@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,22 +115,18 @@ def timed(fn: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - started, deleted
 
 
-def peak_rss_growth(prepare: Callable[[], Any], fn: Callable[[], int]) -> int:
-    """Bytes by which this process's peak resident set grew over its resident set before `fn` (Linux:
-    writing 5 to /proc/self/clear_refs resets the peak, VmHWM)."""
+def peak_heap(prepare: Callable[[], Any], fn: Callable[[], int]) -> int:
+    """Bytes of the Python heap's peak while `fn` runs, over what it held before (tracemalloc: every
+    Python allocation, the listing's decoded rows included). Not RSS: in one process a side reuses
+    pages an earlier pass freed, so its RSS peak says nothing about the side."""
     prepare()
     gc.collect()
-    before = _status_bytes("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
     fn()
-    return _status_bytes("VmHWM") - before
-
-
-def _status_bytes(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak - before
 
 
 def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[str, Any]:
@@ -161,8 +158,8 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
         sides.reset()
         sides.mark()
 
-    rss_a = peak_rss_growth(prepare_tq_gc, sides.tq_gc)
-    rss_b = peak_rss_growth(sides.reset, sides.naive)
+    heap_a = peak_heap(prepare_tq_gc, sides.tq_gc)
+    heap_b = peak_heap(sides.reset, sides.naive)
     orphans = data.rows // 2
     return {
         "state": state_url.split(":")[0],
@@ -181,9 +178,9 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
         "tq_gc_longest_tq_request": sides.last_longest,
         "tq_gc_tq_requests": sides.last_requests,
         "duty_cycle": sides.config.transfer_queue.duty_cycle,
-        "tq_gc_peak_rss_growth_mib": round(rss_a / 2**20, 1),
-        "naive_peak_rss_growth_mib": round(rss_b / 2**20, 1),
-        "rss_bytes_per_listed_row_over_naive": round((rss_a - rss_b) / data.rows, 1),
+        "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
+        "naive_peak_heap_mib": round(heap_b / 2**20, 1),
+        "heap_bytes_per_listed_row_over_naive": round((heap_a - heap_b) / data.rows, 1),
     }
 
 
