@@ -131,8 +131,8 @@ class Verdict:
         return (
             f"soak: {len(self.lost)} referenced rows deleted, {len(self.overdue)} orphans older than "
             f"grace+2 intervals left, sweeps: {main}{extra} (rows deleted={self.tally.rows_deleted()}, "
-            f"orphans reclaimed={self.reclaimed}, minutes={self.settings.minutes:g}, "
-            f"seed={self.settings.seed}){errors}"
+            f"during chaos={self.tally.deleted_in_chaos}, orphans reclaimed={self.reclaimed}, "
+            f"minutes={self.settings.minutes:g}, seed={self.settings.seed}){errors}"
         )
 
 
@@ -398,6 +398,7 @@ class Soak:
 
     def _end_chaos(self) -> None:
         self.switches.chaos.clear()  # no more moves, leaks, kills or restarts; references kept
+        self.tally.end_chaos(time.time())
         self.redis_chaos.join(timeout=60)  # a restart in progress ends first
         # The CLI loops end with the chaos (their runs in progress finish): a CLI sweep holds the lease
         # while it joins Ray, seconds on a loaded 2-core box, longer than this soak's grace, so two of

@@ -39,6 +39,8 @@ class SweepTally:
         self.by_sweeper = Counter[tuple[str, str]]()
         self.deleted = Counter[str]()
         self.reasons = Counter[str]()
+        self.deleted_in_chaos = 0  # by sweeps that finished before the chaos ended
+        self._chaos_ended_unix: float | None = None
         self._completed: list[tuple[float, float]] = []  # (started_at, finished_at), Unix seconds
 
     def report(self, sweeper: str, report: dict[str, Any]) -> None:
@@ -50,8 +52,15 @@ class SweepTally:
             self.outcomes[outcome] += 1
             self.by_sweeper[(sweeper, outcome)] += 1
             self.deleted[sweeper] += deleted
+            if self._chaos_ended_unix is None or _unix(report["finished_at"]) <= self._chaos_ended_unix:
+                self.deleted_in_chaos += deleted
             if report.get("reason"):
                 self.reasons[f"{outcome}: {_short_reason(str(report['reason']))}"] += 1
+
+    def end_chaos(self, at_unix: float) -> None:
+        """Rows deleted by sweeps that finish after `at_unix` went with nothing moving any more."""
+        with self._lock:
+            self._chaos_ended_unix = at_unix
 
     def other(self, sweeper: str, what: str) -> None:
         """A sweep with no report: SIGKILLed, or an exit with no JSON (a crash)."""
