@@ -53,9 +53,9 @@ def test_the_pause_grows_with_the_controllers_latency() -> None:
     assert paced.after(0.002) < paced.after(0.020) < paced.after(0.200)
 
 
-def test_starting_small_begins_at_a_quarter_and_may_go_to_a_sixteenth() -> None:
+def test_starting_small_begins_at_half_and_may_go_to_a_quarter() -> None:
     paced = Pacer.starting_small(2000, target_s=0.01, duty=0.5)
-    assert (paced.window, paced.min_window, paced.max_window) == (500, 125, 2000)
+    assert (paced.window, paced.min_window, paced.max_window) == (1000, 500, 2000)
     assert Pacer.starting_small(3, target_s=0.01, duty=0.5).window == 1
 
 

@@ -83,7 +83,7 @@ class TransferQueueConfig(Frozen):
     ray_address: str = "auto"
     ray_namespace: str | None = None
     # The most keys (or global indexes) one request asks for; pacing adapts each request's size
-    # between a sixteenth of this and this (tq_gc/stores/pacing.py).
+    # between a quarter of this and this (tq_gc/stores/pacing.py).
     request_batch: int = Field(default=2000, ge=1)
     # A listing request slower than this halves the next one's size: how long tq-gc may hold the job's
     # controller, which serves one request at a time, in one go. 10 ms: windows of ~1,000-2,000 rows at
