@@ -38,8 +38,11 @@ def test_the_schedule_reclaims_orphans_once_their_grace_has_passed(
 
     up = time.monotonic()
     wait_until("the orphans are reclaimed", lambda: not keys_in(tq, tq_partition))
-
     record_timing(f"orphans reclaimed after sidecar up ({state_url[:5]})", time.monotonic() - up)
+    # The rows go with the clear; the sweep's report comes once it has confirmed and finished.
+    wait_until(
+        "the deleting sweep has reported", lambda: any(r["counts"]["deleted"] for r in reports(handle))
+    )
     assert time.monotonic() - started >= GRACE_S
     history = reports(handle)
     sweep_ms = [sum(r["phases_ms"].values()) for r in history]
