@@ -39,13 +39,34 @@ def join_ray(ray_address: str, namespace: str | None = None) -> bool:
         address = _reachable_gcs(address)
         kwargs.update(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     try:
-        ray.init(address=address, **kwargs)
+        _init_with_a_second_client_session(address, kwargs)
     except Exception as exc:
         if ray.is_initialized():
             ray.shutdown()
         mismatch = _version_mismatch(ray_address, str(exc))
         raise ConfigError(mismatch or _unreachable(ray_address, str(exc))) from exc
     return True
+
+
+def _init_with_a_second_client_session(address: str, kwargs: dict[str, Any]) -> None:
+    import ray
+
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as exc:
+        if not _client_session_refused(address, str(exc)):
+            raise
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(address=address, **kwargs)
+
+
+def _client_session_refused(address: str, ray_error: str) -> bool:
+    """Ray Client's server could not start this client's session. Another Ray version can cause it, but
+    so can the proxier's own races under load (its per-client server seen as a zombie, for one): worth
+    a second try, which then reaches Ray's version check or joins."""
+    refused_by = "Initialization failure from server"  # ray.util.client.worker, Ray Client's session start
+    return address.startswith("ray://") and refused_by in ray_error
 
 
 def _version_mismatch(address: str, ray_error: str) -> str | None:
@@ -74,8 +95,7 @@ def _version_mismatch(address: str, ray_error: str) -> str | None:
             f"--build-arg PYTHON_IMAGE=python:{cluster_python}-slim (outside the image: "
             f"RAY_VERSION={cluster_ray} scripts/install.sh, with Python {cluster_python})"
         )
-    refused_by = "Initialization failure from server"  # ray.util.client.worker, Ray Client's session start
-    client_session_refused = address.startswith("ray://") and refused_by in ray_error
+    client_session_refused = _client_session_refused(address, ray_error)
     if "Version mismatch" not in ray_error and not client_session_refused:
         return None
     detail = ray_error.strip().splitlines()[-1] if client_session_refused else ray_error.strip()
