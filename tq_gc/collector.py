@@ -20,6 +20,7 @@ from tq_gc.errors import (
     CheckpointInProgress,
     ConfigError,
     FenceRaised,
+    Interrupted,
     LeaseLost,
     ReferenceSourceError,
     StoreUnavailable,
@@ -95,8 +96,12 @@ class Collector:
         return report
 
     def stop(self) -> None:
-        """Make a sweep in progress stop before its next delete batch, and every later sweep at once."""
+        """Make a sweep in progress stop before its next request to the row store (a delete call runs
+        to its end first), and every later sweep at once."""
         self._stop.set()
+        interrupt = getattr(self.row_store, "interrupt", None)
+        if callable(interrupt):
+            interrupt()
 
     # -- the sequence -----------------------------------------------------------------------------
 
@@ -106,11 +111,13 @@ class Collector:
         self._take_request_stats()  # requests made before this sweep are not its own
         keeper = LeaseKeeper(lambda: self._recheck(sweep), self.config.lease_ttl_seconds * RENEW_FRACTION)
         try:
+            self._stop_if_asked()
             with self._phase(report, "lease"):
                 self._take_lease(sweep)
             keeper.start()
             with self._phase(report, "attach"):
                 self._attach_row_store()
+            self._stop_if_asked()
             self._mark(sweep)
             if dry_run:
                 report.outcome = Outcome.DRY_RUN
@@ -120,6 +127,8 @@ class Collector:
                 report.outcome = Outcome.COMPLETED
         except SweepStopped as stop:
             end_sweep(report, stop.outcome, stop.cause, stop.reason)
+        except Interrupted as exc:
+            end_sweep(report, Outcome.ABORTED, Cause.STOPPED, str(exc))
         except LeaseLost as exc:
             end_sweep(report, Outcome.ABORTED, Cause.LEASE_LOST, str(exc))
         except CheckpointInProgress as exc:
@@ -355,9 +364,7 @@ class Collector:
 
     def _stop_if_asked(self) -> None:
         if self._stop.is_set():
-            raise SweepStopped(
-                Outcome.ABORTED, Cause.STOPPED, "asked to stop; stopped between delete batches"
-            )
+            raise SweepStopped(Outcome.ABORTED, Cause.STOPPED, "asked to stop (the sidecar shutting down?)")
 
     def _finish(self, sweep: Sweep) -> None:
         report = sweep.report

@@ -8,8 +8,10 @@
     ├── CheckpointInProgress     a checkpoint directory is being written; its references are not
     │                            readable yet                                       -> skip, exit 3
     ├── LeaseLost                our lease expired or was taken; stop before the next delete
-    └── FenceRaised              a checkpoint fence is up, or came and went, since the sweep read its
-                                 references; stop before the next delete (skipped, exit 3)
+    ├── FenceRaised              a checkpoint fence is up, or came and went, since the sweep read its
+    │                            references; stop before the next delete (skipped, exit 3)
+    └── Interrupted              the sweeper was asked to stop (the sidecar's shutdown) while the
+                                 row store listed or read: stop, delete nothing more
 
 A sweep never retries inside itself: a transient failure ends this sweep, and the next one starts
 from a fresh snapshot. That is what keeps "fail closed" simple.
@@ -79,3 +81,7 @@ class FenceRaised(TqGcError):
             "references (the checkpoint may have written a manifest this sweep did not read); stopping "
             "before the next delete"
         )
+
+
+class Interrupted(TqGcError):
+    """The row store was asked to stop (Collector.stop): a paced read stopped before its next request."""

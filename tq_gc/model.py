@@ -167,7 +167,7 @@ class Cause(StrEnum):
     SOURCE_FAILED = "source_failed"  # aborted: a reference source could not be read completely
     STORE_FAILED = "store_failed"  # aborted: the state store or the row store failed
     BLAST_RADIUS = "blast_radius"  # aborted: more rows eligible than max_delete_fraction allows
-    STOPPED = "stopped"  # aborted: the sweeper was asked to stop (sidecar shutdown), between batches
+    STOPPED = "stopped"  # aborted: the sweeper was asked to stop (sidecar shutdown) before its next request
     ERROR = "error"  # aborted: an unexpected exception; the reason names its type
 
 

@@ -206,13 +206,13 @@ class SidecarActor:
         log.info("scheduled sweeps resumed")
 
     def shutdown(self) -> None:
-        """Stop the schedule, stop a sweep in progress between two delete batches and wait for it, close
-        what this actor opened (the state
-        store, the row store's client, the metrics server; never the TQ itself). Idempotent."""
+        """Stop the schedule, stop a sweep in progress (before its next request to TQ; a delete call runs
+        to its end) and wait for it, close what this actor opened (the state store, the row store's
+        client, the metrics server; never the TQ itself). Idempotent."""
         if self._closed:
             return
         self._scheduler.pause()  # no new tick; the scheduler's own shutdown below waits for a running one
-        self._collector.stop()  # a sweep in progress stops before its next delete batch
+        self._collector.stop()  # a sweep in progress stops before its next request to TQ
         with self._sweep_lock:
             self._closed = True
             self._closing.close()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.model import Identity, tags_digest
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
@@ -467,3 +467,40 @@ def test_request_stats_name_each_request_and_start_afresh_when_taken(
     assert set(deleting) == {"kv_retrieve_meta", "clear_samples"}
     assert all(seconds > 0 for durations in [*listing.values(), *deleting.values()] for seconds in durations)
     assert store.take_request_stats() == {}
+
+
+# ---- interrupting a paced read: the sidecar's shutdown during a long listing --------------------------
+
+
+def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_still_finish(
+    ray_cluster: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    import threading
+
+    put_rows(tq_partition, [f"row-{i}" for i in range(300)], {"t": 1})
+    # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes.
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=8, duty_cycle=0.01)
+    with TransferQueueRowStore.attach(config) as store:
+        outcome: list[BaseException | dict[str, Any]] = []
+
+        def listing() -> None:
+            try:
+                outcome.append(store.list_rows(tq_partition))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        reader = threading.Thread(target=listing)
+        reader.start()
+        deadline = time.monotonic() + 30
+        while not store.take_request_stats().get("kv_retrieve_keys") and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the listing is past its first window
+        store.interrupt()
+        reader.join(timeout=30)
+
+        assert not reader.is_alive(), "the listing went on after interrupt()"
+        assert len(outcome) == 1 and isinstance(outcome[0], Interrupted), outcome
+        with pytest.raises(Interrupted):
+            store.identities(tq_partition, ["row-1"])
+        with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as other:
+            expected = other.identities(tq_partition, ["row-1", "row-2"])
+        assert store.delete_if_unchanged(tq_partition, expected) == {"row-1", "row-2"}

@@ -23,6 +23,7 @@ class DeferredRowStore:
         self._missing_queue_is_transient = missing_queue_is_transient
         self._store: RowStore | None = None
         self._lock = threading.Lock()
+        self._interrupted = False
 
     def _attached(self) -> RowStore:
         with self._lock:
@@ -33,6 +34,8 @@ class DeferredRowStore:
                     if not self._missing_queue_is_transient:
                         raise
                     raise StoreUnavailable(f"{exc} (has the job created its TransferQueue yet?)") from exc
+                if self._interrupted:
+                    _interrupt(self._store)
             return self._store
 
     def ensure_attached(self) -> None:
@@ -51,6 +54,15 @@ class DeferredRowStore:
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self._attached().delete_if_unchanged(partition, expected)
 
+    def interrupt(self) -> None:
+        """Interrupt the attached store's reads (see TransferQueueRowStore.interrupt), and those of a
+        store attached later."""
+        with self._lock:
+            self._interrupted = True
+            store = self._store
+        if store is not None:
+            _interrupt(store)
+
     def take_request_stats(self) -> dict[str, list[float]]:
         """The attached store's request durations since the last call ({operation: [seconds]}), then
         afresh; none before it attached or when it keeps none."""
@@ -66,3 +78,9 @@ class DeferredRowStore:
             self._store = None
         if callable(close):
             close()
+
+
+def _interrupt(store: RowStore) -> None:
+    interrupt = getattr(store, "interrupt", None)
+    if callable(interrupt):
+        interrupt()

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.errors import StoreUnavailable
+from tq_gc.errors import Interrupted, StoreUnavailable
 from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.pacing import Pacer
@@ -99,6 +99,7 @@ class TransferQueueRowStore:
         self._requests = RequestLog()
         self._closed = False
         self._close_lock = threading.Lock()
+        self._interrupted = threading.Event()
 
     @classmethod
     def attach(
@@ -160,6 +161,7 @@ class TransferQueueRowStore:
             listing = self._call(OP_KV_LIST, f"kv_list({partition!r})", self._client.async_kv_list(partition))
             return dict(listing.get(partition) or {})
         pacer = self._pacer()
+        self._sleep_unless_interrupted(0)
         rows: dict[str, Tags] = {}
         first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
@@ -179,6 +181,7 @@ class TransferQueueRowStore:
         """
         found: dict[str, Identity] = {}
         pacer = self._pacer()
+        self._sleep_unless_interrupted(0)
         for batch in paced_batches(list(dict.fromkeys(keys)), pacer):
             started = time.perf_counter()
             found.update(identities_of(*self._snapshot(partition, batch)))
@@ -208,6 +211,12 @@ class TransferQueueRowStore:
             if meta.size > 0:
                 self._call(OP_CLEAR, what, self._client.async_clear_samples(meta))
             done += len(batch)
+
+    def interrupt(self) -> None:
+        """Make a listing or an identity read in progress, and every later one, raise Interrupted before
+        its next request (its pauses end at once). A delete call runs to its end: the rows it cleared
+        must reach the audit's confirmation."""
+        self._interrupted.set()
 
     def take_request_stats(self) -> dict[str, list[float]]:
         """{operation: [seconds of each request]} since the last call, as this client saw them (the
@@ -254,9 +263,11 @@ class TransferQueueRowStore:
         return Pacer.starting_small(self._request_batch, self._request_target_s, self._duty_cycle)
 
     def _pause(self, pacer: Pacer, latency_s: float) -> None:
-        pause = pacer.after(latency_s)
-        if pause > 0:
-            time.sleep(pause)
+        self._sleep_unless_interrupted(pacer.after(latency_s))
+
+    def _sleep_unless_interrupted(self, seconds: float) -> None:
+        if self._interrupted.wait(max(0.0, seconds)):
+            raise Interrupted("asked to stop: the row store stopped reading between two requests")
 
     def _index_windows(self, partition: str, pacer: Pacer) -> Iterator[list[int]]:
         """The partition's global indexes, ascending, in windows of the pacer's current size."""
@@ -301,7 +312,7 @@ class TransferQueueRowStore:
             self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
         )
         seconds = time.perf_counter() - started
-        time.sleep(pacer.pause_after(seconds))
+        self._sleep_unless_interrupted(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 
     def _add_tags(
