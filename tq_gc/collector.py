@@ -217,14 +217,15 @@ class Collector:
 
     def _list(self) -> tuple[Listing, set[str]]:
         """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
-        partition it lacks fails its source; an in-scope one is simply empty)."""
+        partition it lacks fails its source; an in-scope one is simply empty). A reference source's
+        partition is listed so that a reference moving between two of its rows is seen; a partition
+        that is only swept needs no such care (a row its listing misses is not deleted)."""
         existing = set(self.row_store.partitions())
-        partitions = {entry.partition for entry in self.config.scope}
-        partitions |= set(self.tags.partitions)
-        partitions |= set(self.owners.partitions)
+        referring = set(self.tags.partitions) | set(self.owners.partitions)
+        partitions = {entry.partition for entry in self.config.scope} | referring
         listing: dict[str, dict[str, Tags]] = {}
         for partition in sorted(partitions):
-            listing[partition] = self.row_store.list_rows(partition)
+            listing[partition] = self.row_store.list_rows(partition, see_moves=partition in referring)
         return listing, existing
 
     def _trusted_first_seen(self, sweep: Sweep) -> FirstSeenByPartition:

@@ -451,6 +451,29 @@ def test_a_reference_moved_once_from_row_to_row_during_the_listing_is_listed(
     assert len([key for key in listed if key.startswith("filler-")]) == 30
 
 
+def test_a_listing_that_need_not_see_moves_reads_once_and_can_miss_a_move(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    """A partition that is only swept is listed in one pass: every row present for the whole listing,
+    half the requests; the move above can go unseen (which is why reference partitions get two)."""
+    put_rows(tq_partition, [f"filler-{i}" for i in range(30)], {"filler": True})
+    put_rows(tq_partition, ["holder-old"], {"cleanup_staging_keys": ["r7/call3"]})
+
+    def move_the_reference(window: int) -> None:
+        if window == 0:
+            put_rows(tq_partition, ["holder-new"], {"cleanup_staging_keys": ["r7/call3"]})
+            tq.kv_clear(["holder-old"], tq_partition)
+
+    with listing_with_writer(ray_cluster, move_the_reference) as store:
+        store.take_request_stats()
+        listed = store.list_rows(tq_partition, see_moves=False)
+        requests = store.take_request_stats()
+
+    assert {key for key in listed if key.startswith("filler-")} == {f"filler-{i}" for i in range(30)}
+    assert "holder-old" not in listed and "holder-new" not in listed
+    assert len(requests["get_partition_index_range"]) == 1
+
+
 def test_request_stats_name_each_request_and_start_afresh_when_taken(
     store: TransferQueueRowStore, tq_partition: str, put_rows: PutRows
 ) -> None:

@@ -107,10 +107,12 @@ class Pace:
     kinds: tuple[str, ...] = KINDS
     switch_kind: bool = False
 
-    def next_kind(self, rng: random.Random, current: str) -> str:
+    def next_kind(self, rng: random.Random, current: str, manifests: bool = True) -> str:
+        """The kind of a row's next reference; a manifest only when `manifests` (a checkpoint is on)."""
+        kinds = [kind for kind in self.kinds if manifests or kind != MANIFEST]
         if self.switch_kind:
-            return rng.choice([kind for kind in self.kinds if kind != current])
-        return rng.choice(self.kinds)
+            return rng.choice([kind for kind in kinds if kind != current])
+        return rng.choice(kinds)
 
 
 @dataclass
@@ -134,6 +136,9 @@ class ActorSwitches:
 
     chaos: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
+    # Set while the job checkpoints: manifests change (under fences) only then, as in a real job,
+    # which checkpoints every so often; between checkpoints, sweeps have fence-free stretches to delete in.
+    checkpointing: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
 
 
@@ -216,6 +221,8 @@ class Publisher(threading.Thread):
                 self._create()
                 return
             row = self._rng.choice(list(self._rows.values()))
+            if row.holders[0].kind == MANIFEST and not self._switches.checkpointing.is_set():
+                return  # moved out of (or dropped from) its manifest at the next checkpoint
             if row.moves_left > 0:
                 self._move(row)
             else:
@@ -241,7 +248,8 @@ class Publisher(threading.Thread):
 
     def _move(self, row: _Row) -> None:
         old = row.holders[0]
-        new = self._add(row.key, self._pace.next_kind(self._rng, old.kind))  # make ...
+        kind = self._pace.next_kind(self._rng, old.kind, self._switches.checkpointing.is_set())
+        new = self._add(row.key, kind)  # make ...
         self._truth.add_holder(row.key, new)
         row.holders.append(new)
         self._truth.moved(row.key, old.kind, new.kind)

@@ -62,7 +62,10 @@ HOT = Pace(tick_s=0.05, rows_held=1, moves_per_row=(40, 200), kinds=(ADMISSION, 
 class SoakSettings:
     minutes: float
     seed: int
-    grace_s: float = 5.0
+    # Longer than the usual gap between two sweeps (a CLI holds the lease while it joins Ray, a killed
+    # one until its TTL): with a shorter grace every orphan's clock restarts before it is due, and no
+    # delete ever races the moves.
+    grace_s: float = 15.0
     lease_ttl_s: float = 5.0  # the shortest tq-gc accepts
     interval_s: float = 1.0
     # Renewed every second, so a Redis restart is noticed within one; long enough that a publisher
@@ -78,7 +81,11 @@ class SoakSettings:
     cli_pause_s: tuple[float, float] = (1.0, 4.0)
     kill_chance: float = 0.6
     kill_after_s: tuple[float, float] = (1.0, 10.0)  # a CLI needs ~3-6 s to start: kills fall before and in
-    redis_restart_every_s: tuple[float, float] = (15.0, 35.0)
+    # Each restart forgets every first sighting: restarts more often than a grace plus a sweep would
+    # leave nothing due while the chaos runs.
+    redis_restart_every_s: tuple[float, float] = (40.0, 80.0)
+    checkpoint_every_s: tuple[float, float] = (12.0, 25.0)
+    checkpoint_window_s: float = 3.0
     check_every_s: float = 2.0
     bulk_rows: int = 50000
     bulk_samples: int = 2000
@@ -182,7 +189,7 @@ class RedisChaos(threading.Thread):
 
     def run(self) -> None:
         try:
-            while self._sleep(self._rng.uniform(*self._every_s)):
+            while sleep_through_chaos(self._switches, self._rng.uniform(*self._every_s)):
                 self._restarts.count += 1  # before: a renew that finds its admission gone sees it
                 started = time.monotonic()
                 self._redis.restart_empty()
@@ -195,15 +202,40 @@ class RedisChaos(threading.Thread):
             log.exception("redis chaos crashed")
             self._switches.errors.append(f"redis-chaos: {type(exc).__name__}: {exc}")
 
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep; False as soon as the chaos is over."""
-        deadline = time.monotonic() + seconds
-        while self._switches.chaos.is_set() and not self._switches.stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return True
-            self._switches.stop.wait(min(left, 0.5))
-        return False
+
+class Checkpoints(threading.Thread):
+    """The job checkpoints now and then: for `window_s` every `every_s` (a range) publishers may change
+    manifests (each change fenced); between checkpoints no fence goes up, and sweeps can delete."""
+
+    def __init__(
+        self, seed: int, every_s: tuple[float, float], window_s: float, switches: ActorSwitches
+    ) -> None:
+        super().__init__(name="checkpoints", daemon=True)
+        self._rng = random.Random(seed)
+        self._every_s, self._window_s, self._switches = every_s, window_s, switches
+
+    def run(self) -> None:
+        try:
+            while sleep_through_chaos(self._switches, self._rng.uniform(*self._every_s)):
+                self._switches.checkpointing.set()
+                sleep_through_chaos(self._switches, self._window_s)
+                self._switches.checkpointing.clear()
+        except Exception as exc:
+            log.exception("checkpoints crashed")
+            self._switches.errors.append(f"checkpoints: {type(exc).__name__}: {exc}")
+        finally:
+            self._switches.checkpointing.clear()
+
+
+def sleep_through_chaos(switches: ActorSwitches, seconds: float) -> bool:
+    """Sleep; False as soon as the chaos is over."""
+    deadline = time.monotonic() + seconds
+    while switches.chaos.is_set() and not switches.stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        switches.stop.wait(min(left, 0.5))
+    return False
 
 
 class Soak:
@@ -347,7 +379,16 @@ class Soak:
         self.redis_chaos = RedisChaos(
             self.redis, self.restarts, self._seed(), s.redis_restart_every_s, self.switches
         )
-        threads: list[threading.Thread] = [*self.publishers, self.leaker, self.checker, self.redis_chaos]
+        self.checkpoints = Checkpoints(
+            self._seed(), s.checkpoint_every_s, s.checkpoint_window_s, self.switches
+        )
+        threads: list[threading.Thread] = [
+            *self.publishers,
+            self.leaker,
+            self.checker,
+            self.redis_chaos,
+            self.checkpoints,
+        ]
         stack.callback(self._join, threads)
         self.switches.chaos.set()
         for thread in threads:

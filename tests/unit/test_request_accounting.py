@@ -21,9 +21,9 @@ class TimedStore(MemoryRowStore):
         super().__init__()
         self.stats: dict[str, list[float]] = {}
 
-    def list_rows(self, partition: str) -> dict[str, dict[str, object]]:
+    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, dict[str, object]]:
         self.stats.setdefault("kv_retrieve_meta", []).extend([0.004, 0.0125])
-        return super().list_rows(partition)
+        return super().list_rows(partition, see_moves=see_moves)
 
     def take_request_stats(self) -> dict[str, list[float]]:
         taken, self.stats = self.stats, {}

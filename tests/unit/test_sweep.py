@@ -303,3 +303,19 @@ def test_report_rows_identify_the_run(world: World) -> None:
         "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
         "counts", "phases_ms", "deleted_sample", "longest_tq_request",
     }  # fmt: skip
+
+
+def test_a_reference_source_partition_is_listed_to_see_moves_a_swept_one_is_not(world: World) -> None:
+    """A tags source's partition must show a reference that moves between two of its rows during the
+    listing (the TQ store reads it twice for that); the swept partition needs no such care, a row its
+    listing misses is not deleted: it is read once."""
+    asked: dict[str, bool] = {}
+    list_rows = world.rows.list_rows
+
+    def spy(partition: str, *, see_moves: bool = True) -> dict[str, dict[str, object]]:
+        asked[partition] = see_moves
+        return list_rows(partition, see_moves=see_moves)
+
+    world.rows.list_rows = spy  # type: ignore[method-assign]
+    assert world.sweep().outcome is Outcome.COMPLETED
+    assert asked == {STAGING: False, DATA: True}

@@ -194,7 +194,7 @@ def test_a_confirmed_batch_lists_only_the_rows_deleted(world: World) -> None:
 
 @pytest.mark.parametrize("error", [OverflowError("int too large"), RecursionError("maximum recursion")])
 def test_an_unforeseen_exception_ends_aborted_never_completed(world: World, error: Exception) -> None:
-    def explode(partition: str) -> dict[str, Any]:
+    def explode(partition: str, **_: Any) -> dict[str, Any]:
         raise error
 
     world.rows.list_rows = explode  # type: ignore[method-assign]

@@ -34,7 +34,8 @@ class MemoryRowStore:
         with self._lock:
             return list(self._partitions)
 
-    def list_rows(self, partition: str) -> dict[str, Tags]:
+    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
+        """One snapshot: it sees every move either way."""
         with self._lock:
             return {key: dict(row.tags) for key, row in self._partitions.get(partition, {}).items()}
 

@@ -44,11 +44,11 @@ class SlowListing(Wrapped):
             fcntl.flock(out, fcntl.LOCK_EX)
             out.write(f"{sign} {time.monotonic():.6f}\n")
 
-    def list_rows(self, partition: str) -> dict[str, Tags]:
+    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
         self._event("+")
         try:
             time.sleep(self.delay_s)
-            return self.inner.list_rows(partition)
+            return self.inner.list_rows(partition, see_moves=see_moves)
         finally:
             self._event("-")
 
@@ -63,12 +63,12 @@ class FailingListing(Wrapped):
         self.fail_while = fail_while
         self.failures = failures
 
-    def list_rows(self, partition: str) -> dict[str, Tags]:
+    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
         if self.fail_while.exists():
             with self.failures.open("a") as out:
                 out.write("failed\n")
             raise RuntimeError("injected listing failure")
-        return self.inner.list_rows(partition)
+        return self.inner.list_rows(partition, see_moves=see_moves)
 
 
 def slow_tq_store(config: Config, delay_s: float, events: str) -> RowStore:
