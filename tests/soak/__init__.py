@@ -7,7 +7,8 @@ for N minutes:
 - publishers hold staging rows and move each between an admission, a `rollout_data` row whose route
   plan names it, and a checkpoint manifest (written atomically under a fence), make-before-break: the
   new reference exists before the old one is removed; renewing admissions, and re-admitting at once
-  when `renew` says one is gone (Redis restarted empty);
+  when `renew` says one is gone (Redis restarted empty); manifests change only while the job
+  checkpoints (now and then), so that sweeps delete between checkpoints while the other moves go on;
 - a leaker writes staging rows nothing references, and admissions it never renews;
 - three sweepers share one Redis: the sidecar (every second) and two `tq-gc sweep --execute --json`
   loops, one of them SIGKILLed at random moments; Redis is restarted empty at random moments;
@@ -15,7 +16,8 @@ for N minutes:
 
 Then the chaos stops, sweeps go on for grace + a lease TTL + 3 intervals, and one line says how many
 referenced rows were deleted and how many orphans were left (both must be 0), and the sweeps by outcome.
-Exit 0 only if both are 0 and some sweep deleted rows; 1 otherwise; 2 if the soak itself broke.
+Exit 0 only if both are 0 and some sweep deleted rows while references moved; 1 otherwise; 2 if the
+soak itself broke.
 
 It lives under tests/ (not bench/) because it is a test with a pass/fail verdict, and it is built from
 the test harness: tests/redis_server.py, RayHead from tests/integration/conftest.py, the chaos helpers.
