@@ -30,6 +30,7 @@ from tq_gc.model import (
     AuditBatch,
     Cause,
     FirstSeen,
+    ListedKeys,
     Listing,
     Outcome,
     References,
@@ -181,7 +182,7 @@ class Collector:
             now_ms = self.state.now_ms()
             sweep.first_seen = self._trusted_first_seen(sweep)
             sweep.plan = plan(listing, references, sweep.first_seen, now_ms, sweep.policy)
-            self._save_first_seen(sweep, sweep.plan)
+            self._save_first_seen(sweep, sweep.plan, listing)
         report.counts = sweep.plan.counts()
         if sweep.plan.abort_reason:
             raise SweepStopped(Outcome.ABORTED, Cause.BLAST_RADIUS, sweep.plan.abort_reason)
@@ -217,15 +218,20 @@ class Collector:
 
     def _list(self) -> tuple[Listing, set[str]]:
         """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
-        partition it lacks fails its source; an in-scope one is simply empty). A reference source's
-        partition is listed so that a reference moving between two of its rows is seen; a partition
-        that is only swept needs no such care (a row its listing misses is not deleted)."""
+        partition it lacks fails its source; an in-scope one is simply empty).
+
+        A reference source's partition is listed with its rows' tags, so that a reference moving
+        between two of its rows is seen; a partition that is only swept, by its keys alone (a row that
+        listing misses is not deleted, and its identity is read when it is first seen)."""
         existing = set(self.row_store.partitions())
         referring = set(self.tags.partitions) | set(self.owners.partitions)
         partitions = {entry.partition for entry in self.config.scope} | referring
-        listing: dict[str, dict[str, Tags]] = {}
+        listing: dict[str, Mapping[str, Tags]] = {}
         for partition in sorted(partitions):
-            listing[partition] = self.row_store.list_rows(partition, see_moves=partition in referring)
+            if partition in referring:
+                listing[partition] = self.row_store.list_rows(partition)
+            else:
+                listing[partition] = ListedKeys(self.row_store.list_keys(partition))
         return listing, existing
 
     def _trusted_first_seen(self, sweep: Sweep) -> FirstSeenByPartition:
@@ -241,25 +247,38 @@ class Collector:
             for partition in scope
         }
 
-    def _save_first_seen(self, sweep: Sweep, result: Plan) -> None:
+    def _save_first_seen(self, sweep: Sweep, result: Plan, listing: Listing) -> None:
         """Record new first sightings, drop records of rows referenced again or gone, and mark every
         scope partition observed now. Each write checks our lease (LeaseLost if it was taken)."""
         for entry in self.config.scope:
             partition = entry.partition
-            upserts = self._with_global_indexes(partition, result.first_seen_upserts.get(partition, {}))
+            upserts = result.first_seen_upserts.get(partition, {})
+            pinned = self._pinned(partition, upserts, listing.get(partition, {}))
             drops = result.first_seen_drops.get(partition, ())
-            self.state.save_first_seen(sweep.holds_lease, partition, upserts, drops, result.now_ms)
+            self.state.save_first_seen(sweep.holds_lease, partition, pinned, drops, result.now_ms)
 
-    def _with_global_indexes(self, partition: str, upserts: Mapping[str, FirstSeen]) -> dict[str, FirstSeen]:
-        """Pin each newly seen row's global index, so a key recreated later is not mistaken for it."""
-        pinned = dict(upserts)
+    def _pinned(
+        self, partition: str, upserts: Mapping[str, FirstSeen], listed: Mapping[str, Tags]
+    ) -> dict[str, FirstSeen]:
+        """Each newly seen row's record with its identity as the store has it now (global index and
+        tags digest), so that a key recreated later is not mistaken for it; only if it is still the row
+        the listing saw (the same tags, or the same global index for a partition listed by its keys).
+        A row listed with its tags keeps them as its identity when it cannot be pinned; one listed by
+        its keys alone is not recorded (it is seen afresh by the next sweep)."""
+        indexes = listed.indexes if isinstance(listed, ListedKeys) else None
+        pinned = dict(upserts) if indexes is None else {}
         keys = sorted(upserts)
         size = self.config.transfer_queue.request_batch
         for start in range(0, len(keys), size):
             found = self.row_store.identities(partition, keys[start : start + size])
             for key, identity in found.items():
-                if identity.tags_digest == upserts[key].identity.tags_digest:
-                    pinned[key] = FirstSeen(upserts[key].at_ms, identity)
+                record = upserts[key]
+                if indexes is None:
+                    same_row = identity.tags_digest == record.identity.tags_digest
+                else:
+                    same_row = identity.global_index == indexes[key]
+                if same_row:
+                    pinned[key] = FirstSeen(record.at_ms, identity)
         return pinned
 
     # -- deleting ---------------------------------------------------------------------------------

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 Tags = Mapping[str, Any]
 Listing = Mapping[str, Mapping[str, Tags]]  # partition -> key -> tags: what a sweep listed
+NO_TAGS: Tags = {}
 RowsByPartition = Mapping[str, list[str]]
 
 
@@ -33,6 +34,31 @@ def tags_digest(tags: Tags | None) -> str:
     clock restarts, the safe side.
     """
     return format(zlib.crc32(repr(tags).encode()), "08x") if tags else "00000000"
+
+
+class ListedKeys(Mapping[str, Tags]):
+    """A partition listed without its rows' tags: {key: global index}, seen as {key: no tags}.
+
+    What a partition that is only swept needs: a row's identity is pinned when it is first seen (the
+    tags then read with it), and compared before its delete; the listing itself only names the keys.
+    Reading tags too would cost the controller a request per window that copies every row's tags."""
+
+    def __init__(self, indexes: dict[str, int]) -> None:
+        self.indexes = indexes
+
+    def __getitem__(self, key: str) -> Tags:
+        if key not in self.indexes:
+            raise KeyError(key)
+        return NO_TAGS
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.indexes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.indexes)
+
+    def __len__(self) -> int:
+        return len(self.indexes)
 
 
 class Identity(NamedTuple):

@@ -387,6 +387,30 @@ def test_list_rows_in_windows_is_exactly_kv_list(
     assert len(listed) == 6 * 7 - 8 + 9 + 2
 
 
+def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no_tags(
+    ray_cluster: Any, tq: Any, tq_partition: str, other_partition: str, put_rows: PutRows
+) -> None:
+    for round_ in range(4):  # the two partitions' indexes interleave
+        put_rows(tq_partition, [f"a{round_}-{i}" for i in range(7)], {"r": round_})
+        put_rows(other_partition, [f"b{round_}-{i}" for i in range(5)], {"other": True})
+    tq.kv_clear([f"a1-{i}" for i in range(7)], tq_partition)
+    put_rows(tq_partition, [f"late-{i}" for i in range(9)])  # reused indexes
+    put_rows(tq_partition, ["ghost"], {"rollout_id": "r3"}, data=False)
+    expected = {key: truth(tq, tq_partition, key) for key in tq.kv_list(tq_partition)[tq_partition]}
+
+    with windowed_store(ray_cluster, request_batch=4) as store:
+        store.take_request_stats()
+        listed = store.list_keys(tq_partition)
+        requests = store.take_request_stats()
+
+    assert {key: Identity(identity.tags_digest, listed.get(key)) for key, identity in expected.items()} == (
+        expected
+    )
+    assert len(listed) == 4 * 7 - 7 + 9 + 1
+    assert set(requests) == {"get_partition_index_range", "kv_retrieve_keys"}
+    assert len(requests["get_partition_index_range"]) == 1
+
+
 class ListingWithWriter(TransferQueueRowStore):
     """Runs `writer(window number)` before each window of keys the listing reads: a job writing and
     clearing rows while tq-gc lists."""
@@ -449,29 +473,6 @@ def test_a_reference_moved_once_from_row_to_row_during_the_listing_is_listed(
 
     assert listed.get("holder-new") == {"cleanup_staging_keys": ["r7/call3"]}
     assert len([key for key in listed if key.startswith("filler-")]) == 30
-
-
-def test_a_listing_that_need_not_see_moves_reads_once_and_can_miss_a_move(
-    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
-) -> None:
-    """A partition that is only swept is listed in one pass: every row present for the whole listing,
-    half the requests; the move above can go unseen (which is why reference partitions get two)."""
-    put_rows(tq_partition, [f"filler-{i}" for i in range(30)], {"filler": True})
-    put_rows(tq_partition, ["holder-old"], {"cleanup_staging_keys": ["r7/call3"]})
-
-    def move_the_reference(window: int) -> None:
-        if window == 0:
-            put_rows(tq_partition, ["holder-new"], {"cleanup_staging_keys": ["r7/call3"]})
-            tq.kv_clear(["holder-old"], tq_partition)
-
-    with listing_with_writer(ray_cluster, move_the_reference) as store:
-        store.take_request_stats()
-        listed = store.list_rows(tq_partition, see_moves=False)
-        requests = store.take_request_stats()
-
-    assert {key for key in listed if key.startswith("filler-")} == {f"filler-{i}" for i in range(30)}
-    assert "holder-old" not in listed and "holder-new" not in listed
-    assert len(requests["get_partition_index_range"]) == 1
 
 
 def test_request_stats_name_each_request_and_start_afresh_when_taken(

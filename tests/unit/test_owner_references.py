@@ -266,7 +266,7 @@ def test_expect_nonempty_fails_when_the_pattern_matches_no_row_of_a_non_empty_pa
 
 def test_a_store_failure_fails_the_source() -> None:
     class Broken(MemoryRowStore):
-        def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
+        def list_rows(self, partition: str) -> dict[str, Tags]:
             raise ConnectionResetError("controller actor died")
 
     store = Broken()

@@ -21,9 +21,9 @@ class TimedStore(MemoryRowStore):
         super().__init__()
         self.stats: dict[str, list[float]] = {}
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, dict[str, object]]:
-        self.stats.setdefault("kv_retrieve_meta", []).extend([0.004, 0.0125])
-        return super().list_rows(partition, see_moves=see_moves)
+    def list_keys(self, partition: str) -> dict[str, int]:
+        self.stats.setdefault("kv_retrieve_keys", []).extend([0.004, 0.0125])
+        return super().list_keys(partition)
 
     def take_request_stats(self) -> dict[str, list[float]]:
         taken, self.stats = self.stats, {}
@@ -44,9 +44,9 @@ def test_the_report_names_the_longest_request_of_its_own_sweep_only() -> None:
 
     report = collector(store).sweep(dry_run=True)
 
-    assert report.longest_tq_request == LongestRequest("kv_retrieve_meta", 12.5)
-    assert report.to_dict()["longest_tq_request"] == {"op": "kv_retrieve_meta", "ms": 12.5}
-    assert report.tq_request_seconds == {"kv_retrieve_meta": [0.004, 0.0125]}
+    assert report.longest_tq_request == LongestRequest("kv_retrieve_keys", 12.5)
+    assert report.to_dict()["longest_tq_request"] == {"op": "kv_retrieve_keys", "ms": 12.5}
+    assert report.tq_request_seconds == {"kv_retrieve_keys": [0.004, 0.0125]}
     assert store.stats == {}
 
 

@@ -135,7 +135,7 @@ def test_held_lease_skips_a_second_sweeper(world: World) -> None:
     assert lease is not None
     report = world.sweep(holder="cronjob")
     assert report.outcome is Outcome.SKIPPED and "sidecar" in (report.reason or "")
-    assert world.rows.count("list_rows") == 0
+    assert world.rows.count("list_rows") == world.rows.count("list_keys") == 0
 
 
 def test_fence_up_skips_the_sweep(world: World) -> None:
@@ -305,17 +305,37 @@ def test_report_rows_identify_the_run(world: World) -> None:
     }  # fmt: skip
 
 
-def test_a_reference_source_partition_is_listed_to_see_moves_a_swept_one_is_not(world: World) -> None:
+def test_a_reference_source_partition_is_listed_with_tags_a_swept_one_by_its_keys(world: World) -> None:
     """A tags source's partition must show a reference that moves between two of its rows during the
-    listing (the TQ store reads it twice for that); the swept partition needs no such care, a row its
-    listing misses is not deleted: it is read once."""
-    asked: dict[str, bool] = {}
-    list_rows = world.rows.list_rows
+    listing (list_rows); the swept partition needs only its keys (a row its listing misses is kept, and a
+    row's identity is read when it is first seen)."""
+    world.rows.put(STAGING, "r1/call0", {"rollout_id": "r1"})
+    world.sweep()
 
-    def spy(partition: str, *, see_moves: bool = True) -> dict[str, dict[str, object]]:
-        asked[partition] = see_moves
-        return list_rows(partition, see_moves=see_moves)
+    listings = {(method, target) for method, target, _ in world.rows.calls if method.startswith("list_")}
+    assert listings == {("list_keys", STAGING), ("list_rows", DATA)}
 
-    world.rows.list_rows = spy  # type: ignore[method-assign]
-    assert world.sweep().outcome is Outcome.COMPLETED
-    assert asked == {STAGING: False, DATA: True}
+
+@pytest.mark.parametrize("change", ["recreated", "deleted"])
+def test_a_swept_row_that_changes_between_its_listing_and_its_first_record_is_seen_afresh(
+    world: World, change: str
+) -> None:
+    """The swept partition is listed by keys and global indexes; a new row's identity is read right
+    after the plan. Not the row the listing saw any more (recreated under another index, or gone): no
+    record, so its grace does not start from a sighting of another row."""
+    world.rows.put(STAGING, "r1/c0", {"rollout_id": "r1"})
+
+    def change_the_row() -> None:
+        world.rows.delete(STAGING, ["r1/c0"])
+        if change == "recreated":
+            world.rows.put(STAGING, "r1/c0", {"rollout_id": "r1"})
+
+    world.rows.before("identities", change_the_row)
+    assert world.sweep().counts.within_grace == 1
+    assert "r1/c0" not in world.state.load_first_seen(STAGING)
+
+    world.sweep()
+    records = world.state.load_first_seen(STAGING)
+    assert ("r1/c0" in records) == (change == "recreated")
+    if change == "recreated":
+        assert records["r1/c0"].identity == world.rows.identities(STAGING, ["r1/c0"])["r1/c0"]

@@ -386,7 +386,7 @@ class MovesMachine(RuleBasedStateMachine):
         if not self.active:
             return
         watch = self.active[-1]
-        if method == "list_rows" and args[:1] == (STAGING,):
+        if method in ("list_rows", "list_keys") and args[:1] == (STAGING,):
             watch.listed = True
         elif method == "save_first_seen":
             self.observe(watch)

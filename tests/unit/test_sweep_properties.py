@@ -149,8 +149,9 @@ class SweepMachine(RuleBasedStateMachine):
             self.rows.before("delete", lambda: self.slip("rewrite", k))
         elif point == "recheck":  # between the plan and the re-check of the first batch
             self.state.before("recheck", lambda: self.slip(action, k))
-        elif point == "list_rows":
-            self.rows.before(point, lambda: self.slip(action, k), after_calls=pick % 2)
+        elif point == "list_rows":  # before the tag partition's listing, or the swept one's
+            listing = "list_rows" if pick % 2 == 0 else "list_keys"
+            self.rows.before(listing, lambda: self.slip(action, k))
         elif point in MOVE_POINTS:  # while the sweep reads its references (every hook before the re-check)
             self.state.before(point, lambda: self.slip(action, k))
         # What the sweep reads (right after a slip before listing) restarts the clock of what it names.

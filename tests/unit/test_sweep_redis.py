@@ -97,7 +97,7 @@ def test_concurrent_sweepers_exactly_one_runs(redis_url: str) -> None:
     Collector(config, warm, rows).sweep(dry_run=False)
     observe_past_grace(lambda: Collector(config, warm, rows).sweep(dry_run=True), config.grace_seconds)
     started = threading.Barrier(3)
-    rows.before("list_rows", lambda: time.sleep(0.5))  # the winner holds the lease a while
+    rows.before("list_keys", lambda: time.sleep(0.5))  # the winner holds the lease a while
     reports: list[SweepReport] = []
 
     def sweeper(name: str) -> None:

@@ -38,8 +38,8 @@ def old_row(world: World) -> None:
 
 
 def after_the_tag_partition_is_listed(world: World, action: Any) -> None:
-    # Partitions are listed in name order: rollout_data, then rollout_staging.
-    world.rows.before("list_rows", action, after_calls=1)
+    # Partitions are listed in name order: rollout_data (with its tags), then rollout_staging (its keys).
+    world.rows.before("list_keys", action)
 
 
 # defect 1: a reference moving between sources during the sweep ------------------------------------
@@ -194,7 +194,7 @@ def test_a_confirmed_batch_lists_only_the_rows_deleted(world: World) -> None:
 
 @pytest.mark.parametrize("error", [OverflowError("int too large"), RecursionError("maximum recursion")])
 def test_an_unforeseen_exception_ends_aborted_never_completed(world: World, error: Exception) -> None:
-    def explode(partition: str, **_: Any) -> dict[str, Any]:
+    def explode(partition: str) -> dict[str, Any]:
         raise error
 
     world.rows.list_rows = explode  # type: ignore[method-assign]

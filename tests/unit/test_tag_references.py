@@ -42,15 +42,15 @@ class RecordingStore(MemoryRowStore):
         self.listed: list[str] = []
         self._failing = set(failing)
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
+    def list_rows(self, partition: str) -> dict[str, Tags]:
         self.listed.append(partition)
         if partition in self._failing:
             raise StoreUnavailable(f"kv_list({partition!r}) timed out")
-        return super().list_rows(partition, see_moves=see_moves)
+        return super().list_rows(partition)
 
 
 class BrokenStore(RecordingStore):
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
+    def list_rows(self, partition: str) -> dict[str, Tags]:
         raise ConnectionResetError("controller actor died")
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:

@@ -3,7 +3,8 @@
 | method       | TQ call                                   |
 |--------------|-------------------------------------------|
 | partitions   | client.get_partition_list()               |
-| list_rows    | tq.kv_list(partition_id), or in paced windows |
+| list_rows    | tq.kv_list(partition_id)                  |
+| list_keys    | kv_retrieve_keys of the partition's global indexes |
 | identities   | client.kv_retrieve_meta(keys, pid, create=False) |
 | delete_if_unchanged | kv_retrieve_meta, then clear_samples of exactly the rows it matched |
 
@@ -24,13 +25,14 @@ class RowStore(Protocol):
         """Every partition id the store knows, in any order."""
         ...
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
-        """Every keyed row of a partition: {key: tags}. An unknown partition is empty, not an error.
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        """Every keyed row of a partition: {key: tags}. An unknown partition is empty, not an error."""
+        ...
 
-        Rows present for the whole listing are listed; rows written or deleted during it may be in or
-        out. With `see_moves`, also one of the two rows of a reference moved make-before-break from one
-        row to another during the listing (what the partition of a tags or owners source needs; a
-        partition that is only swept does not: a row missed there is kept, not deleted)."""
+    def list_keys(self, partition: str) -> dict[str, int]:
+        """{key: global index} of every row present for the whole listing (rows written or deleted
+        during it may be in or out), without tags: what a partition that is only swept needs. An
+        unknown partition is empty, not an error."""
         ...
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:

@@ -45,8 +45,11 @@ class DeferredRowStore:
     def partitions(self) -> list[str]:
         return self._attached().partitions()
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
-        return self._attached().list_rows(partition, see_moves=see_moves)
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        return self._attached().list_rows(partition)
+
+    def list_keys(self, partition: str) -> dict[str, int]:
+        return self._attached().list_keys(partition)
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)

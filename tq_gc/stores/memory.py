@@ -34,10 +34,13 @@ class MemoryRowStore:
         with self._lock:
             return list(self._partitions)
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
-        """One snapshot: it sees every move either way."""
+    def list_rows(self, partition: str) -> dict[str, Tags]:
         with self._lock:
             return {key: dict(row.tags) for key, row in self._partitions.get(partition, {}).items()}
+
+    def list_keys(self, partition: str) -> dict[str, int]:
+        with self._lock:
+            return {key: row.global_index for key, row in self._partitions.get(partition, {}).items()}
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         with self._lock:

@@ -49,11 +49,15 @@ class Pacer:
 
     def after(self, latency_s: float) -> float:
         """Adapt the window to a request that took `latency_s`; return the pause before the next one."""
+        self.adapt(latency_s)
+        return self.pause_after(latency_s)
+
+    def adapt(self, latency_s: float) -> None:
+        """Halve the window after a slow request, grow it by a quarter after a fast one."""
         if latency_s > self.target_s:
             self.window = max(self.min_window, self.window // 2)
         elif latency_s < self.target_s / 2:
             self.window = min(self.max_window, self.window + max(1, self.window // 4))
-        return self.pause_after(latency_s)
 
     def pause_after(self, latency_s: float) -> float:
         """The duty cycle's pause after a request of `latency_s`, without touching the window."""

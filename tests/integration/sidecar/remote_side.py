@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fcntl
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import ray
 
@@ -18,6 +19,8 @@ from tq_gc.config import Config
 from tq_gc.model import Tags
 from tq_gc.sidecar_client import sidecar_registry
 from tq_gc.stores import RowStore, attach_transfer_queue
+
+T = TypeVar("T")
 
 
 class Wrapped:
@@ -44,11 +47,17 @@ class SlowListing(Wrapped):
             fcntl.flock(out, fcntl.LOCK_EX)
             out.write(f"{sign} {time.monotonic():.6f}\n")
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        return self._slowly(lambda: self.inner.list_rows(partition))
+
+    def list_keys(self, partition: str) -> dict[str, int]:
+        return self._slowly(lambda: self.inner.list_keys(partition))
+
+    def _slowly(self, listing: Callable[[], T]) -> T:
         self._event("+")
         try:
             time.sleep(self.delay_s)
-            return self.inner.list_rows(partition, see_moves=see_moves)
+            return listing()
         finally:
             self._event("-")
 
@@ -63,12 +72,19 @@ class FailingListing(Wrapped):
         self.fail_while = fail_while
         self.failures = failures
 
-    def list_rows(self, partition: str, *, see_moves: bool = True) -> dict[str, Tags]:
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        self._fail_if_broken()
+        return self.inner.list_rows(partition)
+
+    def list_keys(self, partition: str) -> dict[str, int]:
+        self._fail_if_broken()
+        return self.inner.list_keys(partition)
+
+    def _fail_if_broken(self) -> None:
         if self.fail_while.exists():
             with self.failures.open("a") as out:
                 out.write("failed\n")
             raise RuntimeError("injected listing failure")
-        return self.inner.list_rows(partition, see_moves=see_moves)
 
 
 def slow_tq_store(config: Config, delay_s: float, events: str) -> RowStore:
