@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from tq_gc.config import Config
@@ -338,7 +338,7 @@ class Collector:
         counts.deleted += len(cleared)
         counts.recheck_saved += len(keys) - len(cleared)
         self.state.confirm_deletes(sweep.holds_lease, intent_id, intent, cleared, forget=batch.keys)
-        self._sample(sweep.report, intent.confirm(cleared))
+        self._sample(sweep.report, intent, cleared)
 
     def _intent(
         self, sweep: Sweep, partition: str, keys: Sequence[str], records: Mapping[str, FirstSeen]
@@ -355,10 +355,10 @@ class Collector:
         )
 
     @staticmethod
-    def _sample(report: SweepReport, deleted: AuditBatch) -> None:
+    def _sample(report: SweepReport, intent: AuditBatch, cleared: Collection[str]) -> None:
         room = DELETED_SAMPLE_SIZE - len(report.deleted_sample)
-        if room > 0 and len(deleted):
-            report.deleted_sample.extend(deleted.rows()[:room])
+        if room > 0 and cleared:
+            report.deleted_sample.extend(intent.confirm(cleared).rows()[:room])
 
     # -- the lease --------------------------------------------------------------------------------
 

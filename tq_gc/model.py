@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -257,6 +257,8 @@ class AuditBatch:
     def confirm(self, deleted: Iterable[str]) -> AuditBatch:
         """The batch as confirmed: only the rows of `deleted`, in batch order."""
         gone = set(deleted)
+        if gone.issuperset(self.keys):  # the usual case: every row of the batch went
+            return replace(self, confirmed=True)
         keep = [i for i, key in enumerate(self.keys) if key in gone]
         return AuditBatch(
             run_id=self.run_id,

@@ -356,20 +356,17 @@ def _encode_first_seen(record: FirstSeen) -> str:
     return f"{record.at_ms}|{record.identity.tags_digest}|{'' if index is None else index}"
 
 
-def _decode_first_seen(value: str) -> FirstSeen:
-    at_ms, _, rest = value.partition("|")
-    digest, bar, index = rest.rpartition("|")
-    if not bar:
-        raise ValueError(f"not <at_ms>|<digest>|<index>: {value!r}")
-    return FirstSeen(int(at_ms), Identity(digest, int(index) if index else None))
-
-
 def _decode_first_seen_all(partition: str, raw: Mapping[str, str]) -> dict[str, FirstSeen]:
+    """Records as _encode_first_seen writes them: <at_ms>|<digest>|<global index or ''>."""
     records: dict[str, FirstSeen] = {}
     unreadable = 0
     for key, value in raw.items():
+        at_ms, _, rest = value.partition("|")
+        digest, bar, index = rest.rpartition("|")  # a digest is any string
         try:
-            records[key] = _decode_first_seen(value)
+            if not bar:
+                raise ValueError(value)
+            records[key] = FirstSeen(int(at_ms), Identity(digest, int(index) if index else None))
         except ValueError:
             unreadable += 1
     if unreadable:
