@@ -226,12 +226,13 @@ class Collector:
         existing = set(self.row_store.partitions())
         referring = set(self.tags.partitions) | set(self.owners.partitions)
         partitions = {entry.partition for entry in self.config.scope} | referring
+        list_keys = getattr(self.row_store, "list_keys", None)  # optional (stores/base.py)
         listing: dict[str, Mapping[str, Tags]] = {}
         for partition in sorted(partitions):
-            if partition in referring:
+            if partition in referring or not callable(list_keys):
                 listing[partition] = self.row_store.list_rows(partition)
             else:
-                listing[partition] = ListedKeys(self.row_store.list_keys(partition))
+                listing[partition] = ListedKeys(list_keys(partition))
         return listing, existing
 
     def _trusted_first_seen(self, sweep: Sweep) -> FirstSeenByPartition:

@@ -192,14 +192,15 @@ def _public_methods(cls: type) -> list[str]:
 
 
 class ScriptedRowStore(Script, MemoryRowStore):
-    """Hook points: every RowStore method (what a sweep calls); put/delete/keys are the test's own."""
+    """Hook points: every RowStore method, optional ones included (what a sweep calls); put/delete/keys
+    are the test's own."""
 
     _label = "rows"
 
     def __init__(self, timeline: Timeline | None = None) -> None:
         MemoryRowStore.__init__(self)
         self._init_script(timeline)
-        self._script(_public_methods(RowStore))
+        self._script([*_public_methods(RowStore), "list_keys"])
 
 
 class ScriptedState(Script, MemoryState):

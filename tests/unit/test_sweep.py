@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tq_gc.collector import Collector
 from tq_gc.errors import StoreUnavailable
-from tq_gc.model import Outcome
+from tq_gc.model import Outcome, SweepReport
+from tq_gc.stores.memory import MemoryRowStore
 
 from support.world import DATA, GRACE_S, STAGING, World
 
@@ -339,3 +341,27 @@ def test_a_swept_row_that_changes_between_its_listing_and_its_first_record_is_se
     assert ("r1/c0" in records) == (change == "recreated")
     if change == "recreated":
         assert records["r1/c0"].identity == world.rows.identities(STAGING, ["r1/c0"])["r1/c0"]
+
+
+class ProtocolOnly:
+    """A row store with the RowStore protocol's methods only (a user's own store): no list_keys."""
+
+    def __init__(self, inner: MemoryRowStore) -> None:
+        self.partitions = inner.partitions
+        self.list_rows = inner.list_rows
+        self.identities = inner.identities
+        self.delete_if_unchanged = inner.delete_if_unchanged
+
+
+def test_a_row_store_without_list_keys_is_listed_with_list_rows(world: World) -> None:
+    world.rows.put(STAGING, "r1/c0", {"rollout_id": "r1"})
+    store = ProtocolOnly(world.rows)
+
+    def sweep() -> SweepReport:
+        return Collector(world.config, world.state, store, holder="test").sweep(dry_run=False)
+
+    assert sweep().counts.within_grace == 1
+    world.age()
+    assert sweep().counts.deleted == 1
+    assert world.staging() == set()
+    assert world.rows.count("list_keys") == 0

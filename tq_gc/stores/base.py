@@ -4,12 +4,18 @@
 |--------------|-------------------------------------------|
 | partitions   | client.get_partition_list()               |
 | list_rows    | tq.kv_list(partition_id)                  |
-| list_keys    | kv_retrieve_keys of the partition's global indexes |
 | identities   | client.kv_retrieve_meta(keys, pid, create=False) |
 | delete_if_unchanged | kv_retrieve_meta, then clear_samples of exactly the rows it matched |
 
 Every method raises StoreUnavailable when the store cannot answer; the sweep then stops and deletes
 nothing more. Implementations batch calls to the store themselves where the store needs it.
+
+Optional methods, used when a store has them (the stores here do):
+
+- `list_keys(partition) -> {key: global index}`: every row present for the whole listing, without tags
+  (TQ: kv_retrieve_keys over the partition's global indexes). The collector lists a partition that is
+  only swept this way; without it, with list_rows.
+- `ensure_attached()`, `take_request_stats()`, `interrupt()`: see TransferQueueRowStore.
 """
 
 from __future__ import annotations
@@ -27,12 +33,6 @@ class RowStore(Protocol):
 
     def list_rows(self, partition: str) -> dict[str, Tags]:
         """Every keyed row of a partition: {key: tags}. An unknown partition is empty, not an error."""
-        ...
-
-    def list_keys(self, partition: str) -> dict[str, int]:
-        """{key: global index} of every row present for the whole listing (rows written or deleted
-        during it may be in or out), without tags: what a partition that is only swept needs. An
-        unknown partition is empty, not an error."""
         ...
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:

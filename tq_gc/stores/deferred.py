@@ -49,7 +49,8 @@ class DeferredRowStore:
         return self._attached().list_rows(partition)
 
     def list_keys(self, partition: str) -> dict[str, int]:
-        return self._attached().list_keys(partition)
+        keys: dict[str, int] = self._attached().list_keys(partition)  # type: ignore[attr-defined]
+        return keys
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)
