@@ -528,3 +528,23 @@ def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_sti
         with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as other:
             expected = other.identities(tq_partition, ["row-1", "row-2"])
         assert store.delete_if_unchanged(tq_partition, expected) == {"row-1", "row-2"}
+
+
+@pytest.mark.parametrize(("target_ms", "clears"), [(1e-6, 19), (1e6, 7)])
+def test_delete_batches_shrink_when_the_re_check_and_clear_are_slow_and_grow_when_fast(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows, target_ms: float, clears: int
+) -> None:
+    """Batches of 20 (half of request_batch=40) to start; every pair slower than the target halves the
+    next, down to 10 (19 clears for 200 rows); every fast one grows it by a quarter up to 40
+    (20, 25, 31, 38, 40, 40, 6: 7 clears)."""
+    keys = [f"row-{i:03d}" for i in range(200)]
+    put_rows(tq_partition, keys, {"t": 1})
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, request_batch=40, request_target_ms=target_ms, duty_cycle=1.0
+    )
+    with TransferQueueRowStore.attach(config) as store:
+        expected = store.identities(tq_partition, keys)
+        store.take_request_stats()
+        assert store.delete_if_unchanged(tq_partition, expected) == set(keys)
+        assert len(store.take_request_stats()["clear_samples"]) == clears
+    assert tq.kv_list(tq_partition).get(tq_partition, {}) == {}

@@ -204,16 +204,19 @@ class TransferQueueRowStore:
         return found
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
-        """In batches of request_batch rows, each followed by the duty cycle's pause. The batch does not
-        shrink when clears are slow: part of a clear's cost is per request, not per row (with a nested
-        field, TQ rescans every row's shape on each clear, O(partition)), so smaller clears would cost
-        the controller more in all."""
+        """In batches of the pacer's window (request_batch/4 to request_batch rows), each a re-check and
+        a clear back to back, then the duty cycle's pause. Each of the two holds the job's requests for
+        as long as it takes: a pair slower than two targets halves the next batch. (With a nested field
+        TQ rescans every row's shape on each clear, O(partition) whatever the batch: the batches then
+        stay at the floor, and the pauses grow with the clears.)"""
         deleted: set[str] = set()
         pacer = self._pacer()
-        for batch in batches(list(expected), self._request_batch):
+        for batch in paced_batches(list(expected), pacer):
             started = time.perf_counter()
             deleted.update(self._delete_batch_if_unchanged(partition, batch, expected, len(deleted)))
-            time.sleep(pacer.pause_after(time.perf_counter() - started))
+            seconds = time.perf_counter() - started
+            pacer.adapt(seconds / 2)  # two requests: the re-check and the clear
+            time.sleep(pacer.pause_after(seconds))
         return deleted
 
     def delete(self, partition: str, keys: Sequence[str]) -> None:
