@@ -283,6 +283,8 @@ class Soak:
             address=head.address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
         )
         stack.callback(ray.shutdown)  # the job's TQ controller and storage end with this driver
+        # ray.init installed Ray's own SIGTERM handler, which aborts the process: ours again, on top.
+        stack.enter_context(terminated_cleanly(self.switches.errors))
         import transfer_queue
 
         transfer_queue.init(TQ_TEST_CONF)
@@ -525,17 +527,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def _terminated_cleanly() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so that every process the soak started is stopped."""
+def terminated_cleanly(errors: list[str]) -> Iterator[None]:
+    """SIGTERM and Ctrl-C end the soak at its next check (within a second once the chaos is on), which
+    unwinds like any failure and stops every process the soak started. Not at once: an interrupt raised
+    inside a Ray call can abort the process in Ray's core worker and leave its Ray head and Redis
+    running."""
 
-    def raise_interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+    def note(signum: int, frame: FrameType | None) -> None:
+        errors.append(f"interrupted ({signal.Signals(signum).name})")
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -545,9 +551,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = SoakSettings(minutes=args.minutes, seed=args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="tqgc-soak-"))
     log.info("seed %d, work directory %s", settings.seed, workdir)
+    soak = Soak(settings, workdir)
     try:
-        with _terminated_cleanly():
-            verdict = Soak(settings, workdir).run()
+        with terminated_cleanly(soak.switches.errors):
+            verdict = soak.run()
     except SoakBroken as exc:
         print(f"soak: broken, no verdict: {exc}")
         return 2
