@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from tq_gc.config import Config
@@ -26,8 +26,6 @@ from tq_gc.errors import (
     StoreUnavailable,
 )
 from tq_gc.model import (
-    DELETED_SAMPLE_SIZE,
-    AuditBatch,
     Cause,
     FirstSeen,
     ListedKeys,
@@ -319,7 +317,7 @@ class Collector:
         counts.recheck_saved += len(batch.keys) - len(keys)
         if not keys:
             return
-        intent = self._intent(sweep, batch.partition, keys, records)
+        intent = sweep.intent(batch.partition, keys, records)
         try:
             intent_id = self.state.record_intent(
                 sweep.holds_lease, intent, sweep.fence_epoch, self._lease_ttl_ms
@@ -339,27 +337,7 @@ class Collector:
         counts.deleted += len(cleared)
         counts.recheck_saved += len(keys) - len(cleared)
         self.state.confirm_deletes(sweep.holds_lease, intent_id, intent, cleared, forget=batch.keys)
-        self._sample(sweep.report, intent, cleared)
-
-    def _intent(
-        self, sweep: Sweep, partition: str, keys: Sequence[str], records: Mapping[str, FirstSeen]
-    ) -> AuditBatch:
-        assert sweep.plan is not None
-        seen = [records[key] for key in keys]
-        return AuditBatch(
-            run_id=sweep.report.run_id,
-            partition=partition,
-            keys=tuple(keys),
-            unreferenced_ms=tuple(sweep.plan.now_ms - record.at_ms for record in seen),
-            global_indexes=tuple(record.identity.global_index for record in seen),
-            tags_digests=tuple(record.identity.tags_digest for record in seen),
-        )
-
-    @staticmethod
-    def _sample(report: SweepReport, intent: AuditBatch, cleared: Collection[str]) -> None:
-        room = DELETED_SAMPLE_SIZE - len(report.deleted_sample)
-        if room > 0 and cleared:
-            report.deleted_sample.extend(intent.confirm(cleared).rows()[:room])
+        sweep.sample(intent, cleared)
 
     # -- the lease --------------------------------------------------------------------------------
 

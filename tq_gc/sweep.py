@@ -1,5 +1,6 @@
-"""One sweep's state, and the small mechanics of a sweep the collector's steps share: how it stops
-with an outcome, its delete batches, pacing, and the clock of its report."""
+"""One sweep's state (its lease, plan, records, audit intents and report), and the small mechanics of
+a sweep the collector's steps share: how it stops with an outcome, its delete batches, pacing, and the
+clock of its report."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.errors import LeaseLost
-from tq_gc.model import Cause, Outcome, SweepReport
+from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, Cause, FirstSeen, Outcome, SweepReport
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.state.base import Lease
 
@@ -59,6 +60,25 @@ class Sweep:
     def holds_lease(self) -> Lease:
         assert self.lease is not None, "the sweep took its lease first"
         return self.lease
+
+    def intent(self, partition: str, keys: Sequence[str], records: Mapping[str, FirstSeen]) -> AuditBatch:
+        """The audit intent of deleting `keys`: each row's identity and unreferenced time, from its record."""
+        assert self.plan is not None, "the sweep planned first"
+        seen = [records[key] for key in keys]
+        return AuditBatch(
+            run_id=self.report.run_id,
+            partition=partition,
+            keys=tuple(keys),
+            unreferenced_ms=tuple(self.plan.now_ms - record.at_ms for record in seen),
+            global_indexes=tuple(record.identity.global_index for record in seen),
+            tags_digests=tuple(record.identity.tags_digest for record in seen),
+        )
+
+    def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:
+        """Add the first deleted rows to the report's sample, until it is full."""
+        room = DELETED_SAMPLE_SIZE - len(self.report.deleted_sample)
+        if room > 0 and cleared:
+            self.report.deleted_sample.extend(intent.confirm(cleared).rows()[:room])
 
 
 class LeaseKeeper:

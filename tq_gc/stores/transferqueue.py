@@ -28,45 +28,36 @@ TQ facts this relies on (transferqueue 0.1.11, read from its source and checked 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from array import array
-from collections.abc import Awaitable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.errors import Interrupted, StoreUnavailable
+from tq_gc.errors import Interrupted
 from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.pacing import Pacer
 from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.tq_requests import (
     OP_CLEAR,
-    OP_INDEX_RANGE,
     OP_KEYS,
     OP_KV_LIST,
     OP_META,
     OP_PARTITIONS,
-    RequestLog,
+    REQUEST_TIMEOUT_SECONDS,
+    TqRequests,
 )
 from tq_gc.stores.tq_rows import ListedPass, batches, identities_of, paced_batches, unchanged
 
 logger = logging.getLogger(__name__)
 
 
-# Every controller request carries this deadline: TQ's controller socket has none, so a dead or wedged
-# controller would hang a sweep (and the sidecar's scheduler) forever. Generous: kv_list of a
-# 100k-key partition takes well under a second.
-REQUEST_TIMEOUT_SECONDS = 60.0
-# Beyond the deadline, how long we wait for the client's event loop itself (a wedged loop thread).
-LOOP_GRACE_SECONDS = 5.0
 # identities(): rounds to pin down which key each index belongs to when some keys are gone (see there).
 IDENTITY_ROUNDS = 3
-
-T = TypeVar("T")
 
 
 class TransferQueueRowStore:
@@ -95,10 +86,7 @@ class TransferQueueRowStore:
         self._duty_cycle = duty_cycle
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
-        self._request_timeout_seconds = request_timeout_seconds
-        self._requests = RequestLog()
-        self._closed = False
-        self._close_lock = threading.Lock()
+        self._requests = TqRequests(client, request_timeout_seconds)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -139,7 +127,8 @@ class TransferQueueRowStore:
     # ---- RowStore ----
 
     def partitions(self) -> list[str]:
-        return list(self._call(OP_PARTITIONS, "get_partition_list", self._client.async_get_partition_list()))
+        partitions = self._client.async_get_partition_list()
+        return list(self._requests.call(OP_PARTITIONS, "get_partition_list", partitions))
 
     def list_rows(self, partition: str) -> dict[str, Tags]:
         """Every keyed row with its tags, as kv_list would, in short requests: two passes over the
@@ -158,7 +147,8 @@ class TransferQueueRowStore:
         be in or out. Each request is paced (pacing.py).
         """
         if self._controller is None:
-            listing = self._call(OP_KV_LIST, f"kv_list({partition!r})", self._client.async_kv_list(partition))
+            whole = self._client.async_kv_list(partition)
+            listing = self._requests.call(OP_KV_LIST, f"kv_list({partition!r})", whole)
             return dict(listing.get(partition) or {})
         pacer = self._pacer()
         self._sleep_unless_interrupted(0)
@@ -225,9 +215,9 @@ class TransferQueueRowStore:
         done = 0
         for batch in batches(unique, self._request_batch):
             what = f"kv_clear of {len(batch)} keys in {partition!r} (after {done} of {len(unique)})"
-            meta = self._call(OP_META, what, self._retrieve_meta(partition, batch))
+            meta = self._requests.call(OP_META, what, self._retrieve_meta(partition, batch))
             if meta.size > 0:
-                self._call(OP_CLEAR, what, self._client.async_clear_samples(meta))
+                self._requests.call(OP_CLEAR, what, self._client.async_clear_samples(meta))
             done += len(batch)
 
     def interrupt(self) -> None:
@@ -239,7 +229,7 @@ class TransferQueueRowStore:
     def take_request_stats(self) -> dict[str, list[float]]:
         """{operation: [seconds of each request]} since the last call, as this client saw them (the
         wait for the controller included), and start afresh. The collector reads it once per sweep."""
-        return self._requests.take()
+        return self._requests.log.take()
 
     # ---- lifecycle ----
 
@@ -247,15 +237,7 @@ class TransferQueueRowStore:
         """Close our client; disconnect from Ray only if attach() connected. Idempotent. Kills nothing."""
         import ray
 
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._client.close()
-        except Exception as exc:  # closing is best effort: the sweep's outcome is already decided
-            logger.warning("closing the TransferQueue client failed: %s", exc)
-        if self._owns_ray_connection:
+        if self._requests.close() and self._owns_ray_connection:
             ray.shutdown()
 
     def __enter__(self) -> TransferQueueRowStore:
@@ -272,7 +254,7 @@ class TransferQueueRowStore:
     def __repr__(self) -> str:
         return (
             f"TransferQueueRowStore(ray_address={self._ray_address!r}, "
-            f"request_batch={self._request_batch}, closed={self._closed})"
+            f"request_batch={self._request_batch}, closed={self._requests.closed})"
         )
 
     # ---- internals ----
@@ -289,7 +271,7 @@ class TransferQueueRowStore:
 
     def _index_windows(self, partition: str, pacer: Pacer) -> Iterator[list[int]]:
         """The partition's global indexes, ascending, in windows of the pacer's current size."""
-        listed = self._index_range(partition)
+        listed = self._requests.index_range(self._controller, partition)
         listed.sort()
         indexes = array("q", listed)  # 8 bytes an index, not a list's 36
         del listed
@@ -299,32 +281,11 @@ class TransferQueueRowStore:
             start += len(window)
             yield window
 
-    def _index_range(self, partition: str) -> list[int]:
-        """Every global index of the partition (and its pre-allocated ones), from the controller actor's
-        main thread: its request thread keeps serving the job meanwhile. An unknown partition has none."""
-        import ray
-
-        started = time.perf_counter()
-        what = f"TransferQueue {OP_INDEX_RANGE}({partition!r})"
-        timeout_s = self._request_timeout_seconds
-        try:
-            ref = self._controller.get_partition_index_range.remote(partition)
-            indexes: list[int] = ray.get(ref, timeout=timeout_s)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise StoreUnavailable(
-                f"{what}: no answer within {timeout_s:g} s (controller dead or overloaded?)"
-            ) from exc
-        except Exception as exc:
-            raise StoreUnavailable(f"{what} failed: {exc}") from exc
-        finally:
-            self._requests.record(OP_INDEX_RANGE, time.perf_counter() - started)
-        return indexes
-
     def _keys_of(self, partition: str, window: list[int], pacer: Pacer) -> tuple[dict[int, str], float]:
         """({global index: key} of the window's indexes that have a key now, the request's seconds),
         after the duty cycle's pause."""
         started = time.perf_counter()
-        keys = self._call(
+        keys = self._requests.call(
             OP_KEYS,
             f"kv_retrieve_keys of {len(window)} indexes in {partition!r}",
             self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
@@ -342,7 +303,7 @@ class TransferQueueRowStore:
         if not owners:
             return 0.0
         started = time.perf_counter()
-        meta = self._call(
+        meta = self._requests.call(
             OP_META,
             f"kv_retrieve_meta of {len(owners)} keys in {partition!r}",
             self._retrieve_meta(partition, list(owners.values())),
@@ -359,7 +320,7 @@ class TransferQueueRowStore:
         self, partition: str, batch: list[str], expected: Mapping[str, Identity], done: int
     ) -> list[str]:
         what = f"re-check and clear of {len(batch)} rows in {partition!r}"
-        cleared = self._call(None, what, self._clear_if_unchanged(partition, batch, expected))
+        cleared = self._requests.call(None, what, self._clear_if_unchanged(partition, batch, expected))
         if cleared is not None:  # the usual case: one round trip to the client's loop
             return cleared
         keys, meta = self._snapshot(partition, batch)
@@ -371,7 +332,7 @@ class TransferQueueRowStore:
         what = f"clear of {len(matched)} rows in {partition!r} (after {done} deleted in this call)"
         # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
         doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
-        self._call(OP_CLEAR, what, self._client.async_clear_samples(doomed))
+        self._requests.call(OP_CLEAR, what, self._client.async_clear_samples(doomed))
         return [keys[i] for i in matched]
 
     async def _clear_if_unchanged(
@@ -379,23 +340,15 @@ class TransferQueueRowStore:
     ) -> list[str] | None:
         """Snapshot, match and clear in one coroutine, back to back on the client's loop. None when
         some keys are gone (the snapshot is then not aligned with `keys`): the caller takes the long way."""
-        meta = await self._timed(OP_META, self._retrieve_meta(partition, keys))
+        meta = await self._requests.timed(OP_META, self._retrieve_meta(partition, keys))
         if meta.size != len(keys):
             return None
         matched = unchanged(keys, meta, expected)
         if matched:
             # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
             doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
-            await self._timed(OP_CLEAR, self._client.async_clear_samples(doomed))
+            await self._requests.timed(OP_CLEAR, self._client.async_clear_samples(doomed))
         return [keys[i] for i in matched]
-
-    async def _timed(self, op: str, awaitable: Awaitable[T]) -> T:
-        """Await one request, recording how long it took under `op`."""
-        started = time.perf_counter()
-        try:
-            return await awaitable
-        finally:
-            self._requests.record(op, time.perf_counter() - started)
 
     def _snapshot(self, partition: str, keys: list[str]) -> tuple[list[str], Any]:
         """(keys, meta): the keys of `keys` that exist, and their BatchMeta, row i being keys[i], as one
@@ -407,7 +360,7 @@ class TransferQueueRowStore:
         # rounds falls out of the request, and is reported absent: the caller keeps that row.
         wanted = keys
         for _ in range(IDENTITY_ROUNDS):
-            meta = self._call(
+            meta = self._requests.call(
                 OP_META,
                 f"kv_retrieve_meta of {len(wanted)} keys in {partition!r}",
                 self._retrieve_meta(partition, wanted),
@@ -416,7 +369,7 @@ class TransferQueueRowStore:
                 return wanted, meta
             if meta.size == 0:
                 return [], meta
-            owners = self._call(
+            owners = self._requests.call(
                 OP_KEYS,
                 f"kv_retrieve_keys of {meta.size} indexes in {partition!r}",
                 self._client.async_kv_retrieve_keys(
@@ -437,25 +390,3 @@ class TransferQueueRowStore:
     def _retrieve_meta(self, partition: str, keys: list[str]) -> Any:
         # create=False always: with create=True TQ registers the keys it does not know.
         return self._client.async_kv_retrieve_meta(keys=keys, partition_id=partition, create=False)
-
-    def _call(self, op: str | None, what: str, coro: Coroutine[Any, Any, T]) -> T:
-        """Run one client coroutine on the client's own loop, with a deadline, and record its duration
-        under `op` (None: the coroutine records its requests itself). Errors -> StoreUnavailable."""
-        if self._closed:
-            coro.close()
-            raise StoreUnavailable(f"TransferQueue {what}: the row store is closed")
-        # TransferQueueClient's sync methods are this same call without a deadline (`_run_coroutine`).
-        # The deadline is enforced inside the loop (wait_for), so a request that runs out of time is
-        # cancelled and finished there, and its pooled socket discarded, before we return.
-        timeout_s = self._request_timeout_seconds
-        timed = coro if op is None else self._timed(op, coro)
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(timed, timeout_s), self._client._loop)
-        try:
-            return future.result(timeout=timeout_s + LOOP_GRACE_SECONDS)
-        except TimeoutError as exc:
-            future.cancel()
-            raise StoreUnavailable(
-                f"TransferQueue {what}: no answer within {timeout_s:g} s (controller dead or overloaded?)"
-            ) from exc
-        except Exception as exc:
-            raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
