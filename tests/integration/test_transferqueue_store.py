@@ -15,6 +15,7 @@ import pytest
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.model import Identity, tags_digest
+from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
 pytestmark = pytest.mark.ray
@@ -409,6 +410,18 @@ def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no
     assert len(listed) == 4 * 7 - 7 + 9 + 1
     assert set(requests) == {"get_partition_index_range", "kv_retrieve_keys"}
     assert len(requests["get_partition_index_range"]) == 1
+
+
+def test_a_store_without_the_controllers_handle_lists_keys_through_kv_list(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, [f"k{i}" for i in range(30)], {"t": 1})
+    tq.kv_clear(["k3", "k7"], tq_partition)
+    client = open_client(find_controller(ray_cluster.address), 30.0)
+    with TransferQueueRowStore(client, request_batch=8) as bare, windowed_store(ray_cluster, 8) as paced:
+        assert bare.list_keys(tq_partition) == paced.list_keys(tq_partition)
+        assert len(bare.list_keys(tq_partition)) == 28
+        assert set(bare.take_request_stats()) == {"kv_list", "kv_retrieve_meta"}
 
 
 class ListingWithWriter(TransferQueueRowStore):

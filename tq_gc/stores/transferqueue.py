@@ -169,7 +169,11 @@ class TransferQueueRowStore:
         global indexes, then the keys of each window (kv_retrieve_keys, ~2 ms held for 2,000 indexes).
         A row present for the whole pass is listed; one written during it at an index of a window
         already read is not (a tags source needs list_rows' second pass; a swept partition does not:
-        the row is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's."""
+        the row is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's.
+        Without the controller's actor handle: kv_list, then the listed rows' global indexes."""
+        if self._controller is None:
+            found = self.identities(partition, list(self.list_rows(partition)))
+            return {key: index for key, (_, index) in found.items() if index is not None}
         pacer = self._pacer()
         self._sleep_unless_interrupted(0)
         keys: dict[str, int] = {}
