@@ -228,3 +228,13 @@ def test_password_never_printed(cli: Cli) -> None:
     cli.write_config(state_url="redis://:hunter2@127.0.0.1:1/0")
     _code, out, err = cli.run("status", "--json")
     assert "hunter2" not in out + err
+
+
+def test_check_counts_each_scope_partitions_rows_by_their_keys(cli: Cli) -> None:
+    for key in ("r1/c1", "r2/c1", "r3/c1"):
+        cli.rows.put(STAGING, key)
+    code, doc = cli.run_json("check")
+    assert code == EXIT_OK, doc
+    (row_store,) = [c for c in doc["checks"] if f"{STAGING}: 3 rows" in c["detail"]]
+    assert row_store["ok"]
+    assert cli.rows.count("list_keys") == 1 and cli.rows.count("list_rows") == 0
