@@ -15,6 +15,7 @@ from tq_gc.references.tags import TagsSource
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore
+from tq_gc.stores.base import optional_method
 from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]
@@ -115,8 +116,7 @@ def _eviction_check(state: RedisState) -> CheckResult:
 
 
 def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
-    list_keys = getattr(rows, "list_keys", None)  # keys alone are enough to count, and far cheaper
-    listing = list_keys if callable(list_keys) else rows.list_rows
+    listing = optional_method(rows, "list_keys") or rows.list_rows  # keys are enough to count, cheaper
 
     def probe() -> str:
         sizes = ", ".join(f"{e.partition}: {len(listing(e.partition))} rows" for e in config.scope)

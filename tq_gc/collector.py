@@ -42,7 +42,7 @@ from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.state.base import Recheck, StateStore
-from tq_gc.stores.base import RowStore
+from tq_gc.stores.base import RowStore, optional_method
 from tq_gc.sweep import (
     Batch,
     LeaseKeeper,
@@ -98,8 +98,8 @@ class Collector:
         """Make a sweep in progress stop before its next request to the row store (a delete call runs
         to its end first), and every later sweep at once."""
         self._stop.set()
-        interrupt = getattr(self.row_store, "interrupt", None)
-        if callable(interrupt):
+        interrupt = optional_method(self.row_store, "interrupt")
+        if interrupt is not None:
             interrupt()
 
     # -- the sequence -----------------------------------------------------------------------------
@@ -153,8 +153,8 @@ class Collector:
 
     def _take_request_stats(self) -> dict[str, list[float]]:
         """The row store's TQ requests since the last call ({operation: [seconds]}); none if it keeps none."""
-        take = getattr(self.row_store, "take_request_stats", None)
-        return take() if callable(take) else {}
+        take = optional_method(self.row_store, "take_request_stats")
+        return take() if take is not None else {}
 
     def _take_lease(self, sweep: Sweep) -> None:
         lease = self.state.acquire_lease(self.holder, self._lease_ttl_ms)
@@ -169,8 +169,8 @@ class Collector:
 
     def _attach_row_store(self) -> None:
         """Join the job's TransferQueue now, so that `attach` is timed apart from the listing."""
-        ensure_attached = getattr(self.row_store, "ensure_attached", None)
-        if callable(ensure_attached):
+        ensure_attached = optional_method(self.row_store, "ensure_attached")
+        if ensure_attached is not None:
             ensure_attached()
 
     def _mark(self, sweep: Sweep) -> None:
@@ -224,10 +224,10 @@ class Collector:
         existing = set(self.row_store.partitions())
         referring = set(self.tags.partitions) | set(self.owners.partitions)
         partitions = {entry.partition for entry in self.config.scope} | referring
-        list_keys = getattr(self.row_store, "list_keys", None)  # optional (stores/base.py)
+        list_keys = optional_method(self.row_store, "list_keys")
         listing: dict[str, Mapping[str, Tags]] = {}
         for partition in sorted(partitions):
-            if partition in referring or not callable(list_keys):
+            if partition in referring or list_keys is None:
                 listing[partition] = self.row_store.list_rows(partition)
             else:
                 listing[partition] = ListedKeys(list_keys(partition))

@@ -20,8 +20,8 @@ Optional methods, used when a store has them (the stores here do):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from tq_gc.model import Identity, Tags
 
@@ -50,3 +50,16 @@ class RowStore(Protocol):
         the rows it just matched (by global index), which leaves the narrowest window it can.
         """
         ...
+
+
+def optional_method(store: object, name: str) -> Callable[..., Any] | None:
+    """One of the optional methods above, if `store` has it."""
+    method = getattr(store, name, None)
+    return method if callable(method) else None
+
+
+def keys_with_indexes(store: RowStore, partition: str) -> dict[str, int]:
+    """{key: global index} of a partition, for a store that cannot list keys alone: its listing, then
+    the listed rows' identities (a row gone in between is left out)."""
+    found = store.identities(partition, list(store.list_rows(partition)))
+    return {key: index for key, (_, index) in found.items() if index is not None}

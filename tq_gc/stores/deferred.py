@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
 from tq_gc.model import Identity, Tags
-from tq_gc.stores.base import RowStore
+from tq_gc.stores.base import RowStore, keys_with_indexes, optional_method
 
 
 class DeferredRowStore:
@@ -49,8 +49,9 @@ class DeferredRowStore:
         return self._attached().list_rows(partition)
 
     def list_keys(self, partition: str) -> dict[str, int]:
-        keys: dict[str, int] = self._attached().list_keys(partition)  # type: ignore[attr-defined]
-        return keys
+        store = self._attached()
+        list_keys = optional_method(store, "list_keys")
+        return list_keys(partition) if list_keys is not None else keys_with_indexes(store, partition)
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)
@@ -71,20 +72,20 @@ class DeferredRowStore:
         """The attached store's request durations since the last call ({operation: [seconds]}), then
         afresh; none before it attached or when it keeps none."""
         with self._lock:
-            take = getattr(self._store, "take_request_stats", None)
-        stats: dict[str, list[float]] = take() if callable(take) else {}
+            take = optional_method(self._store, "take_request_stats")
+        stats: dict[str, list[float]] = take() if take is not None else {}
         return stats
 
     def close(self) -> None:
         """Close the store we attached, if any (its own close(): never the TQ itself)."""
         with self._lock:
-            close = getattr(self._store, "close", None)
+            close = optional_method(self._store, "close")
             self._store = None
-        if callable(close):
+        if close is not None:
             close()
 
 
 def _interrupt(store: RowStore) -> None:
-    interrupt = getattr(store, "interrupt", None)
-    if callable(interrupt):
+    interrupt = optional_method(store, "interrupt")
+    if interrupt is not None:
         interrupt()

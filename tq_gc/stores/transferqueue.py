@@ -40,6 +40,7 @@ from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import Interrupted
 from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
+from tq_gc.stores.base import keys_with_indexes
 from tq_gc.stores.pacing import Pacer
 from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.tq_requests import (
@@ -172,8 +173,7 @@ class TransferQueueRowStore:
         the row is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's.
         Without the controller's actor handle: kv_list, then the listed rows' global indexes."""
         if self._controller is None:
-            found = self.identities(partition, list(self.list_rows(partition)))
-            return {key: index for key, (_, index) in found.items() if index is not None}
+            return keys_with_indexes(self, partition)
         pacer = self._pacer()
         self._sleep_unless_interrupted(0)
         keys: dict[str, int] = {}
