@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -22,6 +22,7 @@ from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.model import Outcome
+from tq_gc.sightings import times_of
 from tq_gc.wiring import Runtime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
@@ -107,7 +108,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
         now_ms = state.now_ms()
         lease = state.lease_holder()
         waiting = {
-            entry.partition: _waiting_summary(state.load_first_seen(entry.partition).values(), now_ms)
+            entry.partition: _waiting_summary(times_of(state.load_first_seen(entry.partition)), now_ms)
             for entry in config.scope
         }
         doc = {
@@ -124,8 +125,8 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
     _emit(doc, as_json, render.status)
 
 
-def _waiting_summary(records: Any, now_ms: int) -> dict[str, Any]:
-    ages = [now_ms - record.at_ms for record in records]
+def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str, Any]:
+    ages = [now_ms - at_ms for at_ms in first_seen_ms.values()]
     return {"rows": len(ages), "oldest_s": max(ages) / 1000 if ages else 0.0}
 
 

@@ -41,6 +41,7 @@ from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
+from tq_gc.sightings import identities_of
 from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore, optional_method
 from tq_gc.sweep import (
@@ -326,9 +327,7 @@ class Collector:
             raise SweepStopped(Outcome.SKIPPED, Cause.FENCE_RAISED, str(exc)) from exc
         self._check_lease_fresh(sweep)
         try:
-            cleared = self.row_store.delete_if_unchanged(
-                batch.partition, {key: records[key].identity for key in keys}
-            )
+            cleared = self.row_store.delete_if_unchanged(batch.partition, identities_of(records, keys))
         except BaseException:
             counts.failed += len(keys)  # deleted or not, nobody knows: the intent stays unconfirmed
             raise

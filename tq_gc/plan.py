@@ -29,6 +29,7 @@ from tq_gc.model import (
     rows_of,
 )
 from tq_gc.model import tags_digest as digest_of
+from tq_gc.sightings import times_of
 
 FirstSeenByPartition = Mapping[str, Mapping[str, FirstSeen]]
 
@@ -127,9 +128,8 @@ class _Draft:
         bites keeps the common case cheap."""
         if sum(len(keys) for keys in self.eligible.values()) <= max_deletes:
             return {p: tuple(sorted(keys)) for p, keys in sorted(self.eligible.items())}
-        ordered = sorted(
-            (first_seen[p][key].at_ms, p, key) for p, keys in self.eligible.items() for key in keys
-        )
+        times = {p: times_of(first_seen[p]) for p in self.eligible}
+        ordered = sorted((times[p][key], p, key) for p, keys in self.eligible.items() for key in keys)
         over: dict[str, set[str]] = {}
         for _, partition, key in ordered[max_deletes:]:
             over.setdefault(partition, set()).add(key)
@@ -216,11 +216,12 @@ def _judge_unreferenced(
     # Never delete a row on first sight, whatever the grace: an earlier sweep must have recorded it
     # unreferenced (an unobserved owner is verified, never presumed gone). A record from the future
     # (the store's clock went back) is not trusted either: the row is seen afresh.
-    seen = unreferenced & records.keys()
+    times = times_of(records)
+    seen = unreferenced & times.keys()
     cutoff = now_ms - policy.grace_ms  # seen unreferenced at or before this: grace has passed
-    eligible = [key for key in seen if records[key].at_ms <= cutoff]
+    eligible = [key for key in seen if times[key] <= cutoff]
     waiting = seen.difference(eligible)
-    from_the_future = {key for key in waiting if records[key].at_ms > now_ms}
+    from_the_future = {key for key in waiting if times[key] > now_ms}
     fresh = (unreferenced - seen) | from_the_future
     if fresh:
         draft.upserts[partition] = {key: FirstSeen(now_ms, Identity(digest_of(rows[key]))) for key in fresh}
@@ -228,7 +229,7 @@ def _judge_unreferenced(
     draft.put(Decision.KEEP_GRACE, partition, unreferenced.difference(eligible))
     if eligible:
         draft.eligible[partition] = eligible
-    gone_or_referenced = records.keys() - unreferenced
+    gone_or_referenced = times.keys() - unreferenced
     if gone_or_referenced:
         draft.drops[partition] = frozenset(gone_or_referenced)
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from tq_gc.errors import LeaseLost
 from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, Cause, FirstSeen, Outcome, SweepReport
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
+from tq_gc.sightings import identities_of, times_of
 from tq_gc.state.base import Lease
 
 log = logging.getLogger(__name__)
@@ -64,14 +65,16 @@ class Sweep:
     def intent(self, partition: str, keys: Sequence[str], records: Mapping[str, FirstSeen]) -> AuditBatch:
         """The audit intent of deleting `keys`: each row's identity and unreferenced time, from its record."""
         assert self.plan is not None, "the sweep planned first"
-        seen = [records[key] for key in keys]
+        times, identity_of = times_of(records), identities_of(records, keys)
+        identities = [identity_of[key] for key in keys]
+        now_ms = self.plan.now_ms
         return AuditBatch(
             run_id=self.report.run_id,
             partition=partition,
             keys=tuple(keys),
-            unreferenced_ms=tuple(self.plan.now_ms - record.at_ms for record in seen),
-            global_indexes=tuple(record.identity.global_index for record in seen),
-            tags_digests=tuple(record.identity.tags_digest for record in seen),
+            unreferenced_ms=tuple(now_ms - times[key] for key in keys),
+            global_indexes=tuple(identity.global_index for identity in identities),
+            tags_digests=tuple(identity.tags_digest for identity in identities),
         )
 
     def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:

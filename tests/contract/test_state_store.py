@@ -7,21 +7,33 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
-from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, FIRST_SEEN_CHUNK, RUNS_KEPT, Keys
+from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys
 
 from redis_server import RedisServer, free_port
 
 Advance = Callable[[float], None]
 TTL_MS = 500  # short enough to wait out, long enough for a busy 2-core machine
 PAST_TTL_S = 0.75
+
+
+KEYS = st.sampled_from([f"k{i}" for i in range(8)])
+RECORDS = st.builds(
+    FirstSeen,
+    st.sampled_from([10, 20]),  # few times: rows join and leave shared generations
+    st.builds(Identity, st.sampled_from(["d1", "d2"]), st.none() | st.integers(0, 3)),
+)
 
 
 def seen(at_ms: int, digest: str = "d1", index: int | None = None) -> FirstSeen:
@@ -69,8 +81,7 @@ def test_first_seen_partitions_are_separate(state: StateStore) -> None:
 
 
 def test_first_seen_many_rows_cross_chunks(state: StateStore) -> None:
-    count = 12_000
-    assert count > 2 * FIRST_SEEN_CHUNK  # the point: several script calls, HSCAN pages and drop chunks
+    count = 2 * GENERATION_ROWS + 1_234  # the point: several generation fields, rewritten in part
     records = {f"key/{i}": seen(1_000 + i, f"d{i % 7}", i if i % 2 else None) for i in range(count)}
     save(state, "big", records)
     assert state.load_first_seen("big") == records
@@ -78,6 +89,51 @@ def test_first_seen_many_rows_cross_chunks(state: StateStore) -> None:
     dropped = {f"key/{i}" for i in range(0, count, 2)}
     save(state, "big", {}, drops=dropped)
     assert state.load_first_seen("big") == {k: v for k, v in records.items() if k not in dropped}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("save"),
+                st.dictionaries(KEYS, RECORDS, max_size=6),
+                st.sets(KEYS, max_size=3),
+                st.booleans(),  # loaded just before the save, as a sweep does, or not
+            ),
+            st.tuples(st.just("confirm"), st.lists(KEYS, min_size=1, max_size=4, unique=True)),
+            st.tuples(st.just("forget")),
+        ),
+        max_size=10,
+    )
+)
+def test_first_seen_reads_back_as_written_through_any_interleaving(
+    state: StateStore, steps: list[tuple]
+) -> None:
+    partition = f"p-{uuid.uuid4().hex}"  # examples share the store
+    lease = take_lease(state)
+    model: dict[str, FirstSeen] = {}
+    try:
+        for step in steps:
+            if step[0] == "save":
+                _, upserts, drops, load_first = step
+                if load_first:
+                    state.load_first_seen(partition)
+                state.save_first_seen(lease, partition, upserts, drops, observed_ms=state.now_ms())
+                model.update(upserts)
+                for key in drops:
+                    model.pop(key, None)
+            elif step[0] == "confirm":
+                intent = replace(batch("run", *step[1]), partition=partition)
+                state.confirm_deletes(lease, intend(state, lease, intent), intent, set(step[1]), step[1])
+                for key in step[1]:
+                    model.pop(key, None)
+            else:
+                state.forget_partition(lease, partition)
+                model.clear()
+            assert state.load_first_seen(partition) == model
+    finally:
+        state.release_lease(lease)
 
 
 def test_saving_marks_the_partition_observed_and_forgetting_drops_it(state: StateStore) -> None:
@@ -460,6 +516,45 @@ def test_an_admission_whose_rows_were_evicted_fails_closed(redis_url: str) -> No
         client.delete(Keys("job").admission_rows)
         with pytest.raises(StoreUnavailable, match="adm-1 has no rows"):
             store.live_admissions()
+    finally:
+        client.close()
+        store.close()
+
+
+def test_a_save_computed_from_records_saved_over_since_is_computed_again(redis_url: str) -> None:
+    """Two processes (a CronJob after a sidecar): one loads, the other saves, then the first saves.
+    Rewriting the generations it read would bring back a row the other dropped."""
+    first, second = RedisState.from_url(redis_url, "stale"), RedisState.from_url(redis_url, "stale")
+    try:
+        save(first, "p", {"k": seen(1), "j": seen(1), "m": seen(1)})
+        assert first.load_first_seen("p") == {"k": seen(1), "j": seen(1), "m": seen(1)}
+        save(second, "p", {}, drops=["k"])
+        save(first, "p", {"n": seen(2)}, drops=["j"])
+
+        assert second.load_first_seen("p") == {"m": seen(1), "n": seen(2)}
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_partition_is_a_few_fields_and_a_confirmed_batch_one_tombstone(redis_url: str) -> None:
+    store = RedisState.from_url(redis_url, "layout")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys("layout")
+    try:
+        client.hset(keys.legacy_first_seen("staging"), "old-row", "1|d1|")  # the earlier layout
+        records = {f"key/{i}": seen(7, "d1", i) for i in range(GENERATION_ROWS + 1)}
+        save(store, "staging", records)
+        assert client.hlen(keys.sightings("staging")) == 3  # two generation fields and the version
+        assert not client.exists(keys.legacy_first_seen("staging"))
+
+        record(store, batch("run-1", "key/1", "key/2"), deleted={"key/1", "key/2"})
+        record(store, batch("run-1", "key/3"), deleted={"key/3"})
+        assert client.llen(keys.sightings_gone("staging")) == 2
+        assert len(store.load_first_seen("staging")) == GENERATION_ROWS - 2
+        save(store, "staging", {})
+        assert client.llen(keys.sightings_gone("staging")) == 0
+        assert len(store.load_first_seen("staging")) == GENERATION_ROWS - 2
     finally:
         client.close()
         store.close()

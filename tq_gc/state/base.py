@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
+from tq_gc.sightings import Sightings
 
 AdmissionRows = dict[str, list[str]]
 
@@ -51,8 +52,8 @@ class StateStore(Protocol):
         ...
 
     # first-seen-unreferenced times; only the lease holder writes them
-    def load_first_seen(self, partition: str) -> dict[str, FirstSeen]:
-        """Every first-seen record of a partition: {key: FirstSeen}."""
+    def load_first_seen(self, partition: str) -> Sightings:
+        """Every first-seen record of a partition: {key: FirstSeen}, held column-wise."""
         ...
 
     def observed(self) -> dict[str, int]:

@@ -5,7 +5,10 @@ hash to one slot, so the multi-key Lua scripts and MULTI blocks below stay legal
 jobs sharing one Redis never touch each other's keys.
 
     tqgc:{ns}:lease                 STRING  JSON {token, holder}; expires by PX = the lease TTL
-    tqgc:{ns}:first_seen:<part>     HASH    key -> "<at_ms>|<tags_digest>|<global_index or ''>"
+    tqgc:{ns}:sightings:<part>      HASH    first-seen records as generations (tq_gc/state/generations.py)
+    tqgc:{ns}:sightings:<part>:gone LIST    tombstones: keys of confirmed deletes, until the next save
+    tqgc:{ns}:first_seen:<part>     HASH    the earlier layout, a field a row: removed by the partition's
+                                            next save or forget (its rows start their grace again)
     tqgc:{ns}:observed              HASH    partition -> at_ms of the last sweep that observed it
     tqgc:{ns}:runs                  LIST    run summaries (JSON), newest first, capped at RUNS_KEPT
     tqgc:{ns}:audit                 STREAM  an intent entry per delete batch (model.AuditBatch), written
@@ -35,13 +38,9 @@ RUNS_KEPT = 200
 # rows: the log may keep up to one batch more, never fewer.
 AUDIT_MAXLEN = 100_000
 
-# First-seen hashes can hold a million fields (a huge staging partition). HSCAN COUNT, HSET and HDEL
-# move this many fields per command: big enough that a million rows take a few hundred round trips,
-# small enough that no single command blocks Redis (single-threaded) for more than a few ms.
-FIRST_SEEN_CHUNK = 5_000
-
-# Commands buffered in one pipeline before it is sent: bounds client memory on huge saves.
-PIPELINE_COMMANDS = 20
+# Rows in one generation field (~50 bytes each as JSON): reading or writing one field holds Redis
+# (single-threaded) for a few ms at most, and a million rows are a few dozen fields.
+GENERATION_ROWS = 50_000
 
 # XREVRANGE page size, in batches (up to limits.delete_batch rows each), when reading the audit log.
 AUDIT_PAGE = 16
@@ -75,5 +74,11 @@ class Keys:
         self.observed = f"{self.prefix}:observed"
         self.deleting = f"{self.prefix}:deleting"
 
-    def first_seen(self, partition: str) -> str:
+    def sightings(self, partition: str) -> str:
+        return f"{self.prefix}:sightings:{partition}"
+
+    def sightings_gone(self, partition: str) -> str:
+        return f"{self.prefix}:sightings:{partition}:gone"
+
+    def legacy_first_seen(self, partition: str) -> str:
         return f"{self.prefix}:first_seen:{partition}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from tq_gc.errors import FenceRaised, LeaseLost
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
+from tq_gc.sightings import Sightings
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
@@ -48,7 +49,7 @@ class MemoryState:
         self.namespace = check_namespace(namespace)
         self.clock_ms = clock_ms or SteadyClock()
         self._lock = threading.Lock()
-        self._first_seen: dict[str, dict[str, FirstSeen]] = {}
+        self._first_seen: dict[str, Sightings] = {}
         self._observed: dict[str, int] = {}
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
@@ -68,9 +69,10 @@ class MemoryState:
     def now_ms(self) -> int:
         return self.clock_ms()
 
-    def load_first_seen(self, partition: str) -> dict[str, FirstSeen]:
+    def load_first_seen(self, partition: str) -> Sightings:
         with self._lock:
-            return dict(self._first_seen.get(partition, {}))
+            records = self._first_seen.get(partition)
+            return Sightings() if records is None else records.copy()
 
     def observed(self) -> dict[str, int]:
         with self._lock:
@@ -86,7 +88,7 @@ class MemoryState:
     ) -> None:
         with self._lock:
             self._check_lease(lease)
-            self._first_seen.setdefault(partition, {}).update(upserts)
+            self._first_seen.setdefault(partition, Sightings()).update(upserts)
             self._forget_first_seen(partition, drops)
             self._observed[partition] = observed_ms
 
@@ -97,9 +99,10 @@ class MemoryState:
             self._observed.pop(partition, None)
 
     def _forget_first_seen(self, partition: str, keys: Iterable[str]) -> None:
-        records = self._first_seen.get(partition, {})
-        for key in keys:
-            records.pop(key, None)
+        records = self._first_seen.get(partition)
+        if records is None:
+            return
+        records.discard(keys)
         if not records:
             self._first_seen.pop(partition, None)
 

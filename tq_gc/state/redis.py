@@ -22,24 +22,20 @@ from redis.retry import Retry
 
 from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
-from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
+from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
+from tq_gc.sightings import Sightings
+from tq_gc.state import generations
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
-from tq_gc.state.keys import (
-    AUDIT_MAXLEN,
-    AUDIT_PAGE,
-    FIRST_SEEN_CHUNK,
-    PIPELINE_COMMANDS,
-    RUNS_KEPT,
-    Keys,
-    check_namespace,
-)
+from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys, check_namespace
 
 log = logging.getLogger(__name__)
 
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 10.0
+# Reads of a partition's records, or saves, before "kept changing" (only a lease holder writes them).
+LAYOUT_READS = 3
 
 
 class RedisState:
@@ -54,6 +50,7 @@ class RedisState:
         self._client = client
         self._owns_client = owns_client
         self._keys = Keys(namespace)
+        self._layouts: dict[str, generations.Layout] = {}
         register = client.register_script
         self._admit = register(scripts.ADMIT)
         self._save_first_seen = register(scripts.SAVE_FIRST_SEEN)
@@ -111,17 +108,33 @@ class RedisState:
 
     # first-seen times ---------------------------------------------------------------------------
 
-    def load_first_seen(self, partition: str) -> dict[str, FirstSeen]:
-        key = self._keys.first_seen(partition)
-        raw: dict[str, str] = {}
-        cursor = 0
+    def load_first_seen(self, partition: str) -> Sightings:
+        layout = self._read_layout(partition)
+        self._layouts[partition] = layout  # what the next save rewrites, if still current then
+        return layout.sightings
+
+    def _read_layout(self, partition: str) -> generations.Layout:
+        """The generations and tombstones, read field by field (no reply holds the whole partition),
+        between two reads of the version: a save in between makes us read again."""
+        key, gone = self._keys.sightings(partition), self._keys.sightings_gone(partition)
+        version_field = generations.VERSION_FIELD
         with self._guard(f"load first-seen times of {partition!r}"):
-            while True:
-                cursor, chunk = self._client.hscan(key, cursor, count=FIRST_SEEN_CHUNK)
-                raw.update(cast(dict[str, str], chunk))  # decode_responses=True: str, not bytes
-                if cursor == 0:
-                    break
-        return _decode_first_seen_all(partition, raw)
+            for _ in range(LAYOUT_READS):
+                with self._pipeline() as pipe:
+                    pipe.hget(key, version_field)
+                    pipe.hkeys(key)
+                    version, names = pipe.execute()
+                    names = [name for name in names if name != version_field]
+                    for name in names:
+                        pipe.hget(key, name)
+                    pipe.lrange(gone, 0, -1)
+                    pipe.hget(key, version_field)
+                    *values, tombstones, version_after = pipe.execute()
+                if version_after == version:
+                    found = zip(names, values, strict=True)
+                    fields = {name: value for name, value in found if value is not None}
+                    return generations.decode(partition, version or "", fields, tombstones)
+        raise StoreUnavailable(f"first-seen records of {partition!r} kept changing while read ({self.url})")
 
     def observed(self) -> dict[str, int]:
         with self._guard("read when partitions were last observed"):
@@ -136,31 +149,41 @@ class RedisState:
         drops: Iterable[str],
         observed_ms: int,
     ) -> None:
-        # One lease-checked script per chunk, pipelined. Not atomic across chunks, and need not be:
-        # every record stands alone, so a save cut short (or stopped by a lost lease) leaves rows whose
-        # grace simply starts later.
-        keys = [self._keys.lease, self._keys.first_seen(partition), self._keys.observed]
-        head: list[str | int] = [lease.token, partition, observed_ms]
-        fields = [item for key, record in upserts.items() for item in (key, _encode_first_seen(record))]
-        dropped = list(drops)
-        step = FIRST_SEEN_CHUNK
-        calls: list[tuple[list[str], list[str]]] = [
-            (fields[i : i + 2 * step], []) for i in range(0, len(fields), 2 * step)
+        # Computed from the records as last loaded (or read now), written only if they are still at
+        # that version: the generations a save rewrites must be the ones it read.
+        keys = [
+            self._keys.lease,
+            self._keys.sightings(partition),
+            self._keys.observed,
+            self._keys.sightings_gone(partition),
+            self._keys.legacy_first_seen(partition),
         ]
-        calls += [([], dropped[i : i + step]) for i in range(0, len(dropped), step)]
-        results: list[Any] = []
-        with self._guard(f"save first-seen times of {partition!r}"), self._pipeline() as pipe:
-            for upsert_args, drop_args in calls or [([], [])]:
-                args = [*head, len(upsert_args), *upsert_args, *drop_args]
-                self._save_first_seen(keys=keys, args=args, client=pipe)
-                if len(pipe) >= PIPELINE_COMMANDS:
-                    results += pipe.execute()
-            results += pipe.execute()
-        if not all(results):
-            raise LeaseLost(self.namespace)
+        dropped = list(drops)
+        for _ in range(LAYOUT_READS):
+            layout = self._layouts.pop(partition, None) or self._read_layout(partition)
+            change = generations.rewrite(layout, upserts, dropped, GENERATION_ROWS)
+            args: list[str | int] = [
+                lease.token, partition, observed_ms, layout.version, secrets.token_hex(8), layout.tombstones,
+                len(change.delete_fields), *change.delete_fields,
+                *(item for pair in change.set_fields.items() for item in pair),
+            ]  # fmt: skip
+            with self._guard(f"save first-seen times of {partition!r}"):
+                done = self._save_first_seen(keys=keys, args=args)
+            if done == 0:
+                raise LeaseLost(self.namespace)
+            if done == 1:
+                return
+        raise StoreUnavailable(f"first-seen records of {partition!r} kept changing while saved ({self.url})")
 
     def forget_partition(self, lease: Lease, partition: str) -> None:
-        keys = [self._keys.lease, self._keys.first_seen(partition), self._keys.observed]
+        self._layouts.pop(partition, None)
+        keys = [
+            self._keys.lease,
+            self._keys.sightings(partition),
+            self._keys.observed,
+            self._keys.sightings_gone(partition),
+            self._keys.legacy_first_seen(partition),
+        ]
         with self._guard(f"forget first-seen times of {partition!r}"):
             done = self._forget_partition(keys=keys, args=[lease.token, partition])
         if not done:
@@ -255,11 +278,12 @@ class RedisState:
         keys = [
             self._keys.lease,
             self._keys.audit,
-            self._keys.first_seen(batch.partition),
+            self._keys.sightings_gone(batch.partition),
             self._keys.deleting,
         ]
+        tombstone = json.dumps(list(forget), separators=(",", ":"))
         with self._guard("confirm deleted rows"):
-            done = self._confirm_deletes(keys=keys, args=[lease.token, intent_id, saved, *forget])
+            done = self._confirm_deletes(keys=keys, args=[lease.token, intent_id, saved, tombstone])
         if not done:
             raise LeaseLost(self.namespace)
 
@@ -349,31 +373,6 @@ def _describe(connection_kwargs: Mapping[str, Any]) -> str:
         return f"unix://{connection_kwargs['path']}"
     host = connection_kwargs.get("host", "localhost")
     return f"redis://{host}:{connection_kwargs.get('port', 6379)}/{connection_kwargs.get('db', 0)}"
-
-
-def _encode_first_seen(record: FirstSeen) -> str:
-    index = record.identity.global_index
-    return f"{record.at_ms}|{record.identity.tags_digest}|{'' if index is None else index}"
-
-
-def _decode_first_seen_all(partition: str, raw: Mapping[str, str]) -> dict[str, FirstSeen]:
-    """Records as _encode_first_seen writes them: <at_ms>|<digest>|<global index or ''>."""
-    records: dict[str, FirstSeen] = {}
-    unreadable = 0
-    for key, value in raw.items():
-        at_ms, _, rest = value.partition("|")
-        digest, bar, index = rest.rpartition("|")  # a digest is any string
-        try:
-            if not bar:
-                raise ValueError(value)
-            records[key] = FirstSeen(int(at_ms), Identity(digest, int(index) if index else None))
-        except ValueError:
-            unreadable += 1
-    if unreadable:
-        # Safe to forget: those rows start their grace again (later deletes, never earlier ones),
-        # and the next save overwrites the bad fields.
-        log.warning("ignored %d unreadable first-seen records of partition %r", unreadable, partition)
-    return records
 
 
 def _decode_audit(fields: Mapping[str, str], saved: list[str] | None) -> list[DeletedRow]:

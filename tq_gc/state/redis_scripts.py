@@ -102,23 +102,30 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now_ms()))
 return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 """)
 
-# First-seen records of one partition: ARGV[4] upsert fields as field, value, ..., then keys to drop; the
-# partition marked observed at ARGV[3]. Lua's unpack has a stack limit: 1,000 arguments per command.
+# First-seen records of one partition (tq_gc/state/generations.py): KEYS[2] the generations, KEYS[4] the
+# tombstones, KEYS[5] the earlier one-field-a-row hash. Refused (-1) unless the generations are still
+# at the version the save was computed from (ARGV[4]); then deletes ARGV[7] fields, sets the field-value
+# pairs after them, trims the ARGV[6] tombstones read, takes version ARGV[5], marks the partition
+# observed at ARGV[3]. Lua's unpack has a stack limit: 1,000 arguments per command.
 SAVE_FIRST_SEEN = _lease_guarded("""
-local last_upsert = 4 + tonumber(ARGV[4])
-for i = 5, last_upsert, 1000 do
-  redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + 999, last_upsert)))
+if (redis.call('HGET', KEYS[2], 'version') or '') ~= ARGV[4] then return -1 end
+local last_delete = 7 + tonumber(ARGV[7])
+for i = 8, last_delete, 1000 do
+  redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + 999, last_delete)))
 end
-for i = last_upsert + 1, #ARGV, 1000 do
-  redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+for i = last_delete + 1, #ARGV, 1000 do
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
+redis.call('HSET', KEYS[2], 'version', ARGV[5])
+if tonumber(ARGV[6]) > 0 then redis.call('LTRIM', KEYS[4], ARGV[6], -1) end
+redis.call('UNLINK', KEYS[5])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 return 1
 """)
 
-# UNLINK: a million-field hash is freed in the background, not while Redis serves everyone else.
+# UNLINK: a big generation hash is freed in the background, not while Redis serves everyone else.
 FORGET_PARTITION = _lease_guarded("""
-redis.call('UNLINK', KEYS[2])
+redis.call('UNLINK', KEYS[2], KEYS[4], KEYS[5])
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """)
@@ -155,15 +162,14 @@ end
 )
 
 # A confirmation names its intent and the intent's keys that were not deleted (usually none), drops
-# first-seen records (ARGV[4..]) and clears our in-flight mark (KEYS[4]) in the same step.
+# first-seen records (a tombstone, ARGV[4], a JSON list of keys) and clears our in-flight mark (KEYS[4])
+# in the same step.
 CONFIRM_DELETES = _lease_guarded(
     _AUDIT_TOTAL_LUA
     + """
 redis.call('XADD', KEYS[2], '*', 'confirms', ARGV[2], 'saved', ARGV[3], 'n', '0',
   'total', string.format('%d', newest_total()))
-for i = 4, #ARGV, 1000 do
-  redis.call('HDEL', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
+if ARGV[4] ~= '[]' then redis.call('RPUSH', KEYS[3], ARGV[4]) end
 if redis.call('GET', KEYS[4]) == ARGV[1] then
   redis.call('DEL', KEYS[4])
 end
