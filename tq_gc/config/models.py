@@ -88,7 +88,7 @@ class TransferQueueConfig(Frozen):
     # A request slower than this (a listing's, or on average a delete batch's re-check and clear) halves
     # the next one's size: how long tq-gc may hold the job's controller, which serves one request at a
     # time, in one go. 10 ms: windows of ~1,000-2,000 rows at 1M rows, each holding the controller under
-    # 10 ms; delete batches of ~1,000 at 100k rows (README, "Cost to the training job").
+    # 10 ms; delete batches of 2,000 at 100k rows (README, "Cost to the training job").
     request_target_ms: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
     # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
     # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. A job request then waits behind one of

@@ -198,13 +198,15 @@ class TransferQueueRowStore:
         return found
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
-        """In batches of the pacer's window (request_batch/4 to request_batch rows), each a re-check and
-        a clear back to back, then the duty cycle's pause. Each of the two holds the job's requests for
+        """In batches of the pacer's window (request_batch/4 to request_batch rows, starting at the top:
+        each batch costs round trips of its own), each a re-check and a clear back to back, then the
+        duty cycle's pause. Each of the two holds the job's requests for
         as long as it takes: a pair slower than two targets halves the next batch. (With a nested field
         TQ rescans every row's shape on each clear, O(partition) whatever the batch: the batches then
         stay at the floor, and the pauses grow with the clears.)"""
         deleted: set[str] = set()
         pacer = self._pacer()
+        pacer.window = pacer.max_window  # the first pair tells at once if that is too much
         for batch in paced_batches(list(expected), pacer):
             started = time.perf_counter()
             deleted.update(self._delete_batch_if_unchanged(partition, batch, expected, len(deleted)))
