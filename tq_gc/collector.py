@@ -318,7 +318,8 @@ class Collector:
         counts.recheck_saved += len(batch.keys) - len(keys)
         if not keys:
             return
-        intent = sweep.intent(batch.partition, keys, records)
+        identities = identities_of(records, keys)
+        intent = sweep.intent(batch.partition, identities, records)
         try:
             intent_id = self.state.record_intent(
                 sweep.holds_lease, intent, sweep.fence_epoch, self._lease_ttl_ms
@@ -327,7 +328,7 @@ class Collector:
             raise SweepStopped(Outcome.SKIPPED, Cause.FENCE_RAISED, str(exc)) from exc
         self._check_lease_fresh(sweep)
         try:
-            cleared = self.row_store.delete_if_unchanged(batch.partition, identities_of(records, keys))
+            cleared = self.row_store.delete_if_unchanged(batch.partition, identities)
         except BaseException:
             counts.failed += len(keys)  # deleted or not, nobody knows: the intent stays unconfirmed
             raise

@@ -84,6 +84,13 @@ def times_of(records: Mapping[str, FirstSeen]) -> Mapping[str, int]:
     return {key: record.at_ms for key, record in records.items()}
 
 
+def times_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list[int]:
+    if isinstance(records, Sightings):
+        at_ms = records.at_ms
+        return [at_ms[key] for key in keys]
+    return [records[key].at_ms for key in keys]
+
+
 def identities_of(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> dict[str, Identity]:
     if isinstance(records, Sightings):
         digests, indexes = records.digests, records.indexes

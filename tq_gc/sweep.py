@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.errors import LeaseLost
-from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, Cause, FirstSeen, Outcome, SweepReport
+from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, Cause, FirstSeen, Identity, Outcome, SweepReport
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
-from tq_gc.sightings import identities_of, times_of
+from tq_gc.sightings import times_of_keys
 from tq_gc.state.base import Lease
 
 log = logging.getLogger(__name__)
@@ -62,19 +62,21 @@ class Sweep:
         assert self.lease is not None, "the sweep took its lease first"
         return self.lease
 
-    def intent(self, partition: str, keys: Sequence[str], records: Mapping[str, FirstSeen]) -> AuditBatch:
-        """The audit intent of deleting `keys`: each row's identity and unreferenced time, from its record."""
+    def intent(
+        self, partition: str, identities: Mapping[str, Identity], records: Mapping[str, FirstSeen]
+    ) -> AuditBatch:
+        """The audit intent of deleting the rows of `identities`: each row's identity, and its unreferenced
+        time from its record."""
         assert self.plan is not None, "the sweep planned first"
-        times, identity_of = times_of(records), identities_of(records, keys)
-        identities = [identity_of[key] for key in keys]
+        keys = tuple(identities)
         now_ms = self.plan.now_ms
         return AuditBatch(
             run_id=self.report.run_id,
             partition=partition,
-            keys=tuple(keys),
-            unreferenced_ms=tuple(now_ms - times[key] for key in keys),
-            global_indexes=tuple(identity.global_index for identity in identities),
-            tags_digests=tuple(identity.tags_digest for identity in identities),
+            keys=keys,
+            unreferenced_ms=tuple(now_ms - at_ms for at_ms in times_of_keys(records, keys)),
+            global_indexes=tuple(identity.global_index for identity in identities.values()),
+            tags_digests=tuple(identity.tags_digest for identity in identities.values()),
         )
 
     def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:

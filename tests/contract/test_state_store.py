@@ -457,6 +457,15 @@ def test_renewal_keeps_an_admission_alive(state: StateStore, advance: Advance) -
     assert list(state.live_admissions()) == ["adm"]
 
 
+def test_an_admission_renewed_for_less_expires_at_the_new_time(state: StateStore, advance: Advance) -> None:
+    state.admit("long", {"staging": ["a"]}, ttl_ms=60_000)
+    state.admit("other", {"staging": ["b"]}, ttl_ms=60_000)
+    assert list(state.live_admissions()) == ["long", "other"]  # read (and pruned) once before the renewal
+    assert state.renew_admission("long", ttl_ms=TTL_MS) is True
+    advance(PAST_TTL_S)
+    assert list(state.live_admissions()) == ["other"]
+
+
 def test_a_fence_raised_and_lowered_between_two_rechecks_moves_the_epoch(state: StateStore) -> None:
     lease = take_lease(state)
     before = state.recheck(lease, ttl_ms=60_000)

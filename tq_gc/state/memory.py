@@ -16,6 +16,8 @@ from tq_gc.sightings import Sightings
 from tq_gc.state.base import AdmissionRows, Lease, Recheck
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
+_NEVER = 2**63
+
 
 class SteadyClock:
     """Wall-clock milliseconds read once, then advanced by the monotonic clock.
@@ -60,6 +62,7 @@ class MemoryState:
         self._deleting: tuple[str, int] | None = None  # (lease token, expires_at_ms) of a batch in flight
         # id -> (expires_at_ms, rows); expired entries are pruned on read
         self._admissions: dict[str, tuple[int, AdmissionRows]] = {}
+        self._admissions_checked_until = _NEVER  # no admission expires before this (store clock, ms)
         self._fences: dict[str, int] = {}
         self._admissions_version = 0
 
@@ -209,7 +212,9 @@ class MemoryState:
     def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
         copied = {partition: list(keys) for partition, keys in rows.items()}
         with self._lock:
-            self._admissions[admission_id] = (self.clock_ms() + ttl_ms, copied)
+            expires_at_ms = self.clock_ms() + ttl_ms
+            self._admissions[admission_id] = (expires_at_ms, copied)
+            self._admissions_checked_until = min(self._admissions_checked_until, expires_at_ms)
             self._admissions_version += 1
 
     def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
@@ -220,6 +225,7 @@ class MemoryState:
                 return False
             rows = self._admissions[admission_id][1]
             self._admissions[admission_id] = (now + ttl_ms, rows)
+            self._admissions_checked_until = min(self._admissions_checked_until, now + ttl_ms)
             return True
 
     def release_admission(self, admission_id: str) -> None:
@@ -259,9 +265,13 @@ class MemoryState:
             return self._deleting is not None and self._deleting[1] > self.clock_ms()
 
     def _prune(self, now: int) -> None:
-        """Forget expired admissions and fences. Expired means expires_at_ms <= now, as in Redis."""
-        for admission_id in [a for a, (expires, _) in self._admissions.items() if expires <= now]:
-            del self._admissions[admission_id]
+        """Forget expired admissions and fences. Expired means expires_at_ms <= now, as in Redis. The
+        admissions are scanned only once the earliest expiry may have passed: a sweep re-checks before
+        every delete batch, and a job may hold ten thousand admissions."""
+        if now >= self._admissions_checked_until:
+            for admission_id in [a for a, (expires, _) in self._admissions.items() if expires <= now]:
+                del self._admissions[admission_id]
+            self._admissions_checked_until = min((e for e, _ in self._admissions.values()), default=_NEVER)
         for name in [n for n, expires in self._fences.items() if expires <= now]:
             del self._fences[name]
 
