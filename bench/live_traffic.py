@@ -64,6 +64,7 @@ LEAD_S = 5.0
 BACK_TO_BACK_INTERVAL_S = 1.0
 # After a window, how long a sweep in progress may take to end (a paced 1M-row sweep: a minute or two).
 FINISH_WAIT_S = 150.0
+REPORTS_POLL_S = 3.0  # the sidecar keeps its last 10 reports; a sweep takes longer than this
 # A sidecar killed mid-sweep leaves its lease until the TTL (60 s by default) runs out.
 LEASE_WAIT_S = 75.0
 
@@ -228,8 +229,8 @@ class Bench:
             ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
             self._wait_for_first_sweep(handle)
-            loop = self._loop(self.args.window_seconds, config)
-            sweeps = {**self._sweeps(handle, loop["elapsed_s"]), **self._let_sweep_finish(handle)}
+            loop, reports = self._loop_beside(handle, config)
+            sweeps = {**self._sweeps(reports), **self._let_sweep_finish(handle)}
             settings = {"sweeper_nice": self.args.sweeper_nice, "transfer_queue": self._pacing()}
             return summary(config, self.data.rows, loop, {**sweeps, **settings})
         finally:
@@ -295,13 +296,24 @@ class Bench:
             }
         }
 
-    @staticmethod
-    def _sweeps(handle: Any, window_s: float) -> dict[str, Any]:
+    def _loop_beside(self, handle: Any, config: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The job's loop, and the report of every sweep that ended during it (the sidecar keeps only its
+        last 10: it is asked every few seconds)."""
         import ray
 
-        reports = ray.get(handle.status.remote())["last_reports"]
+        running = self.job.run.remote(self.args.window_seconds, f"trickle-{config}")
+        reports: dict[str, dict[str, Any]] = {}
+        while True:
+            done, _ = ray.wait([running], timeout=REPORTS_POLL_S)
+            for report in ray.get(handle.status.remote())["last_reports"]:
+                reports[report["run_id"]] = report
+            if done:
+                return ray.get(running), sorted(reports.values(), key=lambda r: r["started_at"], reverse=True)
+
+    @staticmethod
+    def _sweeps(reports: list[dict[str, Any]]) -> dict[str, Any]:
         return {
-            "sweeps": len(reports),  # the sidecar keeps its last 10
+            "sweeps": len(reports),
             "deleted": sum(r["counts"]["deleted"] for r in reports),
             "outcomes": sorted({r["outcome"] for r in reports}),
             "longest_tq_request": max(
