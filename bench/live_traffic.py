@@ -238,7 +238,11 @@ class Bench:
 
     def _pacing(self) -> dict[str, float]:
         """transfer_queue settings given on the command line (the rest stay at their defaults)."""
-        given = {"duty_cycle": self.args.duty_cycle, "request_target_ms": self.args.request_target_ms}
+        given = {
+            "duty_cycle": self.args.duty_cycle,
+            "request_target_ms": self.args.request_target_ms,
+            "request_batch": self.args.request_batch,
+        }
         return {name: value for name, value in given.items() if value is not None}
 
     def _mark_orphans_past_grace(self) -> None:
@@ -398,6 +402,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
     parser.add_argument("--duty-cycle", type=float, help="transfer_queue.duty_cycle (default: the config's)")
     parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
+    parser.add_argument("--request-batch", type=int, help="transfer_queue.request_batch")
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"
     )

@@ -412,6 +412,53 @@ def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no
     assert len(requests["get_partition_index_range"]) == 1
 
 
+def test_list_keys_reuses_a_recent_index_range_and_sees_every_row_it_holds_as_it_is_now(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    """Within transfer_queue.index_range_reuse_seconds a listing of a swept partition reads the keys of
+    the indexes the last one had, without asking the controller for them again. Rows deleted since are
+    gone from it, rows put since are not in it yet (the next full listing sees them): it never lists a
+    row that is not there, and every row it held that is still there keeps its index, so its record
+    stays. list_rows (a reference source's partition) always asks."""
+    put_rows(tq_partition, [f"old-{i}" for i in range(6)])
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, request_batch=4, index_range_reuse_seconds=3600
+    )
+    with TransferQueueRowStore.attach(config) as store:
+        first = store.list_keys(tq_partition)
+        tq.kv_clear(["old-0", "old-1"], tq_partition)
+        put_rows(tq_partition, ["new-0"])
+        store.take_request_stats()
+        second = store.list_keys(tq_partition)
+        reused = store.take_request_stats()
+        store.list_rows(tq_partition)
+        full = store.take_request_stats()
+
+    assert set(first) == {f"old-{i}" for i in range(6)}
+    held = {key: index for key, index in first.items() if key not in ("old-0", "old-1")}
+    new_index = truth(tq, tq_partition, "new-0").global_index
+    if new_index in first.values():  # TQ gave new-0 a freed index the cached range holds
+        held["new-0"] = new_index
+    assert second == held
+    assert "get_partition_index_range" not in reused
+    assert full["get_partition_index_range"]  # asked again (once for each of its two passes)
+
+
+def test_list_keys_asks_for_the_index_range_again_once_the_reuse_time_is_over(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    put_rows(tq_partition, ["a"])
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, request_batch=4, index_range_reuse_seconds=0
+    )
+    with TransferQueueRowStore.attach(config) as store:
+        store.list_keys(tq_partition)
+        put_rows(tq_partition, ["b"])
+        store.take_request_stats()
+        assert set(store.list_keys(tq_partition)) == {"a", "b"}
+        assert len(store.take_request_stats()["get_partition_index_range"]) == 1
+
+
 def test_a_store_without_the_controllers_handle_lists_keys_through_kv_list(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
 ) -> None:

@@ -68,6 +68,9 @@ class SoakSettings:
     grace_s: float = 15.0
     lease_ttl_s: float = 5.0  # the shortest tq-gc accepts
     interval_s: float = 1.0
+    # The sidecar's listings reuse an index range this long (sweeps every second): a row put meanwhile
+    # at an index the range lacks is first seen up to this much later.
+    index_range_reuse_s: float = 5.0
     # Renewed every second, so a Redis restart is noticed within one; long enough that a publisher
     # thread stalled on a loaded box does not let it lapse (counted as "lapses" if it does).
     admission_ttl_s: float = 10.0
@@ -93,12 +96,12 @@ class SoakSettings:
     @property
     def overdue_s(self) -> float:
         """An orphan still there this long after it became one is a sweeper's failure."""
-        return self.grace_s + 2 * self.interval_s
+        return self.grace_s + 2 * self.interval_s + self.index_range_reuse_s
 
     @property
     def settle_s(self) -> float:
         """After the chaos, the sidecar sweeps on for at least grace + 3 intervals ..."""
-        return self.grace_s + 3 * self.interval_s
+        return self.grace_s + 3 * self.interval_s + self.index_range_reuse_s
 
     @property
     def settle_at_most_s(self) -> float:
@@ -300,7 +303,10 @@ class Soak:
         config = {
             "namespace": f"soak-{s.seed}-{uuid.uuid4().hex[:6]}",
             "state_url": self.redis.url,
-            "transfer_queue": {"ray_address": ray_address},
+            "transfer_queue": {
+                "ray_address": ray_address,
+                "index_range_reuse_seconds": s.index_range_reuse_s,
+            },
             "scope": [{"partition": STAGING, "all_keys": True}],
             "grace_seconds": s.grace_s,
             "allow_short_grace": True,
@@ -457,7 +463,8 @@ class Soak:
         started = time.monotonic()
         self._sleep_or_fail(s.settle_s)
         last_orphan_unix = self.truth.unix(min(self.truth.last_orphaned_s(), self.truth.now_s()))
-        while not self.tally.had_their_chance(last_orphan_unix, s.grace_s):
+        seen_by_unix = last_orphan_unix + s.index_range_reuse_s  # the sidecar's index ranges renewed since
+        while not self.tally.had_their_chance(seen_by_unix, s.grace_s):
             if time.monotonic() - started > s.settle_at_most_s:
                 log.warning("sweeps had no chance at every orphan within %.0f s", s.settle_at_most_s)
                 break

@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -75,6 +74,7 @@ class TransferQueueRowStore:
         controller: Any = None,
         request_target_ms: float = 10.0,
         duty_cycle: float = 1.0,
+        index_range_reuse_seconds: float = 0.0,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -85,6 +85,7 @@ class TransferQueueRowStore:
         self._request_batch = request_batch
         self._request_target_s = request_target_ms / 1000
         self._duty_cycle = duty_cycle
+        self._index_range_reuse_s = index_range_reuse_seconds
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
         self._requests = TqRequests(client, request_timeout_seconds)
@@ -123,6 +124,7 @@ class TransferQueueRowStore:
             controller=controller,
             request_target_ms=config.request_target_ms,
             duty_cycle=config.duty_cycle,
+            index_range_reuse_seconds=config.index_range_reuse_seconds,
         )
 
     # ---- RowStore ----
@@ -171,13 +173,16 @@ class TransferQueueRowStore:
         A row present for the whole pass is listed; one written during it at an index of a window
         already read is not (a tags source needs list_rows' second pass; a swept partition does not:
         the row is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's.
+        Within index_range_reuse_seconds of the last listing, the indexes it had: a row put since at an
+        index it did not have waits for a later listing, and a row it had keeps its index while it lives,
+        so its first-seen record stays (a tags source's list_rows always asks again).
         Without the controller's actor handle: kv_list, then the listed rows' global indexes."""
         if self._controller is None:
             return keys_with_indexes(self, partition)
         pacer = self._pacer()
         self._sleep_unless_interrupted(0)
         keys: dict[str, int] = {}
-        for window in self._index_windows(partition, pacer):
+        for window in self._index_windows(partition, pacer, self._index_range_reuse_s):
             owners, seconds = self._keys_of(partition, window, pacer)  # paused after, by the duty cycle
             pacer.adapt(seconds)
             keys.update((key, index) for index, key in owners.items())
@@ -275,12 +280,9 @@ class TransferQueueRowStore:
         if self._interrupted.wait(max(0.0, seconds)):
             raise Interrupted("asked to stop: the row store stopped reading between two requests")
 
-    def _index_windows(self, partition: str, pacer: Pacer) -> Iterator[list[int]]:
+    def _index_windows(self, partition: str, pacer: Pacer, reuse_s: float = 0.0) -> Iterator[list[int]]:
         """The partition's global indexes, ascending, in windows of the pacer's current size."""
-        listed = self._requests.index_range(self._controller, partition)
-        listed.sort()
-        indexes = array("q", listed)  # 8 bytes an index, not a list's 36
-        del listed
+        indexes = self._requests.index_range(self._controller, partition, reuse_s)
         start = 0
         while start < len(indexes):
             window = indexes[start : start + pacer.window].tolist()
