@@ -151,13 +151,7 @@ class RedisState:
     ) -> None:
         # Computed from the records as last loaded (or read now), written only if they are still at
         # that version: the generations a save rewrites must be the ones it read.
-        keys = [
-            self._keys.lease,
-            self._keys.sightings(partition),
-            self._keys.observed,
-            self._keys.sightings_gone(partition),
-            self._keys.legacy_first_seen(partition),
-        ]
+        keys = self._first_seen_keys(partition)
         dropped = list(drops)
         for _ in range(LAYOUT_READS):
             layout = self._layouts.pop(partition, None) or self._read_layout(partition)
@@ -177,17 +171,21 @@ class RedisState:
 
     def forget_partition(self, lease: Lease, partition: str) -> None:
         self._layouts.pop(partition, None)
-        keys = [
+        keys = self._first_seen_keys(partition)
+        with self._guard(f"forget first-seen times of {partition!r}"):
+            done = self._forget_partition(keys=keys, args=[lease.token, partition])
+        if not done:
+            raise LeaseLost(self.namespace)
+
+    def _first_seen_keys(self, partition: str) -> list[str]:
+        """KEYS of the save and forget scripts: lease, generations, observed, tombstones, the old hash."""
+        return [
             self._keys.lease,
             self._keys.sightings(partition),
             self._keys.observed,
             self._keys.sightings_gone(partition),
             self._keys.legacy_first_seen(partition),
         ]
-        with self._guard(f"forget first-seen times of {partition!r}"):
-            done = self._forget_partition(keys=keys, args=[lease.token, partition])
-        if not done:
-            raise LeaseLost(self.namespace)
 
     def _pipeline(self) -> Pipeline:
         return self._client.pipeline(transaction=False)
