@@ -96,9 +96,9 @@ class TransferQueueConfig(Frozen):
     duty_cycle: float = Field(default=0.25, gt=0.0, le=1.0, allow_inf_nan=False)
     # A swept partition listed again within this many seconds reads the keys of the global indexes the
     # last listing had, without asking the controller for them again (that copies the whole index set
-    # holding its GIL: 60-290 ms at 1M rows). Rows put since wait for a later listing; nothing is
-    # deleted earlier. The default only touches schedules faster than one sweep every 10 s. 0: ask every time.
-    index_range_reuse_seconds: float = Field(default=10.0, ge=0.0, allow_inf_nan=False)
+    # holding its GIL: 60-290 ms at 1M rows). Rows put since wait for a later listing (nothing is
+    # deleted earlier, some rows later): for sweeps back to back on a big partition. 0: ask every time.
+    index_range_reuse_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
 
 class AdmissionsConfig(Frozen):

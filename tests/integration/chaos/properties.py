@@ -68,8 +68,15 @@ def mark_and_observe(sweep: Sweep, job: Job, orphans: int, grace_s: float = FAUL
     its lease well within a grace of the last observation and plan after the orphans' grace is over."""
     marked = mark(sweep, job, orphans)
     # The last observation ends between OBSERVE_EVERY_S and 0.5 s short of the grace: not due yet.
-    # A subprocess needs longer than the rest to join Ray and list: when it plans, the orphans are.
     observe_until(sweep, marked + grace_s - 0.5)
+    grace_over(marked, grace_s)
+
+
+def grace_over(marked: float, grace_s: float) -> None:
+    """Wait until a grace has passed since `marked` (monotonic, taken after the marking sweep): a sweep
+    started now finds the orphans due however fast it joins Ray and lists (a subprocess once needed
+    longer than the rest of the grace to do that; it no longer does)."""
+    time.sleep(max(0.0, marked + grace_s - time.monotonic()))
 
 
 def lease_holder(capsys: Any, job: Job) -> Any:

@@ -35,6 +35,7 @@ from .properties import (
     SUBPROCESS_LEASE_TTL_S,
     assert_audit_names_every_removed_row,
     assert_referenced_intact,
+    grace_over,
     in_process_sweep,
     mark_and_observe,
     observe_until,
@@ -75,6 +76,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     }, counts
     assert keys_in(tq, job.partition) == job.all_keys
     observe_until(sweep, marked + FAULT_GRACE_S - 0.5)
+    grace_over(marked, FAULT_GRACE_S)
 
     # 2. The deleting sweep, SIGKILLed well into its delete phase.
     victim = processes.start(*job.sweep_args())
