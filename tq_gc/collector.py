@@ -41,7 +41,7 @@ from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.sightings import identities_of
+from tq_gc.sightings import identities_of_keys
 from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore, optional_method
 from tq_gc.sweep import (
@@ -318,7 +318,7 @@ class Collector:
         counts.recheck_saved += len(batch.keys) - len(keys)
         if not keys:
             return
-        identities = identities_of(records, keys)
+        identities = identities_of_keys(records, keys)
         intent = sweep.intent(batch.partition, identities, records)
         try:
             intent_id = self.state.record_intent(

@@ -23,14 +23,6 @@ class Sightings(Mapping[str, FirstSeen]):
         self.digests: dict[str, str] = {}
         self.indexes: dict[str, int | None] = {}
 
-    @classmethod
-    def of(cls, records: Mapping[str, FirstSeen]) -> Sightings:
-        if isinstance(records, Sightings):
-            return records.copy()
-        sightings = cls()
-        sightings.update(records)
-        return sightings
-
     def __getitem__(self, key: str) -> FirstSeen:
         return FirstSeen(self.at_ms[key], Identity(self.digests[key], self.indexes[key]))
 
@@ -91,7 +83,7 @@ def times_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list
     return [records[key].at_ms for key in keys]
 
 
-def identities_of(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> dict[str, Identity]:
+def identities_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> dict[str, Identity]:
     if isinstance(records, Sightings):
         digests, indexes = records.digests, records.indexes
         return {key: Identity(digests[key], indexes[key]) for key in keys}

@@ -142,7 +142,8 @@ def test_a_key_in_two_generations_keeps_the_later_time_and_is_written_once() -> 
 
 
 def test_columns_that_do_not_line_up_change_nothing() -> None:
-    sightings = Sightings.of({"a": seen(1)})
+    sightings = Sightings()
+    sightings.update({"a": seen(1)})
     try:
         sightings.add(2, ["b", "c"], ["d1"], [None, None])
     except ValueError:
