@@ -408,8 +408,95 @@ def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no
         expected
     )
     assert len(listed) == 4 * 7 - 7 + 9 + 1
-    assert set(requests) == {"get_partition_index_range", "kv_retrieve_keys"}
-    assert len(requests["get_partition_index_range"]) == 1
+    assert set(requests) == {"partition_index_page", "kv_retrieve_keys"}
+
+
+def index_counter(tq: Any) -> int:
+    """The end of TQ's global index space: every index ever given out is below it."""
+    import ray
+
+    controller = find_controller("")
+    return int(ray.get(controller.__ray_call__.remote(lambda c: c.index_manager.global_index_counter)))
+
+
+def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_copy_of_the_set(
+    ray_cluster: Any, tq: Any, tq_partition: str, other_partition: str, put_rows: PutRows
+) -> None:
+    """get_partition_index_range copies a partition's whole index set in one call that holds the
+    controller's GIL (60-290 ms at 1M rows): the job's requests wait for it. The store reads the index
+    space in pages of index_page_span indexes instead, each a bounded amount of work, up to the end of
+    the space as it was at the first page; both list_keys and list_rows."""
+    for round_ in range(5):  # the two partitions' indexes interleave, and the page edges fall anywhere
+        tags = [{"r": round_, "i": i} for i in range(7)]
+        put_rows(tq_partition, [f"a{round_}-{i}" for i in range(7)], tags)
+        put_rows(other_partition, [f"b{round_}-{i}" for i in range(5)], {"other": True})
+    tq.kv_clear([f"a1-{i}" for i in range(7)] + ["a3-2"], tq_partition)
+    put_rows(tq_partition, [f"late-{i}" for i in range(9)], {"late": True})  # reused indexes
+    expected = tq.kv_list(tq_partition)[tq_partition]
+    indexes = {key: truth(tq, tq_partition, key).global_index for key in expected}
+    span = index_counter(tq) // 3 + 1
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+
+    with TransferQueueRowStore.attach(config, index_page_span=span) as store:
+        store.take_request_stats()
+        keys = store.list_keys(tq_partition)
+        keys_requests = store.take_request_stats()
+        rows = store.list_rows(tq_partition)
+        rows_requests = store.take_request_stats()
+
+    assert keys == indexes
+    assert rows == expected
+    assert len(keys_requests["partition_index_page"]) == 3  # a third of the space each
+    assert "get_partition_index_range" not in keys_requests
+    assert len(rows_requests["partition_index_page"]) == 2 * 3  # each of its two passes
+    assert "get_partition_index_range" not in rows_requests
+
+
+def test_listing_a_partition_tq_does_not_have_gives_nothing_and_creates_nothing(
+    ray_cluster: Any, tq: Any
+) -> None:
+    import ray
+
+    never_made = f"tqgc-never-made-{uuid.uuid4().hex[:8]}"
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    with TransferQueueRowStore.attach(config) as store:
+        assert store.list_keys(never_made) == {}
+        assert store.list_rows(never_made) == {}
+        assert never_made not in store.partitions()
+    controller = find_controller("")
+    held = ray.get(controller.__ray_call__.remote(lambda c: set(c.index_manager.partition_to_indexes)))
+    assert never_made not in held
+
+
+def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_asked_and_a_warning(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pages read TQ's own index bookkeeping, which another TQ version may not have: the first
+    page that fails so makes the store fall back to get_partition_index_range, for good, and say so."""
+    put_rows(tq_partition, [f"k{i}" for i in range(12)], {"t": 1})
+    tq.kv_clear(["k3"], tq_partition)
+    listed = tq.kv_list(tq_partition)[tq_partition]
+    expected = {key: truth(tq, tq_partition, key).global_index for key in listed}
+
+    def another_tq_version(controller: Any, partition: str, start: int, stop: int) -> Any:
+        return controller.partition_index_bookkeeping_of_another_version
+
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    with TransferQueueRowStore.attach(config, index_page_reader=another_tq_version) as store:
+        store.take_request_stats()
+        with caplog.at_level("WARNING", logger="tq_gc.stores.tq_index_range"):
+            first = store.list_keys(tq_partition)
+            first_requests = store.take_request_stats()
+            second = store.list_keys(tq_partition)
+            second_requests = store.take_request_stats()
+
+    assert first == second == expected
+    assert len(first_requests["partition_index_page"]) == 1
+    assert len(first_requests["get_partition_index_range"]) == 1
+    assert "partition_index_page" not in second_requests
+    assert len(second_requests["get_partition_index_range"]) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tq_gc.stores.tq_index_range"]
+    assert len(warnings) == 1 and "get_partition_index_range" in warnings[0], warnings
 
 
 def test_list_keys_reuses_a_recent_index_range_and_sees_every_row_it_holds_as_it_is_now(
@@ -440,8 +527,8 @@ def test_list_keys_reuses_a_recent_index_range_and_sees_every_row_it_holds_as_it
     if new_index in first.values():  # TQ gave new-0 a freed index the cached range holds
         held["new-0"] = new_index
     assert second == held
-    assert "get_partition_index_range" not in reused
-    assert full["get_partition_index_range"]  # asked again (once for each of its two passes)
+    assert "partition_index_page" not in reused
+    assert full["partition_index_page"]  # asked again (for each of its two passes)
 
 
 def test_list_keys_asks_for_the_index_range_again_once_the_reuse_time_is_over(
@@ -456,7 +543,7 @@ def test_list_keys_asks_for_the_index_range_again_once_the_reuse_time_is_over(
         put_rows(tq_partition, ["b"])
         store.take_request_stats()
         assert set(store.list_keys(tq_partition)) == {"a", "b"}
-        assert len(store.take_request_stats()["get_partition_index_range"]) == 1
+        assert store.take_request_stats()["partition_index_page"]
 
 
 def test_a_store_without_the_controllers_handle_lists_keys_through_kv_list(
@@ -546,8 +633,8 @@ def test_request_stats_name_each_request_and_start_afresh_when_taken(
     store.delete_if_unchanged(tq_partition, store.identities(tq_partition, list(rows)))
     deleting = store.take_request_stats()
 
-    assert set(listing) == {"get_partition_index_range", "kv_retrieve_keys", "kv_retrieve_meta"}
-    assert len(listing["get_partition_index_range"]) == 2  # one per pass
+    assert set(listing) == {"partition_index_page", "kv_retrieve_keys", "kv_retrieve_meta"}
+    assert len(listing["partition_index_page"]) % 2 == 0  # the same pages for each pass
     assert set(deleting) == {"kv_retrieve_meta", "clear_samples"}
     assert all(seconds > 0 for durations in [*listing.values(), *deleting.values()] for seconds in durations)
     assert store.take_request_stats() == {}

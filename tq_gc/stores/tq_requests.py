@@ -8,7 +8,6 @@ import asyncio
 import logging
 import threading
 import time
-from array import array
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
@@ -26,6 +25,8 @@ REQUEST_TIMEOUT_SECONDS = 60.0
 LOOP_GRACE_SECONDS = 5.0
 
 # Operation names of tq-gc's own requests, as take_request_stats() and the metrics report them.
+OP_INDEX_PAGE = "partition_index_page"
+
 OP_INDEX_RANGE = "get_partition_index_range"
 
 OP_KEYS = "kv_retrieve_keys"
@@ -38,7 +39,7 @@ OP_PARTITIONS = "get_partition_list"
 
 OP_KV_LIST = "kv_list"
 
-TQ_REQUEST_OPS = (OP_INDEX_RANGE, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST)
+TQ_REQUEST_OPS = (OP_INDEX_PAGE, OP_INDEX_RANGE, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST)
 
 
 class RequestLog:
@@ -69,7 +70,6 @@ class TqRequests:
         self.log = RequestLog()
         self.closed = False
         self._close_lock = threading.Lock()
-        self._ranges: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
 
     def call(self, op: str | None, what: str, coro: Coroutine[Any, Any, T]) -> T:
         """Run one client coroutine on the client's own loop, with a deadline, and record its duration
@@ -101,34 +101,23 @@ class TqRequests:
         finally:
             self.log.record(op, time.perf_counter() - started)
 
-    def index_range(self, controller: Any, partition: str, reuse_s: float = 0.0) -> array[int]:
-        """Every global index of the partition (and its pre-allocated ones), ascending, from the
-        controller actor's main thread: its request thread keeps serving the job meanwhile, but the
-        actor copies the whole index set holding the GIL (60-290 ms at 1M rows). With `reuse_s`, the
-        indexes this got for the partition less than `reuse_s` ago, if it did. An unknown partition
-        has none."""
+    def actor_call(self, op: str, what: str, actor: Any, method: str, *args: Any) -> Any:
+        """Call a method of a TQ actor (the controller) through Ray, with the deadline, timed under `op`.
+        Errors -> StoreUnavailable, the actor's own exception as its cause."""
         import ray
 
-        cached = self._ranges.get(partition)
-        if reuse_s > 0 and cached is not None and time.monotonic() - cached[0] < reuse_s:
-            return cached[1]
         started = time.perf_counter()
-        what = f"TransferQueue {OP_INDEX_RANGE}({partition!r})"
         try:
-            ref = controller.get_partition_index_range.remote(partition)
-            listed: list[int] = ray.get(ref, timeout=self.timeout_s)
+            return ray.get(getattr(actor, method).remote(*args), timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
             raise StoreUnavailable(
-                f"{what}: no answer within {self.timeout_s:g} s (controller dead or overloaded?)"
+                f"TransferQueue {what}: no answer within {self.timeout_s:g} s (controller dead or "
+                "overloaded?)"
             ) from exc
         except Exception as exc:
-            raise StoreUnavailable(f"{what} failed: {exc}") from exc
+            raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
         finally:
-            self.log.record(OP_INDEX_RANGE, time.perf_counter() - started)
-        listed.sort()
-        indexes = array("q", listed)  # 8 bytes an index, not a list's 36
-        self._ranges[partition] = (time.monotonic(), indexes)
-        return indexes
+            self.log.record(op, time.perf_counter() - started)
 
     def close(self) -> bool:
         """Close the client (best effort); True if this call closed it, False if it was closed before."""

@@ -42,6 +42,7 @@ from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.base import keys_with_indexes
 from tq_gc.stores.pacing import Pacer
 from tq_gc.stores.tq_attach import find_controller, open_client
+from tq_gc.stores.tq_index_range import INDEX_PAGE_SPAN, IndexRanges, PageReader
 from tq_gc.stores.tq_requests import (
     OP_CLEAR,
     OP_KEYS,
@@ -75,6 +76,8 @@ class TransferQueueRowStore:
         request_target_ms: float = 10.0,
         duty_cycle: float = 1.0,
         index_range_reuse_seconds: float = 0.0,
+        index_page_span: int = INDEX_PAGE_SPAN,
+        index_page_reader: PageReader | None = None,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -89,6 +92,7 @@ class TransferQueueRowStore:
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
         self._requests = TqRequests(client, request_timeout_seconds)
+        self._index_ranges = IndexRanges(controller, self._requests, index_page_span, index_page_reader)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -97,6 +101,8 @@ class TransferQueueRowStore:
         config: TransferQueueConfig,
         *,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+        index_page_span: int = INDEX_PAGE_SPAN,
+        index_page_reader: PageReader | None = None,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
 
@@ -125,6 +131,8 @@ class TransferQueueRowStore:
             request_target_ms=config.request_target_ms,
             duty_cycle=config.duty_cycle,
             index_range_reuse_seconds=config.index_range_reuse_seconds,
+            index_page_span=index_page_span,
+            index_page_reader=index_page_reader,
         )
 
     # ---- RowStore ----
@@ -282,7 +290,9 @@ class TransferQueueRowStore:
 
     def _index_windows(self, partition: str, pacer: Pacer, reuse_s: float = 0.0) -> Iterator[list[int]]:
         """The partition's global indexes, ascending, in windows of the pacer's current size."""
-        indexes = self._requests.index_range(self._controller, partition, reuse_s)
+        indexes = self._index_ranges.indexes(
+            partition, lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)), reuse_s
+        )
         start = 0
         while start < len(indexes):
             window = indexes[start : start + pacer.window].tolist()
