@@ -336,21 +336,41 @@ class Bench:
 
 
 def ratios(results: list[dict[str, Any]], load_before: dict[str, Any]) -> dict[str, Any]:
-    base = next(r for r in results if r["config"] == BASELINE)
+    """Each configuration's metrics over the baseline's. With the baseline run more than once (say first
+    and last), over their mean, and `baseline_spread` says how far the runs of the loop alone were apart
+    (max/min): the run's noise floor, below which no ratio means anything."""
+    bases = [r for r in results if r["config"] == BASELINE]
+    labels = _labels([r["config"] for r in results])
+
+    def base(metric: str) -> float:
+        return sum(r[metric] for r in bases) / len(bases)
 
     def over_base(metric: str) -> dict[str, float]:
-        return {r["config"]: round(r[metric] / base[metric], 2) for r in results if r is not base}
+        return {
+            label: round(r[metric] / base(metric), 2)
+            for label, r in zip(labels, results, strict=True)
+            if r["config"] != BASELINE
+        }
 
-    return {
-        "rows": base["rows"],
-        "ratio_to": BASELINE,
-        "p50": over_base("p50_ms"),
-        "p99": over_base("p99_ms"),
-        "p999": over_base("p999_ms"),
-        "max": over_base("max_ms"),
-        "machine_load_before": load_before,
-        "machine_load_after": machine_load(),
-    }
+    metrics = {"p50": "p50_ms", "p99": "p99_ms", "p999": "p999_ms", "max": "max_ms"}
+    line: dict[str, Any] = {"rows": bases[0]["rows"], "ratio_to": BASELINE, "baseline_runs": len(bases)}
+    line |= {name: over_base(metric) for name, metric in metrics.items()}
+    if len(bases) > 1:
+        line["baseline_spread"] = {
+            name: round(max(r[metric] for r in bases) / min(r[metric] for r in bases), 2)
+            for name, metric in metrics.items()
+        }
+    return line | {"machine_load_before": load_before, "machine_load_after": machine_load()}
+
+
+def _labels(configs: Sequence[str]) -> list[str]:
+    """Each configuration's name, with #2, #3, ... on its later runs."""
+    seen: dict[str, int] = {}
+    labels = []
+    for config in configs:
+        seen[config] = seen.get(config, 0) + 1
+        labels.append(config if seen[config] == 1 else f"{config}#{seen[config]}")
+    return labels
 
 
 def log(message: str) -> None:
@@ -399,7 +419,14 @@ def main() -> None:
     parser.add_argument("--window-seconds", type=float, default=60.0)
     parser.add_argument("--admissions", type=int, default=10_000)
     parser.add_argument("--manifests", type=int, default=4)
-    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=CONFIGS,
+        default=list(CONFIGS),
+        help="in this order; a configuration may run more than once (the baseline first and last gives "
+        "the run's noise floor, baseline_spread)",
+    )
     parser.add_argument("--duty-cycle", type=float, help="transfer_queue.duty_cycle (default: the config's)")
     parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
     parser.add_argument("--request-batch", type=int, help="transfer_queue.request_batch")

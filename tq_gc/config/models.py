@@ -95,9 +95,10 @@ class TransferQueueConfig(Frozen):
     # tq-gc's at most this often. 1 never pauses.
     duty_cycle: float = Field(default=0.25, gt=0.0, le=1.0, allow_inf_nan=False)
     # A swept partition listed again within this many seconds reads the keys of the global indexes the
-    # last listing had, without asking the controller for them again (that copies the whole index set
-    # holding its GIL: 60-290 ms at 1M rows). Rows put since wait for a later listing (nothing is
-    # deleted earlier, some rows later): for sweeps back to back on a big partition. 0: ask every time.
+    # last listing had, without asking the controller for them again (pages of the index space, ~60 of
+    # a few ms each at 1M rows; where the pages do not fit the controller, one copy of the whole index
+    # set holding its GIL: 60-290 ms at 1M rows). Rows put since wait for a later listing (nothing is
+    # deleted earlier, some rows later). 0: ask every time.
     index_range_reuse_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
 

@@ -17,8 +17,10 @@ TQ facts this relies on (transferqueue 0.1.11, read from its source and checked 
   0.8-1.2 s). No request pages it, and none returns a partition's global indexes in bounded time
   (`get_production_status` sorts them all on the request thread: held 120-160 ms at 1M). The
   controller actor's Ray method `get_partition_index_range(pid)` returns them (unsorted, with the
-  partition's pre-allocated indexes) from the actor's main thread, beside the request thread: the job's
-  requests wait only for the GIL meanwhile (20-30 ms at 1M). `list_rows()` builds on these: see there.
+  partition's pre-allocated indexes) from the actor's main thread, beside the request thread, but copies
+  the whole set in one C call holding the GIL (60-290 ms at 1M): the job's requests wait for that. So
+  the store reads them in pages of the global index space (tq_index_range.py), and falls back to
+  `get_partition_index_range` where the pages do not fit. `list_rows()` builds on these: see there.
 - `tq.kv_clear` is `kv_retrieve_meta(create=False)` then `clear_samples(meta)`: not atomic, TQ has no
   compare-and-delete. `delete_if_unchanged()` reads the rows' identities and clears exactly the rows it
   matched (the same BatchMeta, narrowed), back to back: the narrowest window TQ allows. In that window
@@ -145,7 +147,7 @@ class TransferQueueRowStore:
         """Every keyed row with its tags, as kv_list would, in short requests: two passes over the
         partition's global indexes, in windows.
 
-        1. The indexes (the controller actor's get_partition_index_range), then per window the keys of
+        1. The indexes (in pages, tq_index_range.py), then per window the keys of
            those indexes (kv_retrieve_keys) and at once their tags (kv_retrieve_meta, matched to the
            keys by global index: a key re-created in between under another index is left out).
         2. The indexes again, and per window their keys only; the tags of any (key, index) the first pass
