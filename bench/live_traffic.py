@@ -86,15 +86,17 @@ class JobLoop:
 
     def run(self, window_s: float, trickle_prefix: str) -> dict[str, Any]:
         latencies: list[float] = []
+        began_unix: list[float] = []
         started = time.monotonic()
         due = started
         while due - started < window_s:
             time.sleep(max(0.0, due - time.monotonic()))
+            began_unix.append(time.time())
             began = time.perf_counter()
             self._iteration(len(latencies), trickle_prefix)
             latencies.append(time.perf_counter() - began)
             due = max(due + LOOP_PERIOD_S, time.monotonic())  # a late iteration is not made up for
-        return {"latencies_s": latencies, "elapsed_s": time.monotonic() - started}
+        return {"latencies_s": latencies, "began_unix": began_unix, "elapsed_s": time.monotonic() - started}
 
     def _iteration(self, i: int, trickle_prefix: str) -> None:
         tq = self._tq
@@ -165,6 +167,50 @@ def summary(config: str, rows: int, loop: dict[str, Any], extra: dict[str, Any])
     }
 
 
+SWEEP_PHASES = ("listing", "plan", "delete")
+
+
+def sweep_phases(report: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(phase, start, end) in unix seconds of one sweep, from its report: the delete last, the plan
+    before it, and before those the lease, attach, references and listing ("listing")."""
+    from datetime import datetime
+
+    started = datetime.fromisoformat(report["started_at"]).timestamp()
+    finished = datetime.fromisoformat(report["finished_at"]).timestamp()
+    phases_ms = report["phases_ms"]
+    delete_at = finished - phases_ms.get("delete", 0.0) / 1000
+    plan_at = delete_at - phases_ms.get("plan", 0.0) / 1000
+    return [("listing", started, plan_at), ("plan", plan_at, delete_at), ("delete", delete_at, finished)]
+
+
+def slowest_by_phase(loop: dict[str, Any], reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the loop's slowest 1% of iterations began (which sweep phase, or none), beside each phase's
+    share of the window: a phase holding more of the slowest than of the time is what the p99 sees."""
+    latencies, began = loop["latencies_s"], loop["began_unix"]
+    if not latencies:
+        return {}
+    threshold = sorted(latencies)[int(0.99 * (len(latencies) - 1))]
+    spans = [span for report in reports for span in sweep_phases(report)]
+
+    def phase_at(t: float) -> str:
+        return next((name for name, start, end in spans if start <= t < end), "no sweep")
+
+    slow: dict[str, int] = {}
+    for seconds, t in zip(latencies, began, strict=True):
+        if seconds >= threshold:
+            slow[phase_at(t)] = slow.get(phase_at(t), 0) + 1
+    window = (began[0], began[-1] + latencies[-1])
+    share = {
+        name: round(
+            sum(max(0.0, min(end, window[1]) - max(start, window[0])) for n, start, end in spans if n == name)
+            / (window[1] - window[0]),
+            3,
+        )
+        for name in SWEEP_PHASES
+    }
+    return {"count": slow, "window_share": share}
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, state_url: str, manifest_dir: Path) -> None:
         import ray
@@ -231,8 +277,12 @@ class Bench:
             self._wait_for_first_sweep(handle)
             loop, reports = self._loop_beside(handle, config)
             sweeps = {**self._sweeps(reports), **self._let_sweep_finish(handle)}
+            every_sweep = {
+                r["run_id"]: r for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
+            }
+            phases = {"slowest_1pct_by_phase": slowest_by_phase(loop, list(every_sweep.values()))}
             settings = {"sweeper_nice": self.args.sweeper_nice, "transfer_queue": self._pacing()}
-            return summary(config, self.data.rows, loop, {**sweeps, **settings})
+            return summary(config, self.data.rows, loop, {**sweeps, **phases, **settings})
         finally:
             stop_sidecar(handle)
 
