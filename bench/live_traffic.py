@@ -266,7 +266,7 @@ class Bench:
             namespace=NAMESPACE,
             schedule=schedule,
             grace_seconds=900,
-            limits={},
+            limits=self._limits(),
             transfer_queue=self._pacing(),
             sidecar={"name": f"tq-gc-bench-{config}"},
         )
@@ -281,10 +281,19 @@ class Bench:
                 r["run_id"]: r for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
             }
             phases = {"slowest_1pct_by_phase": slowest_by_phase(loop, list(every_sweep.values()))}
-            settings = {"sweeper_nice": self.args.sweeper_nice, "transfer_queue": self._pacing()}
+            settings = {
+                "sweeper_nice": self.args.sweeper_nice,
+                "transfer_queue": self._pacing(),
+                "limits": self._limits(),
+            }
             return summary(config, self.data.rows, loop, {**sweeps, **phases, **settings})
         finally:
             stop_sidecar(handle)
+
+    def _limits(self) -> dict[str, float]:
+        """limits given on the command line (the rest stay at their defaults)."""
+        rate = self.args.max_deletes_per_second
+        return {} if rate is None else {"max_deletes_per_second": rate}
 
     def _pacing(self) -> dict[str, float]:
         """transfer_queue settings given on the command line (the rest stay at their defaults)."""
@@ -480,6 +489,9 @@ def main() -> None:
     parser.add_argument("--duty-cycle", type=float, help="transfer_queue.duty_cycle (default: the config's)")
     parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
     parser.add_argument("--request-batch", type=int, help="transfer_queue.request_batch")
+    parser.add_argument(
+        "--max-deletes-per-second", type=float, help="limits.max_deletes_per_second (default: unthrottled)"
+    )
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"
     )
