@@ -111,7 +111,7 @@ class Limits(Frozen):
     max_delete_fraction: float = Field(default=0.5, gt=0.0, le=1.0, allow_inf_nan=False)
     delete_batch: int = Field(default=2000, ge=1)
     # 0: unthrottled. Beside a job sharing the TransferQueue, deleting is what the job's requests meet
-    # most (each batch holds the controller a few ms): 500 took a 1M-row job's p99 from 1.4-1.5x to
+    # most (each batch holds the controller a few ms): 500 took a 1M-row job's p99 from 1.2-1.5x to
     # 1.16x at the default schedule (README, Benchmarks), at 1.8M rows an hour.
     max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small
