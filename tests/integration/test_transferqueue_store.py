@@ -408,24 +408,28 @@ def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no
         expected
     )
     assert len(listed) == 4 * 7 - 7 + 9 + 1
-    assert set(requests) == {"partition_index_page", "kv_retrieve_keys"}
+    assert set(requests) == {"partition_index_page", "get_partition_index_range", "kv_retrieve_keys"}
 
 
-def index_counter(tq: Any) -> int:
-    """The end of TQ's global index space: every index ever given out is below it."""
+def index_space(partition: str) -> tuple[int, int]:
+    """(the end of TQ's global index space, the partition's number of indexes), from the controller."""
     import ray
 
-    controller = find_controller("")
-    return int(ray.get(controller.__ray_call__.remote(lambda c: c.index_manager.global_index_counter)))
+    def read(controller: Any, partition: str) -> tuple[int, int]:
+        manager = controller.index_manager
+        return manager.global_index_counter, len(manager.partition_to_indexes.get(partition, ()))
+
+    answer: tuple[int, int] = ray.get(find_controller("").__ray_call__.remote(read, partition))
+    return answer
 
 
 def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_copy_of_the_set(
     ray_cluster: Any, tq: Any, tq_partition: str, other_partition: str, put_rows: PutRows
 ) -> None:
     """get_partition_index_range copies a partition's whole index set in one call that holds the
-    controller's GIL (60-290 ms at 1M rows): the job's requests wait for it. The store reads the index
-    space in pages of index_page_span indexes instead, each a bounded amount of work, up to the end of
-    the space as it was at the first page; both list_keys and list_rows."""
+    controller's GIL (60-290 ms at 1M rows): the job's requests wait for it. A partition bigger than a
+    page is read in pages of index_page_span indexes of the whole space instead, each a bounded amount
+    of work, up to the end of the space as the first answer gave it; by list_keys and list_rows."""
     for round_ in range(5):  # the two partitions' indexes interleave, and the page edges fall anywhere
         tags = [{"r": round_, "i": i} for i in range(7)]
         put_rows(tq_partition, [f"a{round_}-{i}" for i in range(7)], tags)
@@ -434,7 +438,9 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
     put_rows(tq_partition, [f"late-{i}" for i in range(9)], {"late": True})  # reused indexes
     expected = tq.kv_list(tq_partition)[tq_partition]
     indexes = {key: truth(tq, tq_partition, key).global_index for key in expected}
-    span = index_counter(tq) // 3 + 1
+    end, size = index_space(tq_partition)
+    span = size - 1  # just too big for one copy
+    pages = 1 + -(-end // span)  # the first answer, then the pages
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
 
     with TransferQueueRowStore.attach(config, index_page_span=span) as store:
@@ -444,12 +450,34 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
         rows = store.list_rows(tq_partition)
         rows_requests = store.take_request_stats()
 
+    assert size == len(expected)
     assert keys == indexes
     assert rows == expected
-    assert len(keys_requests["partition_index_page"]) == 3  # a third of the space each
+    assert len(keys_requests["partition_index_page"]) == pages
     assert "get_partition_index_range" not in keys_requests
-    assert len(rows_requests["partition_index_page"]) == 2 * 3  # each of its two passes
+    assert len(rows_requests["partition_index_page"]) == 2 * pages  # each of its two passes
     assert "get_partition_index_range" not in rows_requests
+
+
+def test_a_partition_no_bigger_than_a_page_is_read_in_one_copy(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
+) -> None:
+    """The pages cost the whole index space, every partition's: a small partition beside big ones is
+    read in one copy, no more work than a page."""
+    put_rows(tq_partition, [f"k{i}" for i in range(10)])
+    expected = {
+        key: truth(tq, tq_partition, key).global_index for key in tq.kv_list(tq_partition)[tq_partition]
+    }
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+
+    with TransferQueueRowStore.attach(config, index_page_span=10) as store:
+        store.take_request_stats()
+        keys = store.list_keys(tq_partition)
+        requests = store.take_request_stats()
+
+    assert keys == expected
+    assert len(requests["partition_index_page"]) == 1  # the first answer: the partition's size
+    assert len(requests["get_partition_index_range"]) == 1
 
 
 def test_listing_a_partition_tq_does_not_have_gives_nothing_and_creates_nothing(
@@ -633,8 +661,13 @@ def test_request_stats_name_each_request_and_start_afresh_when_taken(
     store.delete_if_unchanged(tq_partition, store.identities(tq_partition, list(rows)))
     deleting = store.take_request_stats()
 
-    assert set(listing) == {"partition_index_page", "kv_retrieve_keys", "kv_retrieve_meta"}
-    assert len(listing["partition_index_page"]) % 2 == 0  # the same pages for each pass
+    assert set(listing) == {
+        "partition_index_page",  # the size, then one copy of three indexes: once per pass
+        "get_partition_index_range",
+        "kv_retrieve_keys",
+        "kv_retrieve_meta",
+    }
+    assert len(listing["partition_index_page"]) == len(listing["get_partition_index_range"]) == 2
     assert set(deleting) == {"kv_retrieve_meta", "clear_samples"}
     assert all(seconds > 0 for durations in [*listing.values(), *deleting.values()] for seconds in durations)
     assert store.take_request_stats() == {}

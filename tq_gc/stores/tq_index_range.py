@@ -8,8 +8,10 @@ the page reader below answers, for one span [start, stop) of the global index sp
 are the partition's, by membership in TQ's own index set: Python code the interpreter hands the GIL
 away from every switch interval, a fixed amount of work a page (16,384 lookups: ~0.5 ms in the
 controller, 2-3 ms a round trip). It also answers the end of the space (TQ's index counter: every
-index ever given out is below it); a listing reads pages up to the end its first page saw, so every row
-present for the whole listing is in it.
+index ever given out is below it) and the partition's size; a listing reads pages up to the end its
+first answer gave, so every row present for the whole listing is in it. The pages cost the size of the
+whole index space, every partition's: a partition no bigger than a page (a staging partition beside a
+big one) is read in one copy instead, which is then no more work than a page.
 
 The reader reads TQ's internals (`index_manager`), which another TQ version may lay out otherwise: the
 first page that fails so (AttributeError, TypeError, ...) makes the store warn once and use
@@ -37,9 +39,9 @@ INDEX_PAGE_SPAN = 16_384
 # a RayTaskError that is also one of these).
 _READER_MISFITS = (AttributeError, TypeError, KeyError, NameError)
 
-# (controller, partition, start, stop) -> (end of the index space, the partition's indexes in
+# (controller, partition, start, stop) -> (end of the index space, the partition's size, its indexes in
 # [start, min(stop, end)), ascending)
-PageReader = Callable[[Any, str, int, int], tuple[int, list[int]]]
+PageReader = Callable[[Any, str, int, int], tuple[int, int, list[int]]]
 
 
 def page_reader() -> PageReader:
@@ -47,11 +49,11 @@ def page_reader() -> PageReader:
     the controller's process need not have tq-gc installed. It reads and never writes (a defaultdict's
     `get` adds no partition)."""
 
-    def read_page(controller: Any, partition: str, start: int, stop: int) -> tuple[int, list[int]]:
+    def read_page(controller: Any, partition: str, start: int, stop: int) -> tuple[int, int, list[int]]:
         manager = controller.index_manager
         end = int(manager.global_index_counter)
         owned = manager.partition_to_indexes.get(partition, ())
-        return end, [index for index in range(start, min(stop, end)) if index in owned]
+        return end, len(owned), [index for index in range(start, min(stop, end)) if index in owned]
 
     return read_page
 
@@ -105,20 +107,26 @@ class IndexRanges:
         return self._whole(partition)
 
     def _pages(self, partition: str, pause: Callable[[float], None]) -> array[int]:
+        """In pages; a partition no bigger than a page, in one copy (after a first answer that looks
+        up nothing: the space's end and the partition's size)."""
+        end, size, _ = self._page(partition, 0, 0, pause)
+        if size <= self._page_span:
+            return self._whole(partition)
         indexes: array[int] = array("q")  # 8 bytes an index, not a list's 36
-        start, end = 0, None
-        while end is None or start < end:
-            stop = start + self._page_span
-            started = time.perf_counter()
-            what = f"index page [{start}, {stop}) of {partition!r}"
-            page_end, page = self._requests.actor_call(
-                OP_INDEX_PAGE, what, self._controller, "__ray_call__", self._reader, partition, start, stop
-            )
-            end = page_end if end is None else end  # the space as the first page saw it
-            indexes.extend(page)
-            start = stop
-            pause(time.perf_counter() - started)
+        for start in range(0, end, self._page_span):
+            indexes.extend(self._page(partition, start, start + self._page_span, pause)[2])
         return indexes
+
+    def _page(
+        self, partition: str, start: int, stop: int, pause: Callable[[float], None]
+    ) -> tuple[int, int, list[int]]:
+        started = time.perf_counter()
+        what = f"index page [{start}, {stop}) of {partition!r}"
+        answer: tuple[int, int, list[int]] = self._requests.actor_call(
+            OP_INDEX_PAGE, what, self._controller, "__ray_call__", self._reader, partition, start, stop
+        )
+        pause(time.perf_counter() - started)
+        return answer
 
     def _whole(self, partition: str) -> array[int]:
         what = f"{OP_INDEX_RANGE}({partition!r})"
