@@ -16,6 +16,7 @@ from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.model import Identity, tags_digest
 from tq_gc.stores.tq_attach import find_controller, open_client
+from tq_gc.stores.tq_index_range import IndexPaging
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
 pytestmark = pytest.mark.ray
@@ -439,11 +440,13 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
     expected = tq.kv_list(tq_partition)[tq_partition]
     indexes = {key: truth(tq, tq_partition, key).global_index for key in expected}
     end, size = index_space(tq_partition)
-    span = size - 1  # just too big for one copy
+    span = max(1, end // 3)  # the page edges fall anywhere; size - 1 indexes is just too many to copy
     pages = 1 + -(-end // span)  # the first answer, then the pages
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
 
-    with TransferQueueRowStore.attach(config, index_page_span=span) as store:
+    with TransferQueueRowStore.attach(
+        config, index_paging=IndexPaging(span=span, copy_max=size - 1)
+    ) as store:
         store.take_request_stats()
         keys = store.list_keys(tq_partition)
         keys_requests = store.take_request_stats()
@@ -459,18 +462,18 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
     assert "get_partition_index_range" not in rows_requests
 
 
-def test_a_partition_no_bigger_than_a_page_is_read_in_one_copy(
+def test_a_partition_of_at_most_copy_max_indexes_is_read_in_one_copy(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
 ) -> None:
-    """The pages cost the whole index space, every partition's: a small partition beside big ones is
-    read in one copy, no more work than a page."""
+    """The pages cost the whole index space, every partition's, and a round trip each: a small partition
+    beside big ones is read in one copy (even with pages of one index)."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     expected = {
         key: truth(tq, tq_partition, key).global_index for key in tq.kv_list(tq_partition)[tq_partition]
     }
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
 
-    with TransferQueueRowStore.attach(config, index_page_span=10) as store:
+    with TransferQueueRowStore.attach(config, index_paging=IndexPaging(span=1, copy_max=10)) as store:
         store.take_request_stats()
         keys = store.list_keys(tq_partition)
         requests = store.take_request_stats()
@@ -510,7 +513,9 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
         return controller.partition_index_bookkeeping_of_another_version
 
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
-    with TransferQueueRowStore.attach(config, index_page_reader=another_tq_version) as store:
+    with TransferQueueRowStore.attach(
+        config, index_paging=IndexPaging(copy_max=0, reader=another_tq_version)
+    ) as store:
         store.take_request_stats()
         with caplog.at_level("WARNING", logger="tq_gc.stores.tq_index_range"):
             first = store.list_keys(tq_partition)

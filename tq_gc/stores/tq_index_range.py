@@ -10,8 +10,9 @@ away from every switch interval, a fixed amount of work a page (16,384 lookups: 
 controller, 2-3 ms a round trip). It also answers the end of the space (TQ's index counter: every
 index ever given out is below it) and the partition's size; a listing reads pages up to the end its
 first answer gave, so every row present for the whole listing is in it. The pages cost the size of the
-whole index space, every partition's: a partition no bigger than a page (a staging partition beside a
-big one) is read in one copy instead, which is then no more work than a page.
+whole index space, every partition's, and a round trip each: a partition of at most `copy_max` indexes
+(a staging partition beside a big one, or any of up to ~100k rows) is read in one copy, which then holds
+the controller no longer than one of tq-gc's delete batches does (12-22 ms at 100k rows).
 
 The reader reads TQ's internals (`index_manager`), which another TQ version may lay out otherwise: the
 first page that fails so (AttributeError, TypeError, ...) makes the store warn once and use
@@ -24,6 +25,7 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.errors import StoreUnavailable
@@ -34,6 +36,10 @@ logger = logging.getLogger(__name__)
 # Indexes a page covers. Measured at 1M rows (2 cores): 16,384 lookups take the controller ~0.5 ms, a page
 # 2.4 ms end to end, 62 pages 155 ms in all (the whole set at once: 86-216 ms, in one hold).
 INDEX_PAGE_SPAN = 16_384
+
+# The most indexes read in one copy rather than in pages. Measured at 100k rows: one copy 12-22 ms; 8
+# pages 22 ms in all, and a sweep 25 ms longer (bench/results/sweep.jsonl).
+INDEX_COPY_MAX = 131_072
 
 # What a reader that does not fit the controller raises (inside the controller, then re-raised by Ray as
 # a RayTaskError that is also one of these).
@@ -58,23 +64,35 @@ def page_reader() -> PageReader:
     return read_page
 
 
+@dataclass(frozen=True)
+class IndexPaging:
+    """How a partition's indexes are read: pages of `span` indexes of the space, or one copy for a
+    partition of at most `copy_max`; `reader` is the function run on the controller (page_reader())."""
+
+    span: int = INDEX_PAGE_SPAN
+    copy_max: int = INDEX_COPY_MAX
+    reader: PageReader | None = None
+
+    def __post_init__(self) -> None:
+        if self.span < 1 or self.copy_max < 0:
+            raise ValueError(f"need span >= 1 and copy_max >= 0, got {self.span}, {self.copy_max}")
+
+
+DEFAULT_INDEX_PAGING = IndexPaging()
+
+
 class IndexRanges:
     """A partition's global indexes, ascending: in pages by default, in one copy when the pages do not
     fit the controller; and kept for `reuse_s` on request (transfer_queue.index_range_reuse_seconds)."""
 
     def __init__(
-        self,
-        controller: Any,
-        requests: TqRequests,
-        page_span: int = INDEX_PAGE_SPAN,
-        reader: PageReader | None = None,
+        self, controller: Any, requests: TqRequests, paging: IndexPaging = DEFAULT_INDEX_PAGING
     ) -> None:
-        if page_span < 1:
-            raise ValueError(f"page_span must be 1 or more, got {page_span}")
         self._controller = controller
         self._requests = requests
-        self._page_span = page_span
-        self._reader = reader or page_reader()
+        self._page_span = paging.span
+        self._copy_max = paging.copy_max
+        self._reader = paging.reader or page_reader()
         self._paged = True
         self._kept: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
 
@@ -107,10 +125,10 @@ class IndexRanges:
         return self._whole(partition)
 
     def _pages(self, partition: str, pause: Callable[[float], None]) -> array[int]:
-        """In pages; a partition no bigger than a page, in one copy (after a first answer that looks
-        up nothing: the space's end and the partition's size)."""
+        """In pages; a partition of at most copy_max indexes, in one copy (after a first answer that
+        looks up nothing: the space's end and the partition's size)."""
         end, size, _ = self._page(partition, 0, 0, pause)
-        if size <= self._page_span:
+        if size <= self._copy_max:
             return self._whole(partition)
         indexes: array[int] = array("q")  # 8 bytes an index, not a list's 36
         for start in range(0, end, self._page_span):

@@ -44,7 +44,7 @@ from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.base import keys_with_indexes
 from tq_gc.stores.pacing import Pacer
 from tq_gc.stores.tq_attach import find_controller, open_client
-from tq_gc.stores.tq_index_range import INDEX_PAGE_SPAN, IndexRanges, PageReader
+from tq_gc.stores.tq_index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.tq_requests import (
     OP_CLEAR,
     OP_KEYS,
@@ -78,8 +78,7 @@ class TransferQueueRowStore:
         request_target_ms: float = 10.0,
         duty_cycle: float = 1.0,
         index_range_reuse_seconds: float = 0.0,
-        index_page_span: int = INDEX_PAGE_SPAN,
-        index_page_reader: PageReader | None = None,
+        index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -94,7 +93,7 @@ class TransferQueueRowStore:
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
         self._requests = TqRequests(client, request_timeout_seconds)
-        self._index_ranges = IndexRanges(controller, self._requests, index_page_span, index_page_reader)
+        self._index_ranges = IndexRanges(controller, self._requests, index_paging)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -103,8 +102,7 @@ class TransferQueueRowStore:
         config: TransferQueueConfig,
         *,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
-        index_page_span: int = INDEX_PAGE_SPAN,
-        index_page_reader: PageReader | None = None,
+        index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
 
@@ -133,8 +131,7 @@ class TransferQueueRowStore:
             request_target_ms=config.request_target_ms,
             duty_cycle=config.duty_cycle,
             index_range_reuse_seconds=config.index_range_reuse_seconds,
-            index_page_span=index_page_span,
-            index_page_reader=index_page_reader,
+            index_paging=index_paging,
         )
 
     # ---- RowStore ----
