@@ -30,6 +30,7 @@ import math
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -189,26 +190,25 @@ def slowest_by_phase(loop: dict[str, Any], reports: list[dict[str, Any]]) -> dic
     latencies, began = loop["latencies_s"], loop["began_unix"]
     if not latencies:
         return {}
-    threshold = sorted(latencies)[int(0.99 * (len(latencies) - 1))]
+    slowest = sorted(range(len(latencies)), key=latencies.__getitem__)[-max(1, len(latencies) // 100) :]
     spans = [span for report in reports for span in sweep_phases(report)]
 
     def phase_at(t: float) -> str:
         return next((name for name, start, end in spans if start <= t < end), "no sweep")
 
-    slow: dict[str, int] = {}
-    for seconds, t in zip(latencies, began, strict=True):
-        if seconds >= threshold:
-            slow[phase_at(t)] = slow.get(phase_at(t), 0) + 1
+    slow = Counter(phase_at(began[i]) for i in slowest)
     window = (began[0], began[-1] + latencies[-1])
-    share = {
-        name: round(
-            sum(max(0.0, min(end, window[1]) - max(start, window[0])) for n, start, end in spans if n == name)
-            / (window[1] - window[0]),
-            3,
-        )
-        for name in SWEEP_PHASES
-    }
-    return {"count": slow, "window_share": share}
+
+    def share_of(phase: str) -> float:
+        covered = sum(_overlap((start, end), window) for name, start, end in spans if name == phase)
+        return round(covered / (window[1] - window[0]), 3)
+
+    share = {phase: share_of(phase) for phase in SWEEP_PHASES}
+    return {"count": dict(slow), "window_share": share}
+
+
+def _overlap(span: tuple[float, float], window: tuple[float, float]) -> float:
+    return max(0.0, min(span[1], window[1]) - max(span[0], window[0]))
 
 
 class Bench:

@@ -82,8 +82,9 @@ DEFAULT_INDEX_PAGING = IndexPaging()
 
 
 class IndexRanges:
-    """A partition's global indexes, ascending: in pages by default, in one copy when the pages do not
-    fit the controller; and kept for `reuse_s` on request (transfer_queue.index_range_reuse_seconds)."""
+    """A partition's global indexes, ascending: in pages, or in one copy for a partition of at most
+    copy_max indexes and wherever the pages do not fit the controller; and kept for `reuse_s` on request
+    (transfer_queue.index_range_reuse_seconds)."""
 
     def __init__(
         self, controller: Any, requests: TqRequests, paging: IndexPaging = DEFAULT_INDEX_PAGING
@@ -109,9 +110,13 @@ class IndexRanges:
         return indexes
 
     def _read(self, partition: str, pause: Callable[[float], None]) -> array[int]:
+        """In pages if the partition has more than copy_max indexes (a first answer that looks up
+        nothing gives its size, and the end of the space), else in one copy."""
         if self._paged:
             try:
-                return self._pages(partition, pause)
+                end, size, _ = self._page(partition, 0, 0, pause)
+                if size > self._copy_max:
+                    return self._pages(partition, end, pause)
             except StoreUnavailable as exc:
                 if not isinstance(exc.__cause__, _READER_MISFITS):
                     raise
@@ -124,12 +129,7 @@ class IndexRanges:
                 )
         return self._whole(partition)
 
-    def _pages(self, partition: str, pause: Callable[[float], None]) -> array[int]:
-        """In pages; a partition of at most copy_max indexes, in one copy (after a first answer that
-        looks up nothing: the space's end and the partition's size)."""
-        end, size, _ = self._page(partition, 0, 0, pause)
-        if size <= self._copy_max:
-            return self._whole(partition)
+    def _pages(self, partition: str, end: int, pause: Callable[[float], None]) -> array[int]:
         indexes: array[int] = array("q")  # 8 bytes an index, not a list's 36
         for start in range(0, end, self._page_span):
             indexes.extend(self._page(partition, start, start + self._page_span, pause)[2])
