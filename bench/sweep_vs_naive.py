@@ -3,12 +3,15 @@
     scripts/bench                       # 100k staging rows, half orphans, 10k admissions, 4 manifests
     scripts/bench sweep --rows 1000000 --repeats 2 --duty-cycle 1
 
-Each repeat fills the same data set twice and, in alternating order, times
+Each repeat refills the same data set before each side of each state (memory://, and a Redis of its
+own), and times them all, in an order that rotates from one repeat to the next (so a drift of the
+machine during the run falls on every side alike):
   (a) tq-gc: the deleting sweep (lease, fence, list, references, plan, per-batch lease renewal, identity
       re-check, admission and fence re-read, delete, audit), with every row's first sighting done by an
       earlier sweep (that marking sweep is timed too, and reported apart);
   (b) naive: list the partition, subtract the referenced set, kv_clear the rest in batches of 2000;
-and prints the median ratio a/b, rows deleted per second, and each side's peak Python heap (tracemalloc,
+and prints per state the median of the per-repeat ratios a/b (each state's a over its own b), rows
+deleted per second, and each side's peak Python heap (tracemalloc,
 in a separate untimed pass per side), then a line of ratios. Only ratios from one run mean anything on a
 noisy machine.
 """
@@ -129,31 +132,39 @@ def peak_heap(prepare: Callable[[], Any], fn: Callable[[], int]) -> int:
     return peak - before
 
 
-def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[str, Any]:
+def run(args: argparse.Namespace, state_urls: list[str], manifest_dir: Path) -> list[dict[str, Any]]:
+    """Every state's tq-gc and naive sides, all timed within each repeat in an order that rotates from
+    one repeat to the next, so that a drift of the machine between the start and the end of the run
+    falls on every side alike. Each state's ratio per repeat is its tq-gc over its naive side."""
     data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
-    sides = Sides(data, state_url, args.duty_cycle)
-    ratios, a_times, b_times, marks = [], [], [], []
+    by_state = {url: Sides(data, url, args.duty_cycle) for url in state_urls}
+    runs = [(url, side) for url in state_urls for side in ("tq-gc", "naive")]
+    times: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    marks: dict[str, list[float]] = {url: [] for url in state_urls}
     for repeat in range(args.repeats):
-        order = ["tq-gc", "naive"] if repeat % 2 == 0 else ["naive", "tq-gc"]
-        result: dict[str, float] = {}
-        for side in order:
+        shift = repeat % len(runs)
+        for url, side in runs[shift:] + runs[:shift]:
+            sides = by_state[url]
             sides.reset()
             if side == "tq-gc":
-                marks.append(sides.mark())
-                seconds, deleted = timed(sides.tq_gc)
-            else:
-                seconds, deleted = timed(sides.naive)
-            assert deleted == data.rows // 2, (side, deleted)
-            result[side] = seconds
-        a_times.append(result["tq-gc"])
-        b_times.append(result["naive"])
-        ratios.append(result["tq-gc"] / result["naive"])
-        print(
-            f"  repeat {repeat + 1}: tq-gc {result['tq-gc']:.3f} s, naive {result['naive']:.3f} s, "
-            f"ratio {ratios[-1]:.2f}; tq-gc phases (ms) {_rounded(sides.last_phases_ms)}",
-            file=sys.stderr,
-        )
+                marks[url].append(sides.mark())
+            seconds, deleted = timed(sides.tq_gc if side == "tq-gc" else sides.naive)
+            assert deleted == data.rows // 2, (url, side, deleted)
+            times[(url, side)].append(seconds)
+        for url in state_urls:
+            a, b = times[(url, "tq-gc")][-1], times[(url, "naive")][-1]
+            print(
+                f"  repeat {repeat + 1}, {_state_name(url)}: tq-gc {a:.3f} s, naive {b:.3f} s, ratio "
+                f"{a / b:.2f}; tq-gc phases (ms) {_rounded(by_state[url].last_phases_ms)}",
+                file=sys.stderr,
+            )
+    return [
+        result(by_state[url], times[(url, "tq-gc")], times[(url, "naive")], marks[url]) for url in state_urls
+    ]
 
+
+def result(sides: Sides, a_times: list[float], b_times: list[float], marks: list[float]) -> dict[str, Any]:
+    """One state's line: the timed repeats' figures, then each side's peak heap in passes of its own."""
     # The last timed sweep's figures: the heap passes below sweep again, slowed by tracemalloc.
     timed_phases, timed_longest = sides.last_phases_ms, sides.last_longest
     timed_requests = sides.last_requests
@@ -164,15 +175,18 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
 
     heap_a = peak_heap(prepare_tq_gc, sides.tq_gc)
     heap_b = peak_heap(sides.reset, sides.naive)
+    data = sides.data
     orphans = data.rows // 2
+    ratios = [a / b for a, b in zip(a_times, b_times, strict=True)]
     return {
-        "state": state_url.split(":")[0],
+        "state": _state_name(sides.config.state_url),
         "rows": data.rows,
         "orphans": orphans,
         "admissions": data.admissions,
         "manifests": data.manifests,
-        "repeats": args.repeats,
+        "repeats": len(ratios),
         "median_ratio": round(statistics.median(ratios), 3),
+        "ratios": [round(ratio, 3) for ratio in ratios],
         "tq_gc_median_s": round(statistics.median(a_times), 3),
         "naive_median_s": round(statistics.median(b_times), 3),
         "tq_gc_rows_per_s": round(orphans / statistics.median(a_times)),
@@ -185,7 +199,12 @@ def run(args: argparse.Namespace, state_url: str, manifest_dir: Path) -> dict[st
         "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
         "naive_peak_heap_mib": round(heap_b / 2**20, 1),
         "heap_bytes_per_listed_row_over_naive": round((heap_a - heap_b) / data.rows, 1),
+        "interleaved": True,
     }
+
+
+def _state_name(url: str) -> str:
+    return url.split(":")[0]
 
 
 def main() -> None:
@@ -208,17 +227,15 @@ def main() -> None:
     start_ray_and_tq()
     redis_proc = None
     try:
-        results = []
+        urls = ["memory://"] if args.state in ("memory", "both") else []
+        if args.state in ("redis", "both"):
+            redis_proc, url = start_redis()
+            urls.append(url)
+        print(f"states {', '.join(urls)}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="tq-gc-bench-") as tmp:
-            if args.state in ("memory", "both"):
-                print("state memory://", file=sys.stderr)
-                results.append(run(args, "memory://", Path(tmp) / "memory"))
-            if args.state in ("redis", "both"):
-                redis_proc, url = start_redis()
-                print(f"state {url}", file=sys.stderr)
-                results.append(run(args, url, Path(tmp) / "redis"))
-        for result in results:
-            print(json.dumps(result))
+            results = run(args, urls, Path(tmp))
+        for line in results:
+            print(json.dumps(line))
         print(json.dumps(ratio_line(results, load_before)))
     finally:
         stop_process(redis_proc)
