@@ -412,6 +412,13 @@ def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no
     assert set(requests) == {"partition_index_page", "get_partition_index_range", "kv_retrieve_keys"}
 
 
+def global_indexes(tq: Any, partition: str) -> dict[str, int | None]:
+    """{key: global index} of every key the partition has, from TQ itself (kv_list, then one key a
+    request)."""
+    listed = tq.kv_list(partition).get(partition, {})
+    return {key: identity.global_index for key in listed if (identity := truth(tq, partition, key))}
+
+
 def index_space(partition: str) -> tuple[int, int]:
     """(the end of TQ's global index space, the partition's number of indexes), from the controller."""
     import ray
@@ -429,7 +436,7 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
 ) -> None:
     """get_partition_index_range copies a partition's whole index set in one call that holds the
     controller's GIL (60-290 ms at 1M rows): the job's requests wait for it. A partition bigger than a
-    page is read in pages of index_page_span indexes of the whole space instead, each a bounded amount
+    page is read in pages of IndexPaging.span indexes of the whole space instead, each a bounded amount
     of work, up to the end of the space as the first answer gave it; by list_keys and list_rows."""
     for round_ in range(5):  # the two partitions' indexes interleave, and the page edges fall anywhere
         tags = [{"r": round_, "i": i} for i in range(7)]
@@ -438,14 +445,15 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
     tq.kv_clear([f"a1-{i}" for i in range(7)] + ["a3-2"], tq_partition)
     put_rows(tq_partition, [f"late-{i}" for i in range(9)], {"late": True})  # reused indexes
     expected = tq.kv_list(tq_partition)[tq_partition]
-    indexes = {key: truth(tq, tq_partition, key).global_index for key in expected}
+    indexes = global_indexes(tq, tq_partition)
     end, size = index_space(tq_partition)
-    span = max(1, end // 3)  # the page edges fall anywhere; size - 1 indexes is just too many to copy
+    span = max(1, end // 3)  # the page edges fall anywhere
     pages = 1 + -(-end // span)  # the first answer, then the pages
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
 
     with TransferQueueRowStore.attach(
-        config, index_paging=IndexPaging(span=span, copy_max=size - 1)
+        config,
+        index_paging=IndexPaging(span=span, copy_max=size - 1),  # just too big for one copy
     ) as store:
         store.take_request_stats()
         keys = store.list_keys(tq_partition)
@@ -468,9 +476,7 @@ def test_a_partition_of_at_most_copy_max_indexes_is_read_in_one_copy(
     """The pages cost the whole index space, every partition's, and a round trip each: a small partition
     beside big ones is read in one copy (even with pages of one index)."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
-    expected = {
-        key: truth(tq, tq_partition, key).global_index for key in tq.kv_list(tq_partition)[tq_partition]
-    }
+    expected = global_indexes(tq, tq_partition)
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
 
     with TransferQueueRowStore.attach(config, index_paging=IndexPaging(span=1, copy_max=10)) as store:
@@ -506,8 +512,7 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
     page that fails so makes the store fall back to get_partition_index_range, for good, and say so."""
     put_rows(tq_partition, [f"k{i}" for i in range(12)], {"t": 1})
     tq.kv_clear(["k3"], tq_partition)
-    listed = tq.kv_list(tq_partition)[tq_partition]
-    expected = {key: truth(tq, tq_partition, key).global_index for key in listed}
+    expected = global_indexes(tq, tq_partition)
 
     def another_tq_version(controller: Any, partition: str, start: int, stop: int) -> Any:
         return controller.partition_index_bookkeeping_of_another_version

@@ -91,8 +91,7 @@ class IndexRanges:
     ) -> None:
         self._controller = controller
         self._requests = requests
-        self._page_span = paging.span
-        self._copy_max = paging.copy_max
+        self._paging = paging
         self._reader = paging.reader or page_reader()
         self._paged = True
         self._kept: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
@@ -115,7 +114,7 @@ class IndexRanges:
         if self._paged:
             try:
                 end, size, _ = self._page(partition, 0, 0, pause)
-                if size > self._copy_max:
+                if size > self._paging.copy_max:
                     return self._pages(partition, end, pause)
             except StoreUnavailable as exc:
                 if not isinstance(exc.__cause__, _READER_MISFITS):
@@ -131,8 +130,9 @@ class IndexRanges:
 
     def _pages(self, partition: str, end: int, pause: Callable[[float], None]) -> array[int]:
         indexes: array[int] = array("q")  # 8 bytes an index, not a list's 36
-        for start in range(0, end, self._page_span):
-            indexes.extend(self._page(partition, start, start + self._page_span, pause)[2])
+        span = self._paging.span
+        for start in range(0, end, span):
+            indexes.extend(self._page(partition, start, start + span, pause)[2])
         return indexes
 
     def _page(
