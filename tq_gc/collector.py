@@ -314,7 +314,8 @@ class Collector:
         admitted = self.admissions.reread_keys(batch.partition, check.admissions_version)
         # Kept: re-referenced since we listed (a writer or a restore admitted it). Every planned row has
         # a record: rows are never deleted on first sight.
-        keys = [key for key in batch.keys if key not in admitted and key in records]
+        recorded = records.keys()  # a Sightings' is its dict's view: membership at C speed
+        keys = [key for key in batch.keys if key not in admitted and key in recorded]
         counts.recheck_saved += len(batch.keys) - len(keys)
         if not keys:
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 
-from tq_gc.model import FirstSeen, Identity
+from tq_gc.model import FirstSeen, Identity, IdentityColumns
 
 
 class Sightings(Mapping[str, FirstSeen]):
@@ -83,8 +83,9 @@ def times_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list
     return [records[key].at_ms for key in keys]
 
 
-def identities_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> dict[str, Identity]:
+def identities_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> Mapping[str, Identity]:
     if isinstance(records, Sightings):
-        digests, indexes = records.digests, records.indexes
-        return {key: Identity(digests[key], indexes[key]) for key in keys}
+        keys = list(keys)
+        digests = dict(zip(keys, map(records.digests.__getitem__, keys), strict=True))
+        return IdentityColumns(digests, dict(zip(keys, map(records.indexes.__getitem__, keys), strict=True)))
     return {key: records[key].identity for key in keys}

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.errors import LeaseLost
-from tq_gc.model import DELETED_SAMPLE_SIZE, AuditBatch, Cause, FirstSeen, Identity, Outcome, SweepReport
+from tq_gc.model import (
+    DELETED_SAMPLE_SIZE,
+    AuditBatch,
+    Cause,
+    FirstSeen,
+    Identity,
+    Outcome,
+    SweepReport,
+    identity_columns,
+)
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.sightings import times_of_keys
 from tq_gc.state.base import Lease
@@ -70,13 +79,14 @@ class Sweep:
         assert self.plan is not None, "the sweep planned first"
         keys = tuple(identities)
         now_ms = self.plan.now_ms
+        digests, indexes = identity_columns(identities, keys)
         return AuditBatch(
             run_id=self.report.run_id,
             partition=partition,
             keys=keys,
             unreferenced_ms=tuple(now_ms - at_ms for at_ms in times_of_keys(records, keys)),
-            global_indexes=tuple(identity.global_index for identity in identities.values()),
-            tags_digests=tuple(identity.tags_digest for identity in identities.values()),
+            global_indexes=tuple(indexes),
+            tags_digests=tuple(digests),
         )
 
     def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:

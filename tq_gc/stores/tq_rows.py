@@ -8,7 +8,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tq_gc.model import Identity, tags_digest
+from tq_gc.model import Identity, identity_columns, tags_digest
 from tq_gc.stores.pacing import Pacer
 
 
@@ -24,13 +24,13 @@ def identities_of(keys: list[str], meta: Any) -> dict[str, Identity]:
 
 def unchanged(keys: list[str], meta: Any, expected: Mapping[str, Identity]) -> list[int]:
     """Positions in the snapshot whose row is still the expected one (runs once per deleted row)."""
-    matched = []
-    for i, (key, index, tags) in enumerate(zip(keys, meta.global_indexes, meta.custom_meta, strict=True)):
-        want = expected[key]
-        same_index = want.global_index is None or want.global_index == index
-        if same_index and want.tags_digest == tags_digest(tags):
-            matched.append(i)
-    return matched
+    digests, indexes = identity_columns(expected, keys)
+    now = zip(digests, indexes, meta.global_indexes, meta.custom_meta, strict=True)
+    return [
+        i
+        for i, (want_digest, want_index, index, tags) in enumerate(now)
+        if (want_index is None or want_index == index) and want_digest == tags_digest(tags)
+    ]
 
 
 def batches(items: list[str], size: int) -> Iterator[list[str]]:
