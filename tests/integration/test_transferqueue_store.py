@@ -17,6 +17,7 @@ from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.model import Identity, tags_digest
 from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.tq_index_range import IndexPaging
+from tq_gc.stores.tq_key_windows import KeyWindows
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
 pytestmark = pytest.mark.ray
@@ -409,7 +410,61 @@ def test_list_keys_in_windows_gives_every_key_with_its_global_index_and_reads_no
         expected
     )
     assert len(listed) == 4 * 7 - 7 + 9 + 1
-    assert set(requests) == {"partition_index_page", "get_partition_index_range", "kv_retrieve_keys"}
+    assert set(requests) == {"partition_index_page", "get_partition_index_range", "partition_keys_window"}
+
+
+def test_list_keys_reads_the_keys_beside_the_job_requests_in_windows_and_asks_no_kv_retrieve_keys(
+    ray_cluster: Any, tq: Any, tq_partition: str, other_partition: str, put_rows: PutRows
+) -> None:
+    """kv_retrieve_keys is served on the controller's request thread, one request at a time with the
+    job's: a swept partition's keys are read on its actor thread instead, in windows of KeyWindows.size
+    indexes (not the pacer's), and are exactly TQ's own, holes and reused indexes included."""
+    for round_ in range(3):
+        put_rows(tq_partition, [f"a{round_}-{i}" for i in range(9)], {"r": round_})
+        put_rows(other_partition, [f"b{round_}-{i}" for i in range(4)], {"other": True})
+    tq.kv_clear([f"a1-{i}" for i in range(0, 9, 2)], tq_partition)
+    put_rows(tq_partition, [f"late-{i}" for i in range(6)])  # reused indexes
+    expected = global_indexes(tq, tq_partition)
+    _, size = index_space(tq_partition)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+
+    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=5)) as store:
+        store.take_request_stats()
+        listed = store.list_keys(tq_partition)
+        requests = store.take_request_stats()
+
+    assert listed == expected
+    assert len(requests["partition_keys_window"]) == -(-size // 5)  # windows of 5, not the pacer's 1-4
+    assert "kv_retrieve_keys" not in requests
+
+
+def test_a_controller_the_key_windows_do_not_fit_gives_the_keys_through_kv_retrieve_keys_and_a_warning(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key windows read TQ's own {index: key} map, which another TQ version may not have: the first
+    window that fails so makes the store ask kv_retrieve_keys, in the pacer's windows, for good."""
+    put_rows(tq_partition, [f"k{i}" for i in range(12)], {"t": 1})
+    tq.kv_clear(["k3", "k7"], tq_partition)
+    expected = global_indexes(tq, tq_partition)
+
+    def another_tq_version(controller: Any, partition: str, indexes: Any) -> Any:
+        return controller.key_bookkeeping_of_another_version
+
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(reader=another_tq_version)) as store:
+        store.take_request_stats()
+        with caplog.at_level("WARNING", logger="tq_gc.stores.tq_key_windows"):
+            first = store.list_keys(tq_partition)
+            first_requests = store.take_request_stats()
+            second = store.list_keys(tq_partition)
+            second_requests = store.take_request_stats()
+
+    assert first == second == expected
+    assert len(first_requests["partition_keys_window"]) == 1
+    assert "partition_keys_window" not in second_requests
+    assert len(second_requests["kv_retrieve_keys"]) >= 12 // 4  # the pacer's windows of at most 4
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tq_gc.stores.tq_key_windows"]
+    assert len(warnings) == 1 and "kv_retrieve_keys" in warnings[0], warnings
 
 
 def global_indexes(tq: Any, partition: str) -> dict[str, int | None]:

@@ -43,7 +43,7 @@ INDEX_COPY_MAX = 131_072
 
 # What a reader that does not fit the controller raises (inside the controller, then re-raised by Ray as
 # a RayTaskError that is also one of these).
-_READER_MISFITS = (AttributeError, TypeError, KeyError, NameError)
+READER_MISFITS = (AttributeError, TypeError, KeyError, NameError)
 
 # (controller, partition, start, stop) -> (end of the index space, the partition's size, its indexes in
 # [start, min(stop, end)), ascending)
@@ -117,7 +117,7 @@ class IndexRanges:
                 if size > self._paging.copy_max:
                     return self._pages(partition, end, pause)
             except StoreUnavailable as exc:
-                if not isinstance(exc.__cause__, _READER_MISFITS):
+                if not isinstance(exc.__cause__, READER_MISFITS):
                     raise
                 self._paged = False
                 logger.warning(

@@ -29,6 +29,8 @@ OP_INDEX_PAGE = "partition_index_page"
 
 OP_INDEX_RANGE = "get_partition_index_range"
 
+OP_KEYS_WINDOW = "partition_keys_window"
+
 OP_KEYS = "kv_retrieve_keys"
 
 OP_META = "kv_retrieve_meta"
@@ -39,7 +41,9 @@ OP_PARTITIONS = "get_partition_list"
 
 OP_KV_LIST = "kv_list"
 
-TQ_REQUEST_OPS = (OP_INDEX_PAGE, OP_INDEX_RANGE, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST)
+TQ_REQUEST_OPS = (
+    OP_INDEX_PAGE, OP_INDEX_RANGE, OP_KEYS_WINDOW, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST,
+)  # fmt: skip
 
 
 class RequestLog:

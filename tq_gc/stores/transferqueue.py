@@ -45,6 +45,7 @@ from tq_gc.stores.base import keys_with_indexes
 from tq_gc.stores.pacing import Pacer
 from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.tq_index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
+from tq_gc.stores.tq_key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
 from tq_gc.stores.tq_requests import (
     OP_CLEAR,
     OP_KEYS,
@@ -79,6 +80,7 @@ class TransferQueueRowStore:
         duty_cycle: float = 1.0,
         index_range_reuse_seconds: float = 0.0,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
+        key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -94,6 +96,7 @@ class TransferQueueRowStore:
         self._owns_ray_connection = owns_ray_connection
         self._requests = TqRequests(client, request_timeout_seconds)
         self._index_ranges = IndexRanges(controller, self._requests, index_paging)
+        self._controller_keys = ControllerKeys(controller, self._requests, key_windows)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -103,6 +106,7 @@ class TransferQueueRowStore:
         *,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
+        key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
 
@@ -132,6 +136,7 @@ class TransferQueueRowStore:
             duty_cycle=config.duty_cycle,
             index_range_reuse_seconds=config.index_range_reuse_seconds,
             index_paging=index_paging,
+            key_windows=key_windows,
         )
 
     # ---- RowStore ----
@@ -176,7 +181,9 @@ class TransferQueueRowStore:
 
     def list_keys(self, partition: str) -> dict[str, int]:
         """{key: global index} of every keyed row, in one pass of paced windows: the partition's
-        global indexes, then the keys of each window (kv_retrieve_keys, ~2 ms held for 2,000 indexes).
+        global indexes, then the keys of each window of KeyWindows.size, read on the controller's actor
+        thread beside the job's requests (tq_key_windows.py; where that does not fit, kv_retrieve_keys
+        of the pacer's windows, ~2 ms held for 2,000 indexes).
         A row present for the whole pass is listed; one written during it at an index of a window
         already read is not (a tags source needs list_rows' second pass; a swept partition does not:
         the row is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's.
@@ -189,8 +196,9 @@ class TransferQueueRowStore:
         pacer = self._pacer()
         self._sleep_unless_interrupted(0)
         keys: dict[str, int] = {}
-        for window in self._index_windows(partition, pacer, self._index_range_reuse_s):
-            owners, seconds = self._keys_of(partition, window, pacer)  # paused after, by the duty cycle
+        reuse_s = self._index_range_reuse_s
+        for window in self._index_windows(partition, pacer, reuse_s, beside_requests=True):
+            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True)  # then paused
             pacer.adapt(seconds)
             keys.update((key, index) for index, key in owners.items())
         return keys
@@ -287,26 +295,34 @@ class TransferQueueRowStore:
         if self._interrupted.wait(max(0.0, seconds)):
             raise Interrupted("asked to stop: the row store stopped reading between two requests")
 
-    def _index_windows(self, partition: str, pacer: Pacer, reuse_s: float = 0.0) -> Iterator[list[int]]:
-        """The partition's global indexes, ascending, in windows of the pacer's current size."""
+    def _index_windows(
+        self, partition: str, pacer: Pacer, reuse_s: float = 0.0, beside_requests: bool = False
+    ) -> Iterator[list[int]]:
+        """The partition's global indexes, ascending, in windows of the pacer's current size; with
+        `beside_requests`, of KeyWindows.size while the controller's actor thread answers them."""
         indexes = self._index_ranges.indexes(
             partition, lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)), reuse_s
         )
         start = 0
         while start < len(indexes):
-            window = indexes[start : start + pacer.window].tolist()
+            size = (beside_requests and self._controller_keys.size) or pacer.window
+            window = indexes[start : start + size].tolist()
             start += len(window)
             yield window
 
-    def _keys_of(self, partition: str, window: list[int], pacer: Pacer) -> tuple[dict[int, str], float]:
+    def _keys_of(
+        self, partition: str, window: list[int], pacer: Pacer, beside_requests: bool = False
+    ) -> tuple[dict[int, str], float]:
         """({global index: key} of the window's indexes that have a key now, the request's seconds),
-        after the duty cycle's pause."""
+        after the duty cycle's pause. `beside_requests`: on the controller's actor thread if that fits."""
         started = time.perf_counter()
-        keys = self._requests.call(
-            OP_KEYS,
-            f"kv_retrieve_keys of {len(window)} indexes in {partition!r}",
-            self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
-        )
+        keys = self._controller_keys.read(partition, window) if beside_requests else None
+        if keys is None:
+            keys = self._requests.call(
+                OP_KEYS,
+                f"kv_retrieve_keys of {len(window)} indexes in {partition!r}",
+                self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
+            )
         seconds = time.perf_counter() - started
         self._sleep_unless_interrupted(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
