@@ -86,6 +86,6 @@ def times_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list
 def identities_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> Mapping[str, Identity]:
     if isinstance(records, Sightings):
         keys = list(keys)
-        digests = dict(zip(keys, map(records.digests.__getitem__, keys), strict=True))
-        return IdentityColumns(digests, dict(zip(keys, map(records.indexes.__getitem__, keys), strict=True)))
+        digests, indexes = records.digests, records.indexes
+        return IdentityColumns({key: digests[key] for key in keys}, {key: indexes[key] for key in keys})
     return {key: records[key].identity for key in keys}
