@@ -452,19 +452,28 @@ def test_a_controller_the_key_windows_do_not_fit_gives_the_keys_through_kv_retri
 
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(reader=another_tq_version)) as store:
-        store.take_request_stats()
-        with caplog.at_level("WARNING", logger="tq_gc.stores.tq_key_windows"):
-            first = store.list_keys(tq_partition)
-            first_requests = store.take_request_stats()
-            second = store.list_keys(tq_partition)
-            second_requests = store.take_request_stats()
+        (first, second), (first_requests, second_requests), warnings = listed_twice(
+            store, tq_partition, caplog, "tq_gc.stores.tq_key_windows"
+        )
 
     assert first == second == expected
     assert len(first_requests["partition_keys_window"]) == 1
     assert "partition_keys_window" not in second_requests
     assert len(second_requests["kv_retrieve_keys"]) >= 12 // 4  # the pacer's windows of at most 4
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tq_gc.stores.tq_key_windows"]
     assert len(warnings) == 1 and "kv_retrieve_keys" in warnings[0], warnings
+
+
+def listed_twice(
+    store: TransferQueueRowStore, partition: str, caplog: pytest.LogCaptureFixture, logger: str
+) -> tuple[list[dict[str, int]], list[dict[str, list[float]]], list[str]]:
+    """list_keys twice: the two listings, the requests each made, and the warnings `logger` gave."""
+    store.take_request_stats()
+    listings, requests = [], []
+    with caplog.at_level("WARNING", logger=logger):
+        for _ in range(2):
+            listings.append(store.list_keys(partition))
+            requests.append(store.take_request_stats())
+    return listings, requests, [r.getMessage() for r in caplog.records if r.name == logger]
 
 
 def global_indexes(tq: Any, partition: str) -> dict[str, int | None]:
@@ -576,19 +585,15 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
     with TransferQueueRowStore.attach(
         config, index_paging=IndexPaging(copy_max=0, reader=another_tq_version)
     ) as store:
-        store.take_request_stats()
-        with caplog.at_level("WARNING", logger="tq_gc.stores.tq_index_range"):
-            first = store.list_keys(tq_partition)
-            first_requests = store.take_request_stats()
-            second = store.list_keys(tq_partition)
-            second_requests = store.take_request_stats()
+        (first, second), (first_requests, second_requests), warnings = listed_twice(
+            store, tq_partition, caplog, "tq_gc.stores.tq_index_range"
+        )
 
     assert first == second == expected
     assert len(first_requests["partition_index_page"]) == 1
     assert len(first_requests["get_partition_index_range"]) == 1
     assert "partition_index_page" not in second_requests
     assert len(second_requests["get_partition_index_range"]) == 1
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tq_gc.stores.tq_index_range"]
     assert len(warnings) == 1 and "get_partition_index_range" in warnings[0], warnings
 
 

@@ -15,7 +15,7 @@ whole index space, every partition's, and a round trip each: a partition of at m
 the controller no longer than one of tq-gc's delete batches does (12-22 ms at 100k rows).
 
 The reader reads TQ's internals (`index_manager`), which another TQ version may lay out otherwise: the
-first page that fails so (AttributeError, TypeError, ...) makes the store warn once and use
+first page that does not fit (tq_controller_function.py) makes the store warn once and use
 `get_partition_index_range` from then on. A request that gets no answer is StoreUnavailable, as always.
 """
 
@@ -25,10 +25,11 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from tq_gc.errors import StoreUnavailable
+from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
 from tq_gc.stores.tq_requests import OP_INDEX_PAGE, OP_INDEX_RANGE, TqRequests
 
 logger = logging.getLogger(__name__)
@@ -40,10 +41,6 @@ INDEX_PAGE_SPAN = 16_384
 # The most indexes read in one copy rather than in pages. Measured at 100k rows: one copy 12-22 ms; 8
 # pages 22 ms in all, and a sweep 25 ms longer (bench/results/sweep.jsonl).
 INDEX_COPY_MAX = 131_072
-
-# What a reader that does not fit the controller raises (inside the controller, then re-raised by Ray as
-# a RayTaskError that is also one of these).
-READER_MISFITS = (AttributeError, TypeError, KeyError, NameError)
 
 # (controller, partition, start, stop) -> (end of the index space, the partition's size, its indexes in
 # [start, min(stop, end)), ascending)
@@ -92,8 +89,15 @@ class IndexRanges:
         self._controller = controller
         self._requests = requests
         self._paging = paging
-        self._reader = paging.reader or page_reader()
-        self._paged = True
+        self._read_page = ControllerFunction(
+            requests,
+            controller,
+            OP_INDEX_PAGE,
+            paging.reader or page_reader(),
+            "Using get_partition_index_range from now on, which holds the controller for the whole index "
+            "set at once",
+            logger,
+        )
         self._kept: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
 
     def indexes(self, partition: str, pause: Callable[[float], None], reuse_s: float = 0.0) -> array[int]:
@@ -111,21 +115,10 @@ class IndexRanges:
     def _read(self, partition: str, pause: Callable[[float], None]) -> array[int]:
         """In pages if the partition has more than copy_max indexes (a first answer that looks up
         nothing gives its size, and the end of the space), else in one copy."""
-        if self._paged:
-            try:
-                end, size, _ = self._page(partition, 0, 0, pause)
-                if size > self._paging.copy_max:
-                    return self._pages(partition, end, pause)
-            except StoreUnavailable as exc:
-                if not isinstance(exc.__cause__, READER_MISFITS):
-                    raise
-                self._paged = False
-                logger.warning(
-                    "reading the TransferQueue controller's global indexes in pages failed (%s): another "
-                    "TQ version? Using get_partition_index_range from now on, which holds the controller "
-                    "for the whole index set at once",
-                    exc.__cause__,
-                )
+        with suppress(DoesNotFit):  # the copy from then on (warned once)
+            end, size, _ = self._page(partition, 0, 0, pause)
+            if size > self._paging.copy_max:
+                return self._pages(partition, end, pause)
         return self._whole(partition)
 
     def _pages(self, partition: str, end: int, pause: Callable[[float], None]) -> array[int]:
@@ -139,10 +132,8 @@ class IndexRanges:
         self, partition: str, start: int, stop: int, pause: Callable[[float], None]
     ) -> tuple[int, int, list[int]]:
         started = time.perf_counter()
-        what = f"index page [{start}, {stop}) of {partition!r}"
-        answer: tuple[int, int, list[int]] = self._requests.actor_call(
-            OP_INDEX_PAGE, what, self._controller, "__ray_call__", self._reader, partition, start, stop
-        )
+        what = f"global index page [{start}, {stop}) of {partition!r}"
+        answer: tuple[int, int, list[int]] = self._read_page(what, partition, start, stop)
         pause(time.perf_counter() - started)
         return answer
 

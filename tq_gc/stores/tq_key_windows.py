@@ -12,8 +12,8 @@ Each key read is the key its index had at that moment, as with `kv_retrieve_keys
 snapshot (the job's requests may run between two lookups), which no caller relies on: a listing names a
 (key, index) pair the controller held at some instant of it, and every delete re-checks it first.
 
-Where the reader does not fit the controller (another TQ version), the store warns once and asks
-`kv_retrieve_keys` from then on.
+Where the reader does not fit the controller (another TQ version: tq_controller_function.py), the store
+warns once and asks `kv_retrieve_keys` from then on.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.stores.tq_index_range import READER_MISFITS
+from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
 from tq_gc.stores.tq_requests import OP_KEYS_WINDOW, TqRequests
 
 logger = logging.getLogger(__name__)
@@ -35,19 +35,19 @@ logger = logging.getLogger(__name__)
 # still travel inline with the call.
 KEYS_WINDOW = 8_192
 
-# (controller, partition, global indexes) -> the key of each index, None where it has none; None for a
-# partition the controller does not have.
-KeysReader = Callable[[Any, str, Sequence[int]], list[str | None] | None]
+# (controller, partition, global indexes) -> the key of each index, None where it has none (every one, in
+# a partition the controller does not have).
+KeysReader = Callable[[Any, str, Sequence[int]], list[str | None]]
 
 
 def keys_reader() -> KeysReader:
     """The function run on the controller: a closure, so that Ray ships its code by value. Reads and never
     writes (`dict.get` adds nothing)."""
 
-    def read_keys(controller: Any, partition: str, indexes: Sequence[int]) -> list[str | None] | None:
+    def read_keys(controller: Any, partition: str, indexes: Sequence[int]) -> list[str | None]:
         status = controller.partitions.get(partition)
-        if status is None:
-            return None
+        if status is None:  # gone: so are its rows
+            return [None] * len(indexes)
         owners = status.revert_keys_mapping
         return [owners.get(index) for index in indexes]
 
@@ -74,43 +74,27 @@ class ControllerKeys:
     has not fit the controller (the caller then asks kv_retrieve_keys)."""
 
     def __init__(self, controller: Any, requests: TqRequests, windows: KeyWindows = DEFAULT_KEY_WINDOWS):
-        self._controller = controller
-        self._requests = requests
         self._windows = windows
-        self._reader = windows.reader or keys_reader()
-        self._fits = controller is not None
+        self._read_keys = ControllerFunction(
+            requests,
+            controller,
+            OP_KEYS_WINDOW,
+            windows.reader or keys_reader(),
+            "Using kv_retrieve_keys from now on",
+            logger,
+        )
 
     @property
     def size(self) -> int | None:
-        return self._windows.size if self._fits else None
+        return self._windows.size if self._read_keys.fits else None
 
     def read(self, partition: str, indexes: list[int]) -> list[str | None] | None:
         """The key of each index (None where it has none), or None if the reader does not fit."""
-        if not self._fits:
-            return None
-        what = f"keys of {len(indexes)} indexes in {partition!r}"
+        what = f"keys of {len(indexes)} global indexes in {partition!r}"
         try:
-            keys: list[str | None] | None = self._requests.actor_call(
-                OP_KEYS_WINDOW,
-                what,
-                self._controller,
-                "__ray_call__",
-                self._reader,
-                partition,
-                array("q", indexes),
-            )
-        except StoreUnavailable as exc:
-            if not isinstance(exc.__cause__, READER_MISFITS):
-                raise
-            self._fits = False
-            logger.warning(
-                "reading keys on the TransferQueue controller's actor thread failed (%s): another TQ "
-                "version? Using kv_retrieve_keys from now on",
-                exc.__cause__,
-            )
+            keys: list[str | None] = self._read_keys(what, partition, array("q", indexes))
+        except DoesNotFit:
             return None
-        if keys is None:  # the partition is gone: so are its rows
-            return [None] * len(indexes)
         if len(keys) != len(indexes):
             raise StoreUnavailable(f"TransferQueue {what}: {len(keys)} answers for {len(indexes)} indexes")
         return keys
