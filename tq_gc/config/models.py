@@ -84,7 +84,7 @@ class TransferQueueConfig(Frozen):
     ray_namespace: str | None = None
     # The most keys (or global indexes) one request asks for; pacing adapts each request's size
     # between a quarter of this and this (tq_gc/stores/pacing.py). Not the swept partitions' key windows
-    # (8,192 indexes): those are read on the controller's actor thread, beside the job's requests
+    # (4,096 indexes): those are read on the controller's actor thread, beside the job's requests
     # (tq_gc/stores/tq_key_windows.py).
     request_batch: int = Field(default=2000, ge=1)
     # A request slower than this (a listing's, or on average a delete batch's re-check and clear) halves

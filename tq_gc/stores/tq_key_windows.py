@@ -4,9 +4,13 @@
 request thread, so each of a listing's windows (500 of 2,000 indexes at 1M rows, ~1 ms each there)
 is a turn the job's requests wait behind. The same lookup (TQ's own {global index: key} map, which
 `kv_retrieve_keys` reads) runs on the controller's actor thread through Ray (`__ray_call__`, as the
-index pages do, tq_index_range.py): the request thread goes on serving the job, sharing only the GIL,
-and a window of 8,192 indexes costs the controller ~0.6 ms of Python. Measured at 1M rows (2 cores):
-the keys of all indexes in 123 windows took 0.48-0.55 s, against 0.89-0.93 s in 500 `kv_retrieve_keys`.
+index pages do, tq_index_range.py): the request thread goes on serving the job, sharing the GIL, which
+the window holds for its lookup and while Ray decodes its indexes and encodes its keys. Measured at 1M
+rows (2 cores), a probe sending 32-key `kv_retrieve_meta` requests every 3 ms beside a listing paced at
+duty 0.25, three rounds of 12 s: its p99 1.9 ms alone, 2.7 ms beside `kv_retrieve_keys` of 2,000,
+2.9 ms beside windows of 4,096 and 3.5 ms beside windows of 8,192 (11%, 11% and 19% of its requests
+over its p99 alone). Windows of 4,096 meet the job about as a `kv_retrieve_keys` listing does, and
+list the partition in less time, so for a shorter part of each sweep.
 
 Each key read is the key its index had at that moment, as with `kv_retrieve_keys`; a window is not one
 snapshot (the job's requests may run between two lookups), which no caller relies on: a listing names a
@@ -30,10 +34,10 @@ from tq_gc.stores.tq_requests import OP_KEYS_WINDOW, TqRequests
 
 logger = logging.getLogger(__name__)
 
-# Indexes a window asks the keys of. Measured at 1M rows: 2,048 took 2.1 ms a window (Ray's round trip
-# is most of it), 8,192 3.8 ms (0.6 ms of it in the controller), 16,384 7.1 ms; 8,192's indexes (64 kB)
-# still travel inline with the call.
-KEYS_WINDOW = 8_192
+# Indexes a window asks the keys of. Measured at 1M rows, the whole partition unpaced: windows of 2,048
+# 1.1 s (Ray's round trip is most of each), 8,192 0.48-0.55 s (0.6 ms a window in the controller),
+# kv_retrieve_keys of 2,000 0.89-0.93 s. Beside the job, 8,192 is too long a hold (above); 4,096 is not.
+KEYS_WINDOW = 4_096
 
 # (controller, partition, global indexes) -> the key of each index, None where it has none (every one, in
 # a partition the controller does not have).
