@@ -77,7 +77,9 @@ class ControllerKeys:
     """The keys of global indexes, read on the controller's actor thread; `size` is None once the reader
     has not fit the controller (the caller then asks kv_retrieve_keys)."""
 
-    def __init__(self, controller: Any, requests: TqRequests, windows: KeyWindows = DEFAULT_KEY_WINDOWS):
+    def __init__(
+        self, controller: Any, requests: TqRequests, windows: KeyWindows = DEFAULT_KEY_WINDOWS
+    ) -> None:
         self._windows = windows
         self._read_keys = ControllerFunction(
             requests,
