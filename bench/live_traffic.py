@@ -301,6 +301,7 @@ class Bench:
             "duty_cycle": self.args.duty_cycle,
             "request_target_ms": self.args.request_target_ms,
             "request_batch": self.args.request_batch,
+            "quiet_ms": self.args.quiet_ms,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -489,6 +490,7 @@ def main() -> None:
     parser.add_argument("--duty-cycle", type=float, help="transfer_queue.duty_cycle (default: the config's)")
     parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
     parser.add_argument("--request-batch", type=int, help="transfer_queue.request_batch")
+    parser.add_argument("--quiet-ms", type=float, help="transfer_queue.quiet_ms (0: no wait for quiet)")
     parser.add_argument(
         "--max-deletes-per-second", type=float, help="limits.max_deletes_per_second (default: unthrottled)"
     )

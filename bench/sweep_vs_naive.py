@@ -1,7 +1,7 @@
 """tq-gc's full safe sweep against the naive restore-time clear, side by side on a real TransferQueue.
 
     scripts/bench                       # 100k staging rows, half orphans, 10k admissions, 4 manifests
-    scripts/bench sweep --rows 1000000 --repeats 2 --duty-cycle 1
+    scripts/bench sweep --rows 1000000 --repeats 2 --duty-cycle 1 --quiet-ms 0
 
 Each repeat refills the same data set before each side of each state (memory://, and a Redis of its
 own), and times them all, in an order that rotates from one repeat to the next (so a drift of the
@@ -49,13 +49,16 @@ from common import (
 class Sides:
     """Both contestants over one attached row store and one state store."""
 
-    def __init__(self, data: DataSet, state_url: str, duty_cycle: float | None) -> None:
+    def __init__(
+        self, data: DataSet, state_url: str, duty_cycle: float | None, quiet_ms: float | None
+    ) -> None:
         from tq_gc.registry import AdmissionRegistry
         from tq_gc.state import open_state
         from tq_gc.stores import attach_transfer_queue
 
         self.data = data
-        pacing = {} if duty_cycle is None else {"duty_cycle": duty_cycle}
+        given = {"duty_cycle": duty_cycle, "quiet_ms": quiet_ms}
+        pacing = {name: value for name, value in given.items() if value is not None}
         self.config = config_for(data, state_url, transfer_queue=pacing)
         self.state = open_state(state_url, "bench")
         self.rows = attach_transfer_queue(self.config)
@@ -137,7 +140,7 @@ def run(args: argparse.Namespace, state_urls: list[str], manifest_dir: Path) -> 
     one repeat to the next, so that a drift of the machine between the start and the end of the run
     falls on every side alike. Each state's ratio per repeat is its tq-gc over its naive side."""
     data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
-    by_state = {url: Sides(data, url, args.duty_cycle) for url in state_urls}
+    by_state = {url: Sides(data, url, args.duty_cycle, args.quiet_ms) for url in state_urls}
     runs = [(url, side) for url in state_urls for side in ("tq-gc", "naive")]
     times: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
     marks: dict[str, list[float]] = {url: [] for url in state_urls}
@@ -196,6 +199,7 @@ def result(sides: Sides, a_times: list[float], b_times: list[float], marks: list
         "tq_gc_longest_tq_request": timed_longest,
         "tq_gc_tq_requests": timed_requests,
         "duty_cycle": sides.config.transfer_queue.duty_cycle,
+        "quiet_ms": sides.config.transfer_queue.quiet_ms,
         "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
         "naive_peak_heap_mib": round(heap_b / 2**20, 1),
         "heap_bytes_per_listed_row_over_naive": round((heap_a - heap_b) / data.rows, 1),
@@ -218,6 +222,9 @@ def main() -> None:
     parser.add_argument("--state", choices=["memory", "redis", "both"], default="both")
     parser.add_argument(
         "--duty-cycle", type=float, help="transfer_queue.duty_cycle for tq-gc (default: the config default)"
+    )
+    parser.add_argument(
+        "--quiet-ms", type=float, help="transfer_queue.quiet_ms for tq-gc (default: the config default)"
     )
     args = parser.parse_args()
 

@@ -288,9 +288,13 @@ class Collector:
         limits = self.config.limits
         total = sum(len(keys) for keys in sweep.plan.to_delete.values())
         counts = sweep.report.counts
+        # Before the re-check, not between it and the clear: the wait must not widen that window.
+        wait_for_quiet = optional_method(self.row_store, "wait_for_quiet")
         for batch in batches(sweep.plan.to_delete, limits.delete_batch):
             started = time.monotonic()
             self._stop_if_asked()
+            if wait_for_quiet is not None:
+                wait_for_quiet()
             check = self._recheck(sweep)
             stop_if_fenced(check.fences)
             if check.fence_epoch != sweep.fence_epoch:

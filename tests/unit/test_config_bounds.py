@@ -66,6 +66,8 @@ FLOAT_FIELDS = [
     ("schedule.misfire_grace_seconds", "schedule: {{misfire_grace_seconds: {}}}"),
     ("limits.max_deletes_per_second", "limits: {{max_deletes_per_second: {}}}"),
     ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
+    ("transfer_queue.quiet_ms", "transfer_queue: {{quiet_ms: {}}}"),
+    ("transfer_queue.quiet_wait_max_ms", "transfer_queue: {{quiet_wait_max_ms: {}}}"),
 ]
 
 
@@ -74,6 +76,21 @@ FLOAT_FIELDS = [
 def test_every_float_field_must_be_finite(field: str, template: str, value: str) -> None:
     message = refusal(template.format(value))
     assert f"{field}: " in message and "finite" in message
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field"),
+    [
+        ("transfer_queue: {quiet_ms: -1}", "quiet_ms"),
+        ("transfer_queue: {quiet_wait_max_ms: 0}", "quiet_wait_max_ms"),
+    ],
+)
+def test_a_negative_quiet_time_or_no_wait_at_all_is_refused(yaml_text: str, field: str) -> None:
+    assert f"transfer_queue.{field}" in refusal(yaml_text)
+
+
+def test_quiet_ms_0_is_accepted_and_never_waits() -> None:
+    assert parse_config(config_with("transfer_queue: {quiet_ms: 0}")).transfer_queue.quiet_ms == 0
 
 
 # lease TTL ---------------------------------------------------------------------------------------

@@ -102,6 +102,12 @@ class TransferQueueConfig(Frozen):
     # set holding its GIL: 60-290 ms at 1M rows). Rows put since wait for a later listing (nothing is
     # deleted earlier, some rows later). 0: ask every time.
     index_range_reuse_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    # Before each request (a listing window, a delete batch), wait until the controller's request thread
+    # has served nothing for this long, quiet_wait_max_ms at most: the job's steps come in bursts, and a
+    # request made between two of them is over before the next (tq_gc/stores/tq_quiet.py). 20: above
+    # the gaps within a step measured here (under 10 ms). 0: never wait.
+    quiet_ms: float = Field(default=20.0, ge=0.0, allow_inf_nan=False)
+    quiet_wait_max_ms: float = Field(default=250.0, gt=0.0, allow_inf_nan=False)
 
 
 class AdmissionsConfig(Frozen):

@@ -15,7 +15,8 @@ Optional methods, used when a store has them (the stores here do):
 - `list_keys(partition) -> {key: global index}`: every row present for the whole listing, without tags
   (TQ: kv_retrieve_keys over the partition's global indexes). The collector lists a partition that is
   only swept this way; without it, with list_rows.
-- `ensure_attached()`, `take_request_stats()`, `interrupt()`: see TransferQueueRowStore.
+- `ensure_attached()`, `take_request_stats()`, `interrupt()`, `wait_for_quiet()`: see
+  TransferQueueRowStore. The collector calls `wait_for_quiet()` before each delete batch's re-check.
 """
 
 from __future__ import annotations

@@ -59,6 +59,12 @@ class DeferredRowStore:
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self._attached().delete_if_unchanged(partition, expected)
 
+    def wait_for_quiet(self) -> object:
+        """The attached store's wait for a quiet moment (see TransferQueueRowStore.wait_for_quiet), if
+        it has one."""
+        wait_for_quiet = optional_method(self._attached(), "wait_for_quiet")
+        return wait_for_quiet() if wait_for_quiet is not None else None
+
     def interrupt(self) -> None:
         """Interrupt the attached store's reads (see TransferQueueRowStore.interrupt), and those of a
         store attached later."""

@@ -27,13 +27,14 @@ class DoesNotFit(Exception):
 
 
 class ControllerFunction:
-    """One function run on the controller, timed under `op`; `fits` until it has failed as a misfit."""
+    """One function run on the controller, timed under `op` (None: untimed); `fits` until it has failed as a
+    misfit."""
 
     def __init__(
         self,
         requests: TqRequests,
         controller: Any,
-        op: str,
+        op: str | None,
         function: Callable[..., Any],
         instead: str,
         log: logging.Logger,

@@ -105,9 +105,10 @@ class TqRequests:
         finally:
             self.log.record(op, time.perf_counter() - started)
 
-    def actor_call(self, op: str, what: str, actor: Any, method: str, *args: Any) -> Any:
-        """Call a method of a TQ actor (the controller) through Ray, with the deadline, timed under `op`.
-        Errors -> StoreUnavailable, the actor's own exception as its cause."""
+    def actor_call(self, op: str | None, what: str, actor: Any, method: str, *args: Any) -> Any:
+        """Call a method of a TQ actor (the controller) through Ray, with the deadline, timed under `op`
+        (None: not a request the job waits for, not timed). Errors -> StoreUnavailable, the actor's own
+        exception as its cause."""
         import ray
 
         started = time.perf_counter()
@@ -121,7 +122,8 @@ class TqRequests:
         except Exception as exc:
             raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
         finally:
-            self.log.record(op, time.perf_counter() - started)
+            if op is not None:
+                self.log.record(op, time.perf_counter() - started)
 
     def close(self) -> bool:
         """Close the client (best effort); True if this call closed it, False if it was closed before."""

@@ -46,6 +46,7 @@ from tq_gc.stores.pacing import Pacer
 from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.tq_index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.tq_key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
+from tq_gc.stores.tq_quiet import NO_WAIT, Quiet, QuietMoments, QuietWait, QuietWaiter
 from tq_gc.stores.tq_requests import (
     OP_CLEAR,
     OP_KEYS,
@@ -81,11 +82,12 @@ class TransferQueueRowStore:
         index_range_reuse_seconds: float = 0.0,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
+        quiet: Quiet | None = None,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
         With the controller's actor handle, `list_rows` reads in short paced windows; without it, in one
-        `kv_list`."""
+        `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller."""
         self._client = client
         self._controller = controller
         self._request_batch = request_batch
@@ -97,6 +99,9 @@ class TransferQueueRowStore:
         self._requests = TqRequests(client, request_timeout_seconds)
         self._index_ranges = IndexRanges(controller, self._requests, index_paging)
         self._controller_keys = ControllerKeys(controller, self._requests, key_windows)
+        self._quiet = None
+        if controller is not None and quiet is not None:
+            self._quiet = QuietMoments(controller, self._requests, quiet)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -107,6 +112,7 @@ class TransferQueueRowStore:
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
+        quiet_waiter: QuietWaiter | None = None,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
 
@@ -137,6 +143,7 @@ class TransferQueueRowStore:
             index_range_reuse_seconds=config.index_range_reuse_seconds,
             index_paging=index_paging,
             key_windows=key_windows,
+            quiet=Quiet(config.quiet_ms / 1000, config.quiet_wait_max_ms / 1000, quiet_waiter),
         )
 
     # ---- RowStore ----
@@ -166,7 +173,7 @@ class TransferQueueRowStore:
             listing = self._requests.call(OP_KV_LIST, f"kv_list({partition!r})", whole)
             return dict(listing.get(partition) or {})
         pacer = self._pacer()
-        self._sleep_unless_interrupted(0)
+        self._before_request(0)
         rows: dict[str, Tags] = {}
         first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
@@ -194,7 +201,7 @@ class TransferQueueRowStore:
         if self._controller is None:
             return keys_with_indexes(self, partition)
         pacer = self._pacer()
-        self._sleep_unless_interrupted(0)
+        self._before_request(0)
         keys: dict[str, int] = {}
         reuse_s = self._index_range_reuse_s
         for window in self._index_windows(partition, pacer, reuse_s, beside_requests=True):
@@ -210,7 +217,7 @@ class TransferQueueRowStore:
         """
         found: dict[str, Identity] = {}
         pacer = self._pacer()
-        self._sleep_unless_interrupted(0)
+        self._before_request(0)
         for batch in paced_batches(list(dict.fromkeys(keys)), pacer):
             started = time.perf_counter()
             found.update(identities_of(*self._snapshot(partition, batch)))
@@ -245,6 +252,13 @@ class TransferQueueRowStore:
             if meta.size > 0:
                 self._requests.call(OP_CLEAR, what, self._client.async_clear_samples(meta))
             done += len(batch)
+
+    def wait_for_quiet(self) -> QuietWait:
+        """Wait until the controller's request thread has been idle transfer_queue.quiet_ms (at most
+        quiet_wait_max_ms): the collector calls this before each delete batch's re-check, so that the
+        batch's requests come between two of the job's bursts without widening the re-check's window.
+        The store's listings and identity reads wait so before each of their requests by themselves."""
+        return NO_WAIT if self._quiet is None else self._quiet.wait()
 
     def interrupt(self) -> None:
         """Make a listing or an identity read in progress, and every later one, raise Interrupted before
@@ -289,7 +303,12 @@ class TransferQueueRowStore:
         return Pacer.starting_small(self._request_batch, self._request_target_s, self._duty_cycle)
 
     def _pause(self, pacer: Pacer, latency_s: float) -> None:
-        self._sleep_unless_interrupted(pacer.after(latency_s))
+        self._before_request(pacer.after(latency_s))
+
+    def _before_request(self, pause_s: float) -> None:
+        """The duty cycle's pause, then a quiet moment of the controller (tq_quiet.py)."""
+        self._sleep_unless_interrupted(pause_s)
+        self.wait_for_quiet()
 
     def _sleep_unless_interrupted(self, seconds: float) -> None:
         if self._interrupted.wait(max(0.0, seconds)):
@@ -301,7 +320,7 @@ class TransferQueueRowStore:
         """The partition's global indexes, ascending, in windows of the pacer's current size; with
         `beside_requests`, of KeyWindows.size while the controller's actor thread answers them."""
         indexes = self._index_ranges.indexes(
-            partition, lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)), reuse_s
+            partition, lambda seconds: self._before_request(pacer.pause_after(seconds)), reuse_s
         )
         start = 0
         while start < len(indexes):
@@ -324,7 +343,7 @@ class TransferQueueRowStore:
                 self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
             )
         seconds = time.perf_counter() - started
-        self._sleep_unless_interrupted(pacer.pause_after(seconds))
+        self._before_request(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 
     def _add_tags(

@@ -1,0 +1,73 @@
+"""Quiet moments of a real TQ controller (tq_gc/stores/tq_quiet.py): the wait finds one on a controller
+that serves nothing, finds none on one that serves requests back to back, and where it does not fit the
+controller, warns once and waits no more."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tq_gc.config import TransferQueueConfig
+from tq_gc.stores.transferqueue import TransferQueueRowStore
+
+pytestmark = pytest.mark.ray
+
+
+def test_a_controller_serving_nothing_has_a_quiet_moment(ray_cluster: Any, tq: Any) -> None:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=30, quiet_wait_max_ms=10_000)
+    with TransferQueueRowStore.attach(config) as store:
+        assert store.wait_for_quiet().found
+
+
+def test_a_controller_serving_requests_back_to_back_has_none(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    put_rows(tq_partition, ["k"])
+    stop, served = threading.Event(), []
+
+    def job() -> None:  # a request as soon as the last one is answered
+        client = tq.get_client()
+        while not stop.is_set():
+            served.append(client.kv_retrieve_meta(["k"], tq_partition, create=False).size)
+
+    thread = threading.Thread(target=job)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=300, quiet_wait_max_ms=1_000)
+    with TransferQueueRowStore.attach(config) as store:
+        thread.start()
+        try:
+            busy = store.wait_for_quiet()
+        finally:
+            stop.set()
+            thread.join()
+        after = store.wait_for_quiet()
+
+    assert served and not busy.found
+    assert after.found  # the same wait, once the requests stop
+
+
+def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warning(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wait reads which function TQ's request thread is in; another TQ version may have no such
+    thread: one warning, then no more waiting (and no more calls to the controller for it)."""
+    put_rows(tq_partition, [f"k{i}" for i in range(5)])
+
+    def misfit() -> Any:
+        def wait(controller: Any, quiet_s: float, max_wait_s: float, sample_s: float) -> tuple[float, bool]:
+            return controller.no_request_thread.ident, True
+
+        return wait
+
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2)
+    logger = "tq_gc.stores.tq_quiet"
+    store = TransferQueueRowStore.attach(config, quiet_waiter=misfit())
+    with store, caplog.at_level("WARNING", logger=logger):
+        waits = [store.wait_for_quiet() for _ in range(3)]
+        listed = store.list_keys(tq_partition)
+
+    assert not any(wait.found for wait in waits)
+    assert set(listed) == {f"k{i}" for i in range(5)}
+    warnings = [r.getMessage() for r in caplog.records if r.name == logger]
+    assert len(warnings) == 1 and "quiet moment" in warnings[0], warnings

@@ -1,0 +1,49 @@
+"""Each delete batch waits for the store's quiet moment (TransferQueueRowStore.wait_for_quiet) before its
+re-check: the wait may last a quarter of a second, and must not widen the window between the re-check
+of admissions and fences and the clear (README, "How it stays safe", rule 6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tq_gc.model import Outcome
+
+from support.scripted_store import ScriptedRowStore, Timeline
+from support.world import DATA, STAGING, World
+
+
+class QuietRows(ScriptedRowStore):
+    """A memory row store with a wait for quiet moments, recorded on the sweep's timeline."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        super().__init__(timeline)
+        self._script(["wait_for_quiet"])
+
+    def wait_for_quiet(self) -> None:
+        return None
+
+
+def test_each_delete_batch_waits_for_a_quiet_moment_before_its_recheck(tmp_path: Path) -> None:
+    world = World(tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 2})
+    world.rows = QuietRows(world.state.timeline)
+    world.rows.put(DATA, "sample-0", {})
+    for i in range(5):
+        world.rows.put(STAGING, f"orphan-{i}")
+    world.sweep()
+    world.age()
+    start = world.state.timeline.position
+
+    report = world.sweep()
+
+    assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 5
+    calls = [
+        call.method
+        for call in world.state.timeline.calls[start:]
+        if call.method in ("wait_for_quiet", "recheck", "record_intent", "delete_if_unchanged")
+    ]
+    deletes = [i for i, method in enumerate(calls) if method == "delete_if_unchanged"]
+    assert len(deletes) == 3  # batches of 2, 2, 1
+    for at in deletes:
+        before = calls[:at]
+        last_wait = len(before) - 1 - before[::-1].index("wait_for_quiet")
+        assert before[last_wait:] == ["wait_for_quiet", "recheck", "record_intent"], calls

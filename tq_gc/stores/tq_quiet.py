@@ -1,0 +1,127 @@
+"""Quiet moments of the job's TransferQueue controller: tq-gc makes each of its requests in one.
+
+The job's requests take turns with tq-gc's on the controller's request thread, and share its process's
+GIL and the node's cores with them. A job step's requests come in bursts with short gaps between them
+(measured with a 50 ms put/get/clear loop at 300k rows: the request thread busy 0.6 ms at a time, idle
+under 10 ms within a step and 20-40 ms between steps). A request of tq-gc's that lands in a burst
+delays the rest of it; one made after the request thread has been idle for a while lands between
+steps, and is done before the next. So before each request (a listing window, a delete batch) tq-gc
+waits until the request thread has been idle `quiet_s`, or `max_wait_s` at most: on a controller that
+is never that idle, it goes on at that pace, the duty cycle still bounding its share.
+
+Measured (the probe above, 2 cores, a listing's key windows and delete-sized `kv_retrieve_meta` pairs
+at duty 0.25, 20 s each, twice): the loop's p99 15.2-19.9 ms alone, 23.4-23.9 ms beside tq-gc's
+requests made at once, 16.3-17.0 ms beside the same made after 15 ms of quiet, 16.4-16.9 ms after
+20 ms, 22.5-22.7 ms after 10 ms (within a step's own gaps). tq-gc then made one request per step gap:
+~18 a second rather than ~55.
+
+The wait runs on the controller's actor thread (`__ray_call__`, tq_controller_function.py), beside the
+request thread, and reads only which function that thread is in (`sys._current_frames()`): idle is
+waiting in pyzmq's `recv_multipart` inside TQ's request loop; the same frame object over the whole
+quiet time means no request was served meanwhile (a sample every millisecond could miss a short one;
+a new frame per request cannot be missed). Where the controller has no such thread or loop (another TQ
+version) the wait does not fit: one warning, and requests go without waiting, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_requests import TqRequests
+
+logger = logging.getLogger(__name__)
+
+# How long the controller's request thread must have been idle. Within a job step its gaps were under
+# 10 ms here (10 ms of quiet did not help, above); 20 ms leaves a margin for a slower node.
+QUIET_S = 0.020
+# The longest wait for one: on a controller never that idle, tq-gc still makes 4 requests a second.
+QUIET_MAX_WAIT_S = 0.250
+# How often the wait looks at the request thread (each look takes the GIL for a few microseconds).
+QUIET_SAMPLE_S = 0.001
+
+# (controller, quiet seconds, most seconds to wait, seconds between looks) -> (seconds waited, whether
+# the request thread was idle that long)
+QuietWaiter = Callable[[Any, float, float, float], tuple[float, bool]]
+
+
+def quiet_waiter() -> QuietWaiter:
+    """The function run on the controller: a closure, so that Ray ships its code by value. Reads which
+    function the request thread is in, and nothing else."""
+
+    def wait_quiet(controller: Any, quiet_s: float, max_wait_s: float, sample_s: float) -> tuple[float, bool]:
+        import sys
+        import time
+
+        thread_id = controller.process_request_thread.ident
+        started = time.monotonic()
+        idle_frame, idle_since = None, started
+        while True:
+            frame = sys._current_frames().get(thread_id)
+            now = time.monotonic()
+            if frame is None or frame.f_code.co_name != "recv_multipart":
+                idle_frame = None  # serving a request
+            elif frame is not idle_frame:  # a new wait for a request: the one before was served
+                if frame.f_back is None or frame.f_back.f_code.co_name != "_process_request_loop":
+                    raise KeyError("the request thread waits outside TQ's request loop")
+                idle_frame, idle_since = frame, now
+            elif now - idle_since >= quiet_s:
+                return now - started, True
+            del frame
+            if now - started >= max_wait_s:
+                return now - started, False
+            time.sleep(sample_s)
+
+    return wait_quiet
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """Wait for `quiet_s` of the request thread's idleness before each request, `max_wait_s` at most;
+    quiet_s 0: never wait."""
+
+    quiet_s: float = QUIET_S
+    max_wait_s: float = QUIET_MAX_WAIT_S
+    waiter: QuietWaiter | None = None
+
+    def __post_init__(self) -> None:
+        if self.quiet_s < 0 or self.max_wait_s <= 0:
+            raise ValueError(f"need quiet_s >= 0 and max_wait_s > 0, got {self.quiet_s}, {self.max_wait_s}")
+
+
+@dataclass(frozen=True)
+class QuietWait:
+    waited_s: float
+    found: bool  # the request thread was idle quiet_s (else the wait ran out, or there was none)
+
+
+NO_WAIT = QuietWait(0.0, False)
+
+
+class QuietMoments:
+    """Waits for the controller's quiet moments; after a misfit (warned once), waits no more."""
+
+    def __init__(self, controller: Any, requests: TqRequests, quiet: Quiet = Quiet()) -> None:
+        self._quiet = quiet
+        self._wait = ControllerFunction(
+            requests,
+            controller,
+            None,
+            quiet.waiter or quiet_waiter(),
+            "Making requests without waiting for a quiet moment from now on",
+            logger,
+        )
+
+    def wait(self) -> QuietWait:
+        quiet = self._quiet
+        if quiet.quiet_s <= 0 or not self._wait.fits:
+            return NO_WAIT
+        what = "request thread's state"
+        try:
+            waited_s, found = self._wait(what, quiet.quiet_s, quiet.max_wait_s, QUIET_SAMPLE_S)
+        except DoesNotFit:
+            return NO_WAIT
+        return QuietWait(float(waited_s), bool(found))
