@@ -292,8 +292,11 @@ class Bench:
 
     def _limits(self) -> dict[str, float]:
         """limits given on the command line (the rest stay at their defaults)."""
-        rate = self.args.max_deletes_per_second
-        return {} if rate is None else {"max_deletes_per_second": rate}
+        given = {
+            "max_deletes_per_second": self.args.max_deletes_per_second,
+            "delete_batch": self.args.delete_batch,
+        }
+        return {name: value for name, value in given.items() if value is not None}
 
     def _pacing(self) -> dict[str, float]:
         """transfer_queue settings given on the command line (the rest stay at their defaults)."""
@@ -491,6 +494,7 @@ def main() -> None:
     parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
     parser.add_argument("--request-batch", type=int, help="transfer_queue.request_batch")
     parser.add_argument("--quiet-ms", type=float, help="transfer_queue.quiet_ms (0: no wait for quiet)")
+    parser.add_argument("--delete-batch", type=int, help="limits.delete_batch")
     parser.add_argument(
         "--max-deletes-per-second", type=float, help="limits.max_deletes_per_second (default: unthrottled)"
     )

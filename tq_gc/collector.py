@@ -288,9 +288,13 @@ class Collector:
         limits = self.config.limits
         total = sum(len(keys) for keys in sweep.plan.to_delete.values())
         counts = sweep.report.counts
-        # Before the re-check, not between it and the clear: the wait must not widen that window.
+        # Before the re-check, not between it and the clear: the wait must not widen that window. So a
+        # batch is also one of the store's clears (rows_per_delete): a batch it split would clear its
+        # later parts after waits of their own.
         wait_for_quiet = optional_method(self.row_store, "wait_for_quiet")
-        for batch in batches(sweep.plan.to_delete, limits.delete_batch):
+        rows_per_delete = optional_method(self.row_store, "rows_per_delete")
+        size = min(limits.delete_batch, rows_per_delete()) if rows_per_delete else limits.delete_batch
+        for batch in batches(sweep.plan.to_delete, size):
             started = time.monotonic()
             self._stop_if_asked()
             if wait_for_quiet is not None:

@@ -66,8 +66,19 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
     with store, caplog.at_level("WARNING", logger=logger):
         waits = [store.wait_for_quiet() for _ in range(3)]
         listed = store.list_keys(tq_partition)
+        rows_per_delete = store.rows_per_delete()
 
     assert not any(wait.found for wait in waits)
     assert set(listed) == {f"k{i}" for i in range(5)}
     warnings = [r.getMessage() for r in caplog.records if r.name == logger]
     assert len(warnings) == 1 and "quiet moment" in warnings[0], warnings
+    assert rows_per_delete == 2  # whole request batches: no quiet moment to fit in
+
+
+@pytest.mark.parametrize(("quiet_ms", "rows"), [(20, 500), (0, 2000)])
+def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
+    ray_cluster: Any, tq: Any, quiet_ms: float, rows: int
+) -> None:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2000, quiet_ms=quiet_ms)
+    with TransferQueueRowStore.attach(config) as store:
+        assert store.rows_per_delete() == rows

@@ -47,3 +47,32 @@ def test_each_delete_batch_waits_for_a_quiet_moment_before_its_recheck(tmp_path:
         before = calls[:at]
         last_wait = len(before) - 1 - before[::-1].index("wait_for_quiet")
         assert before[last_wait:] == ["wait_for_quiet", "recheck", "record_intent"], calls
+
+
+class SmallDeleteRows(QuietRows):
+    """A store whose re-checked clears carry at most 2 rows (a TQ store waiting for quiet moments)."""
+
+    def rows_per_delete(self) -> int:
+        return 2
+
+
+def test_each_delete_batch_is_at_most_the_stores_rows_per_delete_so_every_clear_follows_its_own_recheck(
+    tmp_path: Path,
+) -> None:
+    """A store that clears in smaller requests than limits.delete_batch gets batches of that size from
+    the collector: a batch split inside the store would clear its later parts after waits of their own,
+    further from the re-check."""
+    world = World(tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 5})
+    world.rows = SmallDeleteRows(world.state.timeline)
+    world.rows.put(DATA, "sample-0", {})
+    for i in range(7):
+        world.rows.put(STAGING, f"orphan-{i}")
+    world.sweep()
+    world.age()
+    start = world.state.timeline.position
+
+    report = world.sweep()
+
+    assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 7
+    sizes = [c.n for c in world.state.timeline.calls[start:] if c.method == "delete_if_unchanged"]
+    assert sizes == [2, 2, 2, 1]

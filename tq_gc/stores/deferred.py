@@ -65,6 +65,12 @@ class DeferredRowStore:
         wait_for_quiet = optional_method(self._attached(), "wait_for_quiet")
         return wait_for_quiet() if wait_for_quiet is not None else None
 
+    def rows_per_delete(self) -> int | None:
+        """The attached store's rows_per_delete (see TransferQueueRowStore.rows_per_delete), if it has
+        one."""
+        rows_per_delete = optional_method(self._attached(), "rows_per_delete")
+        return rows_per_delete() if rows_per_delete is not None else None
+
     def interrupt(self) -> None:
         """Interrupt the attached store's reads (see TransferQueueRowStore.interrupt), and those of a
         store attached later."""

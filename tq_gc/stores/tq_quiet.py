@@ -115,9 +115,14 @@ class QuietMoments:
             logger,
         )
 
+    @property
+    def active(self) -> bool:
+        """Requests wait for quiet moments (quiet_s > 0, and the wait fits the controller)."""
+        return self._quiet.quiet_s > 0 and self._wait.fits
+
     def wait(self) -> QuietWait:
         quiet = self._quiet
-        if quiet.quiet_s <= 0 or not self._wait.fits:
+        if not self.active:
             return NO_WAIT
         what = "request thread's state"
         try:
