@@ -104,8 +104,10 @@ class TransferQueueConfig(Frozen):
     index_range_reuse_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     # Before each request (a listing window, a delete batch), wait until the controller's request thread
     # has served nothing for this long, quiet_wait_max_ms at most: the job's steps come in bursts, and a
-    # request made between two of them is over before the next (tq_gc/stores/tq_quiet.py). 20: above
-    # the gaps within a step measured here (under 10 ms). 0: never wait.
+    # request made between two of them is over before the next (tq_gc/stores/tq_quiet.py). Deletes then
+    # go in batches of request_batch/4 (at most limits.delete_batch), each a re-check and a clear short
+    # enough for what is left of a quiet moment. 20: above the gaps within a step measured here (under
+    # 10 ms). 0: never wait (and delete batches of limits.delete_batch).
     quiet_ms: float = Field(default=20.0, ge=0.0, allow_inf_nan=False)
     quiet_wait_max_ms: float = Field(default=250.0, gt=0.0, allow_inf_nan=False)
 
