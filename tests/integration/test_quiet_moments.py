@@ -82,3 +82,25 @@ def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2000, quiet_ms=quiet_ms)
     with TransferQueueRowStore.attach(config) as store:
         assert store.rows_per_delete() == rows
+
+
+def test_while_requests_wait_for_quiet_moments_even_a_small_partition_is_read_in_pages(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """One copy of a small partition's index set (get_partition_index_range) holds the controller's GIL
+    5-20 ms at 100k rows: too long for what is left of a quiet moment, where pages of the index space
+    hold it ~0.5 ms each."""
+    put_rows(tq_partition, [f"k{i}" for i in range(10)])
+    listed = {}
+    for quiet_ms in (20, 0):
+        config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=quiet_ms)
+        with TransferQueueRowStore.attach(config) as store:
+            store.take_request_stats()
+            keys = store.list_keys(tq_partition)
+            listed[quiet_ms] = (keys, store.take_request_stats())
+
+    (quiet_keys, quiet_requests), (keys, requests) = listed[20], listed[0]
+    assert quiet_keys == keys and set(keys) == {f"k{i}" for i in range(10)}
+    assert "get_partition_index_range" not in quiet_requests
+    assert len(quiet_requests["partition_index_page"]) >= 2  # the size, then the pages
+    assert len(requests["get_partition_index_range"]) == 1  # without the wait: one copy

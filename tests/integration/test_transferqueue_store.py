@@ -365,7 +365,8 @@ def other_partition(tq: Any) -> Iterator[str]:
 
 
 def windowed_store(ray_cluster: Any, request_batch: int) -> TransferQueueRowStore:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=request_batch)
+    """Without waits for quiet moments: a small partition's indexes come in one copy then."""
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=request_batch, quiet_ms=0)
     return TransferQueueRowStore.attach(config)
 
 
@@ -541,7 +542,7 @@ def test_a_partition_of_at_most_copy_max_indexes_is_read_in_one_copy(
     beside big ones is read in one copy (even with pages of one index)."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     expected = global_indexes(tq, tq_partition)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4, quiet_ms=0)
 
     with TransferQueueRowStore.attach(config, index_paging=IndexPaging(span=1, copy_max=10)) as store:
         store.take_request_stats()
@@ -732,12 +733,11 @@ def test_request_stats_name_each_request_and_start_afresh_when_taken(
     deleting = store.take_request_stats()
 
     assert set(listing) == {
-        "partition_index_page",  # the size, then one copy of three indexes: once per pass
-        "get_partition_index_range",
+        "partition_index_page",  # the size, then the pages (no copy while waiting for quiet moments)
         "kv_retrieve_keys",
         "kv_retrieve_meta",
     }
-    assert len(listing["partition_index_page"]) == len(listing["get_partition_index_range"]) == 2
+    assert len(listing["partition_index_page"]) >= 4  # once per pass
     assert set(deleting) == {"kv_retrieve_meta", "clear_samples"}
     assert all(seconds > 0 for durations in [*listing.values(), *deleting.values()] for seconds in durations)
     assert store.take_request_stats() == {}

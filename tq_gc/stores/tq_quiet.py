@@ -9,11 +9,12 @@ steps, and is done before the next. So before each request (a listing window, a 
 waits until the request thread has been idle `quiet_s`, or `max_wait_s` at most: on a controller that
 is never that idle, it goes on at that pace, the duty cycle still bounding its share.
 
-Measured (the probe above, 2 cores, a listing's key windows and delete-sized `kv_retrieve_meta` pairs
-at duty 0.25, 20 s each, twice): the loop's p99 15.2-19.9 ms alone, 23.4-23.9 ms beside tq-gc's
-requests made at once, 16.3-17.0 ms beside the same made after 15 ms of quiet, 16.4-16.9 ms after
-20 ms, 22.5-22.7 ms after 10 ms (within a step's own gaps). tq-gc then made one request per step gap:
-~18 a second rather than ~55.
+Measured with a /tmp probe (300k rows, 2 cores, the loop in its own process beside a listing's key
+windows and delete-sized `kv_retrieve_meta` pairs (2,000 or 500 rows) at duty 0.25, 20 s a setting, two
+rounds interleaved, two runs): the loop's p99 15.2-19.9 ms alone, 18.2-24.3 ms beside tq-gc's requests
+made at once, 15.7-17.4 ms beside the same made after 20 ms of quiet, 16.3-17.0 ms after 15 ms,
+22.5-22.7 ms after 10 ms (within a step's own gaps). tq-gc then made one request per gap of the loop's:
+~20 a second rather than ~55-85. Looking every 1, 2 or 5 ms made no difference there.
 
 The wait runs on the controller's actor thread (`__ray_call__`, tq_controller_function.py), beside the
 request thread, and reads only which function that thread is in (`sys._current_frames()`): idle is
