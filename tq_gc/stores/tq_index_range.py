@@ -12,7 +12,9 @@ index ever given out is below it) and the partition's size; a listing reads page
 first answer gave, so every row present for the whole listing is in it. The pages cost the size of the
 whole index space, every partition's, and a round trip each: a partition of at most `copy_max` indexes
 (a staging partition beside a big one, or any of up to ~100k rows) is read in one copy, which then holds
-the controller no longer than one of tq-gc's delete batches does (12-22 ms at 100k rows).
+the controller no longer than one of tq-gc's delete batches does (12-22 ms at 100k rows). While the
+store's requests wait for the controller's quiet moments (tq_quiet.py), that is longer than what one
+has left, and the store reads every partition in pages (copy_max 0).
 
 The reader reads TQ's internals (`index_manager`), which another TQ version may lay out otherwise: the
 first page that does not fit (tq_controller_function.py) makes the store warn once and use
