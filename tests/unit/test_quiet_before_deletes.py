@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tq_gc.model import Outcome
+from tq_gc.model import Outcome, SweepReport
 
 from support.scripted_store import ScriptedRowStore, Timeline
 from support.world import DATA, STAGING, World
@@ -23,17 +23,26 @@ class QuietRows(ScriptedRowStore):
         return None
 
 
-def test_each_delete_batch_waits_for_a_quiet_moment_before_its_recheck(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 2})
-    world.rows = QuietRows(world.state.timeline)
+def deleting_sweep(
+    tmp_path: Path, rows: type[QuietRows], orphans: int, delete_batch: int
+) -> tuple[World, int, SweepReport]:
+    """A sweep that deletes `orphans` rows (seen a grace ago) from `rows`, in batches of at most
+    delete_batch: the world, the timeline's position where the sweep began, its report."""
+    world = World(
+        tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": delete_batch}
+    )
+    world.rows = rows(world.state.timeline)
     world.rows.put(DATA, "sample-0", {})
-    for i in range(5):
+    for i in range(orphans):
         world.rows.put(STAGING, f"orphan-{i}")
     world.sweep()
     world.age()
     start = world.state.timeline.position
+    return world, start, world.sweep()
 
-    report = world.sweep()
+
+def test_each_delete_batch_waits_for_a_quiet_moment_before_its_recheck(tmp_path: Path) -> None:
+    world, start, report = deleting_sweep(tmp_path, QuietRows, orphans=5, delete_batch=2)
 
     assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 5
     calls = [
@@ -62,16 +71,7 @@ def test_each_delete_batch_is_at_most_the_stores_rows_per_delete_so_every_clear_
     """A store that clears in smaller requests than limits.delete_batch gets batches of that size from
     the collector: a batch split inside the store would clear its later parts after waits of their own,
     further from the re-check."""
-    world = World(tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 5})
-    world.rows = SmallDeleteRows(world.state.timeline)
-    world.rows.put(DATA, "sample-0", {})
-    for i in range(7):
-        world.rows.put(STAGING, f"orphan-{i}")
-    world.sweep()
-    world.age()
-    start = world.state.timeline.position
-
-    report = world.sweep()
+    world, start, report = deleting_sweep(tmp_path, SmallDeleteRows, orphans=7, delete_batch=5)
 
     assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 7
     sizes = [c.n for c in world.state.timeline.calls[start:] if c.method == "delete_if_unchanged"]
