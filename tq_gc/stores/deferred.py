@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
 from tq_gc.model import Identity, Tags
@@ -60,16 +61,18 @@ class DeferredRowStore:
         return self._attached().delete_if_unchanged(partition, expected)
 
     def wait_for_quiet(self) -> object:
-        """The attached store's wait for a quiet moment (see TransferQueueRowStore.wait_for_quiet), if
-        it has one."""
-        wait_for_quiet = optional_method(self._attached(), "wait_for_quiet")
-        return wait_for_quiet() if wait_for_quiet is not None else None
+        """The attached store's wait for a quiet moment (TransferQueueRowStore.wait_for_quiet), if any."""
+        return self._forward("wait_for_quiet")
 
     def rows_per_delete(self) -> int | None:
-        """The attached store's rows_per_delete (see TransferQueueRowStore.rows_per_delete), if it has
-        one."""
-        rows_per_delete = optional_method(self._attached(), "rows_per_delete")
-        return rows_per_delete() if rows_per_delete is not None else None
+        """The attached store's rows_per_delete (TransferQueueRowStore.rows_per_delete), if any."""
+        rows: int | None = self._forward("rows_per_delete")
+        return rows
+
+    def _forward(self, name: str) -> Any:
+        """The attached store's optional method `name`, called; None if it has none."""
+        method = optional_method(self._attached(), name)
+        return method() if method is not None else None
 
     def interrupt(self) -> None:
         """Interrupt the attached store's reads (see TransferQueueRowStore.interrupt), and those of a

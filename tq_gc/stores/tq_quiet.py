@@ -103,7 +103,8 @@ NO_WAIT = QuietWait(0.0, False)
 
 
 class QuietMoments:
-    """Waits for the controller's quiet moments; after a misfit (warned once), waits no more."""
+    """Waits for the controller's quiet moments (quiet.quiet_s > 0); after a misfit (warned once), waits
+    no more."""
 
     def __init__(self, controller: Any, requests: TqRequests, quiet: Quiet = Quiet()) -> None:
         self._quiet = quiet
@@ -117,13 +118,13 @@ class QuietMoments:
         )
 
     @property
-    def active(self) -> bool:
-        """Requests wait for quiet moments (quiet_s > 0, and the wait fits the controller)."""
-        return self._quiet.quiet_s > 0 and self._wait.fits
+    def fits(self) -> bool:
+        """The wait fits the controller: requests wait for quiet moments."""
+        return self._wait.fits
 
     def wait(self) -> QuietWait:
         quiet = self._quiet
-        if not self.active:
+        if not self.fits:
             return NO_WAIT
         what = "request thread's state"
         try:

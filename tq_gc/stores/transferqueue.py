@@ -98,15 +98,14 @@ class TransferQueueRowStore:
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
         self._requests = TqRequests(client, request_timeout_seconds)
-        if quiet is not None and quiet.quiet_s > 0:
+        self._quiet = None
+        if controller is not None and quiet is not None and quiet.quiet_s > 0:
+            self._quiet = QuietMoments(controller, self._requests, quiet)
             # One copy of a small partition's index set holds the controller 5-20 ms at 100k rows: longer
             # than what a quiet moment has left. Pages of the space hold it ~0.5 ms each.
             index_paging = replace(index_paging, copy_max=0)
         self._index_ranges = IndexRanges(controller, self._requests, index_paging)
         self._controller_keys = ControllerKeys(controller, self._requests, key_windows)
-        self._quiet = None
-        if controller is not None and quiet is not None:
-            self._quiet = QuietMoments(controller, self._requests, quiet)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -270,7 +269,7 @@ class TransferQueueRowStore:
         while requests wait for quiet moments, request_batch/4, so that its re-check and clear fit in
         what is left of one (500 rows: ~2 + 3 ms held at 1M rows; 2,000: ~4 + 7 ms, measured
         alone); else request_batch."""
-        if self._quiet is not None and self._quiet.active:
+        if self._quiet is not None and self._quiet.fits:
             return max(1, self._request_batch // 4)
         return self._request_batch
 
