@@ -168,20 +168,27 @@ def summary(config: str, rows: int, loop: dict[str, Any], extra: dict[str, Any])
     }
 
 
-SWEEP_PHASES = ("listing", "plan", "delete")
+SWEEP_PHASES = ("attach", "listing", "plan", "delete")
 
 
 def sweep_phases(report: dict[str, Any]) -> list[tuple[str, float, float]]:
-    """(phase, start, end) in unix seconds of one sweep, from its report: the delete last, the plan
-    before it, and before those the lease, attach, references and listing ("listing")."""
+    """(phase, start, end) in unix seconds of one sweep, from its report: the lease and joining the
+    job's TQ first ("attach"; the sidecar joins at its first sweep), the delete last, the plan before
+    it, and between those the references and the listing ("listing")."""
     from datetime import datetime
 
     started = datetime.fromisoformat(report["started_at"]).timestamp()
     finished = datetime.fromisoformat(report["finished_at"]).timestamp()
     phases_ms = report["phases_ms"]
+    listing_at = started + (phases_ms.get("lease", 0.0) + phases_ms.get("attach", 0.0)) / 1000
     delete_at = finished - phases_ms.get("delete", 0.0) / 1000
     plan_at = delete_at - phases_ms.get("plan", 0.0) / 1000
-    return [("listing", started, plan_at), ("plan", plan_at, delete_at), ("delete", delete_at, finished)]
+    return [
+        ("attach", started, listing_at),
+        ("listing", listing_at, plan_at),
+        ("plan", plan_at, delete_at),
+        ("delete", delete_at, finished),
+    ]
 
 
 def slowest_by_phase(loop: dict[str, Any], reports: list[dict[str, Any]]) -> dict[str, Any]:
