@@ -155,21 +155,28 @@ def _oldest(
     room = count - bisect_left(ages, cut)  # how many of the rows seen at `cut` itself fit
     chosen: dict[str, tuple[str, ...]] = {}
     for partition in sorted(eligible):
-        at = times[partition]
-        older: list[tuple[int, str]] = []
-        tied: list[str] = []
-        for key in eligible[partition]:
-            seen_at = at[key]
-            if seen_at < cut:
-                older.append((seen_at, key))
-            elif seen_at == cut:
-                tied.append(key)
+        older, tied = _split_at(eligible[partition], times[partition], cut)
         tied = sorted(tied)[:room] if room > 0 else []
         room -= len(tied)
         keys = tuple(key for _, key in sorted(older)) + tuple(tied)
         if keys:
             chosen[partition] = keys
     return chosen
+
+
+def _split_at(
+    keys: Iterable[str], times: Mapping[str, int], cut: int
+) -> tuple[list[tuple[int, str]], list[str]]:
+    """Of `keys`, those first seen before `cut` (with that time), and those seen at `cut`."""
+    older: list[tuple[int, str]] = []
+    tied: list[str] = []
+    for key in keys:
+        seen_at = times[key]
+        if seen_at < cut:
+            older.append((seen_at, key))
+        elif seen_at == cut:
+            tied.append(key)
+    return older, tied
 
 
 def plan(
