@@ -4,9 +4,12 @@ of admissions and fences and the clear (README, "How it stays safe", rule 6)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from tq_gc.model import Outcome, SweepReport
+from tq_gc.stores import RowStore
+from tq_gc.stores.deferred import DeferredRowStore
 
 from support.scripted_store import ScriptedRowStore, Timeline
 from support.world import DATA, STAGING, World
@@ -24,17 +27,23 @@ class QuietRows(ScriptedRowStore):
 
 
 def deleting_sweep(
-    tmp_path: Path, rows: type[QuietRows], orphans: int, delete_batch: int
+    tmp_path: Path,
+    rows: type[ScriptedRowStore],
+    orphans: int,
+    delete_batch: int,
+    wrap: Callable[[ScriptedRowStore], RowStore] = lambda rows: rows,
 ) -> tuple[World, int, SweepReport]:
-    """A sweep that deletes `orphans` rows (seen a grace ago) from `rows`, in batches of at most
-    delete_batch: the world, the timeline's position where the sweep began, its report."""
+    """A sweep that deletes `orphans` rows (seen a grace ago) from `rows` (as `wrap` presents it to the
+    collector), in batches of at most delete_batch: the world, the timeline's position where the sweep
+    began, its report."""
     world = World(
         tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": delete_batch}
     )
-    world.rows = rows(world.state.timeline)
-    world.rows.put(DATA, "sample-0", {})
+    scripted = rows(world.state.timeline)
+    scripted.put(DATA, "sample-0", {})
     for i in range(orphans):
-        world.rows.put(STAGING, f"orphan-{i}")
+        scripted.put(STAGING, f"orphan-{i}")
+    world.rows = wrap(scripted)  # type: ignore[assignment]
     world.sweep()
     world.age()
     start = world.state.timeline.position
@@ -76,3 +85,21 @@ def test_each_delete_batch_is_at_most_the_stores_rows_per_delete_so_every_clear_
     assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 7
     sizes = [c.n for c in world.state.timeline.calls[start:] if c.method == "delete_if_unchanged"]
     assert sizes == [2, 2, 2, 1]
+
+
+def test_a_store_stating_no_rows_per_delete_gets_batches_of_delete_batch_behind_the_deferred_store(
+    tmp_path: Path,
+) -> None:
+    """The sidecar's row store attaches at first use (DeferredRowStore) to whatever its factory makes;
+    a store without rows_per_delete gets limits.delete_batch, as it does unwrapped."""
+    world, start, report = deleting_sweep(
+        tmp_path,
+        ScriptedRowStore,
+        orphans=5,
+        delete_batch=2,
+        wrap=lambda rows: DeferredRowStore(lambda: rows),
+    )
+
+    assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 5, report.reason
+    sizes = [c.n for c in world.state.timeline.calls[start:] if c.method == "delete_if_unchanged"]
+    assert sizes == [2, 2, 1]
