@@ -293,7 +293,8 @@ class Collector:
         # later parts after waits of their own.
         wait_for_quiet = optional_method(self.row_store, "wait_for_quiet")
         rows_per_delete = optional_method(self.row_store, "rows_per_delete")
-        size = min(limits.delete_batch, rows_per_delete()) if rows_per_delete else limits.delete_batch
+        store_rows = rows_per_delete() if rows_per_delete is not None else None  # a wrapper may say None
+        size = limits.delete_batch if store_rows is None else min(limits.delete_batch, store_rows)
         for batch in batches(sweep.plan.to_delete, size):
             started = time.monotonic()
             self._stop_if_asked()
