@@ -41,7 +41,7 @@ class Pacer:
         floor of a sixteenth, a 1M-row listing at 2 cores stuck at 125-row windows and took 178 s."""
         return cls(
             window=max(1, max_window // 2),
-            min_window=max(1, max_window // 4),
+            min_window=smallest_window(max_window),
             max_window=max_window,
             target_s=target_s,
             duty=duty,
@@ -62,3 +62,9 @@ class Pacer:
     def pause_after(self, latency_s: float) -> float:
         """The duty cycle's pause after a request of `latency_s`, without touching the window."""
         return max(0.0, latency_s) * (1 - self.duty) / self.duty
+
+
+def smallest_window(max_window: int) -> int:
+    """The fewest rows a paced request carries: a quarter of `max_window` (Pacer.starting_small says
+    why not fewer)."""
+    return max(1, max_window // 4)

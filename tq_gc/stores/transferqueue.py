@@ -43,7 +43,7 @@ from tq_gc.errors import Interrupted
 from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.base import keys_with_indexes
-from tq_gc.stores.pacing import Pacer
+from tq_gc.stores.pacing import Pacer, smallest_window
 from tq_gc.stores.tq_attach import find_controller, open_client
 from tq_gc.stores.tq_index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.tq_key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
@@ -270,7 +270,7 @@ class TransferQueueRowStore:
         what is left of one (500 rows: ~2 + 3 ms held at 1M rows; 2,000: ~4 + 7 ms, measured
         alone); else request_batch."""
         if self._quiet is not None and self._quiet.fits:
-            return max(1, self._request_batch // 4)
+            return smallest_window(self._request_batch)
         return self._request_batch
 
     def interrupt(self) -> None:
