@@ -546,6 +546,90 @@ def test_a_save_computed_from_records_saved_over_since_is_computed_again(redis_u
         second.close()
 
 
+SWEEPERS = st.sampled_from(["keeper", "other"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("save"),
+                SWEEPERS,
+                st.dictionaries(KEYS, RECORDS, max_size=6),
+                st.sets(KEYS, max_size=3),
+                st.booleans(),  # loaded just before the save, as a sweep does, or not
+            ),
+            st.tuples(st.just("confirm"), SWEEPERS, st.lists(KEYS, min_size=1, max_size=4, unique=True)),
+            st.tuples(st.just("forget"), SWEEPERS),
+            st.tuples(st.just("load"), SWEEPERS),
+        ),
+        max_size=14,
+    )
+)
+def test_a_sweeper_that_keeps_what_it_saved_loads_what_redis_holds_through_any_interleaving(
+    redis_url: str, steps: list[tuple]
+) -> None:
+    """A sidecar keeps the records it saved and reads back only the version and the tombstones. Another
+    sweeper (a CronJob) saves, confirms deletes and forgets in between; after every step a reader that
+    keeps nothing, and any load by either, must see exactly the records written. Generations of two and
+    three rows: saves split them into several fields."""
+    namespace = f"keep-{uuid.uuid4().hex}"  # examples share the server
+    sweepers = {name: RedisState.from_url(redis_url, namespace) for name in ("keeper", "other")}
+    sweepers["keeper"].generation_rows, sweepers["other"].generation_rows = 2, 3
+    model: dict[str, FirstSeen] = {}
+    try:
+        for step in steps:
+            state = sweepers[step[1]]
+            lease = take_lease(state, holder=step[1])
+            if step[0] == "save":
+                _, _, upserts, drops, load_first = step
+                if load_first:
+                    assert state.load_first_seen("p") == model
+                state.save_first_seen(lease, "p", upserts, drops, observed_ms=state.now_ms())
+                model.update(upserts)
+                for key in drops:
+                    model.pop(key, None)
+            elif step[0] == "confirm":
+                intent = replace(batch("run", *step[2]), partition="p")
+                state.confirm_deletes(lease, intend(state, lease, intent), intent, set(step[2]), step[2])
+                for key in step[2]:
+                    model.pop(key, None)
+            elif step[0] == "forget":
+                state.forget_partition(lease, "p")
+                model.clear()
+            else:
+                assert state.load_first_seen("p") == model
+            state.release_lease(lease)
+            judge = RedisState.from_url(redis_url, namespace)
+            try:
+                assert judge.load_first_seen("p") == model, step
+            finally:
+                judge.close()
+    finally:
+        for state in sweepers.values():
+            state.close()
+
+
+def test_a_load_after_its_own_save_reads_the_version_and_tombstones_not_the_generations(
+    redis_url: str,
+) -> None:
+    keeper = RedisState.from_url(redis_url, "kept")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        save(keeper, "staging", {f"key/{i}": seen(7, "d1", i) for i in range(5)})
+        record(keeper, batch("run-1", "key/1"), deleted={"key/1"})
+        client.config_resetstat()
+        loaded = keeper.load_first_seen("staging")
+        reads = client.info("commandstats")
+        assert reads["cmdstat_hget"]["calls"] == 2, reads  # the version, before and after the tombstones
+        assert "cmdstat_hkeys" not in reads and "cmdstat_hgetall" not in reads, reads
+        assert loaded == {f"key/{i}": seen(7, "d1", i) for i in (0, 2, 3, 4)}
+    finally:
+        client.close()
+        keeper.close()
+
+
 def test_a_partition_is_a_few_fields_and_a_confirmed_batch_one_tombstone(redis_url: str) -> None:
     store = RedisState.from_url(redis_url, "layout")
     client = redis.Redis.from_url(redis_url, decode_responses=True)
