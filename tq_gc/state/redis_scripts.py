@@ -104,11 +104,13 @@ return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 
 # First-seen records of one partition (tq_gc/state/generations.py): KEYS[2] the generations, KEYS[4] the
 # tombstones, KEYS[5] the earlier one-field-a-row hash. Refused (-1) unless the generations are still
-# at the version the save was computed from (ARGV[4]); then deletes ARGV[7] fields, sets the field-value
-# pairs after them, trims the ARGV[6] tombstones read, takes version ARGV[5], marks the partition
+# at the version the save was computed from (ARGV[4]) and no tombstone came after the ARGV[6] it read
+# (one left would remove a row the save records afresh); then deletes ARGV[7] fields, sets the
+# field-value pairs after them, drops the tombstones (all read), takes version ARGV[5], marks the partition
 # observed at ARGV[3]. Lua's unpack has a stack limit: 1,000 arguments per command.
 SAVE_FIRST_SEEN = _lease_guarded("""
 if (redis.call('HGET', KEYS[2], 'version') or '') ~= ARGV[4] then return -1 end
+if redis.call('LLEN', KEYS[4]) ~= tonumber(ARGV[6]) then return -1 end
 local last_delete = 7 + tonumber(ARGV[7])
 for i = 8, last_delete, 1000 do
   redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + 999, last_delete)))
@@ -117,7 +119,7 @@ for i = last_delete + 1, #ARGV, 1000 do
   redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('HSET', KEYS[2], 'version', ARGV[5])
-if tonumber(ARGV[6]) > 0 then redis.call('LTRIM', KEYS[4], ARGV[6], -1) end
+redis.call('DEL', KEYS[4])
 redis.call('UNLINK', KEYS[5])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 return 1
