@@ -8,8 +8,13 @@
 A million-row partition is a few dozen fields: loading it is a few large JSON decodes and bulk dict
 updates, not one string split and two tuples per row, and a confirmed delete batch appends one
 tombstone instead of deleting two thousand fields. The lease holder's next save rewrites only the
-generations that lost rows (to tombstones, drops or rows seen afresh) and trims the tombstones it read,
-in one step; every tombstone is therefore newer than every generation, and applies to all of them.
+generations that lost rows (to tombstones, drops or rows seen afresh) and drops the tombstones, in one
+step, and only if it read them all; every tombstone is therefore newer than every generation, and
+applies to all of them.
+
+A save's new version names exactly what it wrote: the saver keeps the records it computed the save from
+and the save's changes (`Saved`), and its next load, finding the version unchanged, reads only the
+tombstones (a sidecar at 1M rows: ~0.04 s instead of ~0.4 s decoding half a million records).
 
 Pure: decoding and the rewrite a save makes. tq_gc/state/redis.py does the reading and writing.
 """
@@ -47,14 +52,26 @@ class Layout:
 class Rewrite:
     delete_fields: list[str]
     set_fields: dict[str, str]
+    fields_by_at: dict[int, list[str]]  # every generation field once the rewrite is written
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A partition as a save left it, for the saver's next load: the records the save was computed from
+    and its changes, applied at that load to a copy (the sweep that saved still reads `base`)."""
+
+    version: str
+    base: Sightings
+    drops: frozenset[str]
+    fresh: Mapping[str, FirstSeen]
+    fields_by_at: dict[int, list[str]]
 
 
 def decode(partition: str, version: str, fields: Mapping[str, str], tombstones: Sequence[str]) -> Layout:
     """The records of generation fields and tombstones as read from Redis.
 
     A generation that cannot be read is forgotten (its rows start their grace again: later deletes,
-    never earlier ones). A tombstone that cannot be read forgets every record: it named rows deleted
-    since, and a row recreated under such a key must not inherit the old row's time."""
+    never earlier ones); so is every record if a tombstone cannot be read (_with_tombstones)."""
     generations, unreadable = _parse_names(fields)
     sightings = Sightings()
     fields_by_at: dict[int, list[str]] = {}
@@ -68,20 +85,56 @@ def decode(partition: str, version: str, fields: Mapping[str, str], tombstones: 
             continue
         fields_by_at.setdefault(at_ms, []).append(name)
         rows += len(keys)
+    if unreadable:
+        log.warning("ignored %d unreadable first-seen generations of %r", len(unreadable), partition)
     # A key in two generations (a save cut short by hand?): rewriting every generation sorts it out.
     everywhere = len(sightings) < rows
+    unread = Layout(version, sightings, fields_by_at, unreadable=tuple(unreadable), rewrite_all=everywhere)
+    return _with_tombstones(partition, unread, tombstones)
+
+
+def saved(
+    layout: Layout, change: Rewrite, version: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]
+) -> Saved:
+    """What Redis holds at `version`, once `change` (computed from `layout` by rewrite()) is written."""
+    dropped = frozenset(drops)
+    fresh = {key: record for key, record in upserts.items() if key not in dropped}
+    return Saved(version, layout.sightings, dropped, fresh, change.fields_by_at)
+
+
+def reload(partition: str, kept: Saved, tombstones: Sequence[str]) -> Layout:
+    """The layout decode() would make of what `kept` says Redis holds, with the tombstones since."""
+    records = kept.base.copy()
+    records.discard(kept.drops)
+    records.update(kept.fresh)
+    fields_by_at = {at_ms: list(names) for at_ms, names in kept.fields_by_at.items()}
+    return _with_tombstones(partition, Layout(kept.version, records, fields_by_at), tombstones)
+
+
+def _with_tombstones(partition: str, unread: Layout, tombstones: Sequence[str]) -> Layout:
+    """`unread` (its records as the generations hold them) without the rows the tombstones name.
+
+    A tombstone that cannot be read forgets every record: it named rows deleted since, and a row
+    recreated under such a key must not inherit the old row's time."""
     try:
         gone = [key for entry in tombstones for key in json.loads(entry)]
     except (ValueError, TypeError):
         log.warning("unreadable tombstone in partition %r: every first-seen record forgotten", partition)
-        everything = tuple(name for names in fields_by_at.values() for name in names) + tuple(unreadable)
-        return Layout(version, Sightings(), tombstones=len(tombstones), unreadable=everything)
-    if unreadable:
-        log.warning("ignored %d unreadable first-seen generations of %r", len(unreadable), partition)
-    gone_at = {key: sightings.at_ms[key] for key in gone if key in sightings.at_ms}
-    sightings.discard(gone_at)
+        fields = tuple(name for names in unread.fields_by_at.values() for name in names)
+        return Layout(
+            unread.version, Sightings(), tombstones=len(tombstones), unreadable=fields + unread.unreadable
+        )
+    records = unread.sightings
+    gone_at = {key: records.at_ms[key] for key in gone if key in records.at_ms}
+    records.discard(gone_at)
     return Layout(
-        version, sightings, fields_by_at, gone_at, len(tombstones), tuple(unreadable), rewrite_all=everywhere
+        unread.version,
+        records,
+        unread.fields_by_at,
+        gone_at,
+        len(tombstones),
+        unread.unreadable,
+        unread.rewrite_all,
     )
 
 
@@ -110,14 +163,19 @@ def rewrite(
         digests.append(digest)
         indexes.append(index)
     delete_fields = [name for at_ms in sorted(touched) for name in layout.fields_by_at.get(at_ms, ())]
+    fields_by_at = {
+        at_ms: list(names) for at_ms, names in layout.fields_by_at.items() if at_ms not in touched
+    }
     set_fields: dict[str, str] = {}
     for at_ms, (keys, digests, indexes) in sorted(columns.items()):
         for n, start in enumerate(range(0, len(keys), chunk_rows)):
             end = start + chunk_rows
-            set_fields[f"{GENERATION_PREFIX}{at_ms}:{n}"] = json.dumps(
+            name = f"{GENERATION_PREFIX}{at_ms}:{n}"
+            set_fields[name] = json.dumps(
                 [keys[start:end], digests[start:end], indexes[start:end]], separators=(",", ":")
             )
-    return Rewrite(delete_fields + list(layout.unreadable), set_fields)
+            fields_by_at.setdefault(at_ms, []).append(name)
+    return Rewrite(delete_fields + list(layout.unreadable), set_fields, fields_by_at)
 
 
 def _parse_names(fields: Iterable[str]) -> tuple[list[tuple[int, str]], list[str]]:

@@ -50,7 +50,9 @@ class RedisState:
         self._client = client
         self._owns_client = owns_client
         self._keys = Keys(namespace)
-        self._layouts: dict[str, generations.Layout] = {}
+        self._layouts: dict[str, generations.Layout] = {}  # loaded, for the save that follows
+        self._saved: dict[str, generations.Saved] = {}  # our last save, for the load that follows
+        self.generation_rows = GENERATION_ROWS
         register = client.register_script
         self._admit = register(scripts.ADMIT)
         self._save_first_seen = register(scripts.SAVE_FIRST_SEEN)
@@ -115,10 +117,20 @@ class RedisState:
 
     def _read_layout(self, partition: str) -> generations.Layout:
         """The generations and tombstones, read field by field (no reply holds the whole partition),
-        between two reads of the version: a save in between makes us read again."""
+        between two reads of the version: a save in between makes us read again. If the version is
+        still that of our last save, only the tombstones are read."""
         key, gone = self._keys.sightings(partition), self._keys.sightings_gone(partition)
         version_field = generations.VERSION_FIELD
+        kept = self._saved.pop(partition, None)
         with self._guard(f"load first-seen times of {partition!r}"):
+            if kept is not None:
+                with self._pipeline() as pipe:
+                    pipe.hget(key, version_field)
+                    pipe.lrange(gone, 0, -1)
+                    pipe.hget(key, version_field)
+                    version, tombstones, version_after = pipe.execute()
+                if version == version_after == kept.version:
+                    return generations.reload(partition, kept, tombstones)
             for _ in range(LAYOUT_READS):
                 with self._pipeline() as pipe:
                     pipe.hget(key, version_field)
@@ -155,9 +167,10 @@ class RedisState:
         dropped = list(drops)
         for _ in range(LAYOUT_READS):
             layout = self._layouts.pop(partition, None) or self._read_layout(partition)
-            change = generations.rewrite(layout, upserts, dropped, GENERATION_ROWS)
+            change = generations.rewrite(layout, upserts, dropped, self.generation_rows)
+            version = secrets.token_hex(8)
             args: list[str | int] = [
-                lease.token, partition, observed_ms, layout.version, secrets.token_hex(8), layout.tombstones,
+                lease.token, partition, observed_ms, layout.version, version, layout.tombstones,
                 len(change.delete_fields), *change.delete_fields,
                 *(item for pair in change.set_fields.items() for item in pair),
             ]  # fmt: skip
@@ -166,11 +179,13 @@ class RedisState:
             if done == 0:
                 raise LeaseLost(self.namespace)
             if done == 1:
+                self._saved[partition] = generations.saved(layout, change, version, upserts, dropped)
                 return
         raise StoreUnavailable(f"first-seen records of {partition!r} kept changing while saved ({self.url})")
 
     def forget_partition(self, lease: Lease, partition: str) -> None:
         self._layouts.pop(partition, None)
+        self._saved.pop(partition, None)
         keys = self._first_seen_keys(partition)
         with self._guard(f"forget first-seen times of {partition!r}"):
             done = self._forget_partition(keys=keys, args=[lease.token, partition])
