@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from harness import wait_until
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.stores.transferqueue import TransferQueueRowStore
@@ -37,6 +38,8 @@ def test_a_controller_serving_requests_back_to_back_has_none(
     with TransferQueueRowStore.attach(config) as store:
         thread.start()
         try:
+            # The requests are under way before the wait starts (a slow start would read as quiet).
+            wait_until("the job's first request", lambda: served, timeout_s=30)
             busy = store.wait_for_quiet()
         finally:
             stop.set()
