@@ -24,8 +24,8 @@ from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEP
 from redis_server import RedisServer, free_port
 
 Advance = Callable[[float], None]
-TTL_MS = 500  # short enough to wait out, long enough for a busy 2-core machine
-PAST_TTL_S = 0.75
+TTL_MS = 2_000  # short enough to wait out; a busy 2-core machine may stall a step for a second
+PAST_TTL_S = 2.5
 
 
 KEYS = st.sampled_from([f"k{i}" for i in range(8)])

@@ -46,9 +46,9 @@ def run_cli(tmp_path: Path, config: dict[str, Any], rows: ScriptedRowStore, *arg
 
 def observe_past_grace(dry_sweep: Callable[[], object], grace_s: float) -> None:
     """Let a grace pass while sweeps keep observing: a gap in observation longer than the grace
-    restarts every row's clock."""
-    for _ in range(2):
-        time.sleep(grace_s * 0.55)
+    restarts every row's clock (observing every quarter grace leaves most of one to spare)."""
+    for _ in range(5):
+        time.sleep(grace_s * 0.25)
         dry_sweep()
 
 
@@ -97,7 +97,7 @@ def test_concurrent_sweepers_exactly_one_runs(redis_url: str) -> None:
     Collector(config, warm, rows).sweep(dry_run=False)
     observe_past_grace(lambda: Collector(config, warm, rows).sweep(dry_run=True), config.grace_seconds)
     started = threading.Barrier(3)
-    rows.before("list_keys", lambda: time.sleep(0.5))  # the winner holds the lease a while
+    rows.before("list_keys", lambda: time.sleep(2.0))  # the winner holds the lease while the others try
     reports: list[SweepReport] = []
 
     def sweeper(name: str) -> None:

@@ -250,14 +250,14 @@ def test_the_lease_outlives_a_listing_longer_than_its_ttl(tmp_path: Path) -> Non
     lease is renewed in the background, and another sweeper keeps out meanwhile."""
     world = World(tmp_path)
     world.state = MemoryState("job-42")  # the real (steady) clock: the renewals run in real time
-    config = world.config.model_copy(update={"lease_ttl_seconds": 0.3})  # below the config's floor
+    config = world.config.model_copy(update={"lease_ttl_seconds": 1.5})  # below the config's floor
     world.rows.put(STAGING, KEY)
     contenders: list[Any] = []
 
-    def slow_listing() -> None:
-        time.sleep(0.5)
+    def slow_listing() -> None:  # 4 s: more than two TTLs, with renewals every 0.5 s
+        time.sleep(2.0)
         contenders.append(Collector(config, world.state, world.rows, holder="cronjob").sweep())
-        time.sleep(0.5)
+        time.sleep(2.0)
 
     world.rows.before("list_rows", slow_listing)
     report = Collector(config, world.state, world.rows, holder="sidecar").sweep(dry_run=False)
