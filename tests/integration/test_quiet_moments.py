@@ -34,7 +34,7 @@ def test_a_controller_serving_requests_back_to_back_has_none(
             served.append(client.kv_retrieve_meta(["k"], tq_partition, create=False).size)
 
     thread = threading.Thread(target=job)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=300, quiet_wait_max_ms=1_000)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=2_000, quiet_wait_max_ms=4_000)
     with TransferQueueRowStore.attach(config) as store:
         thread.start()
         try:

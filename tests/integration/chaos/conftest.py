@@ -19,7 +19,8 @@ from .helpers import Job, KillableRedisServer, Processes, write_config, write_ma
 
 GRACE_S = 1.0
 DELETE_BATCH = 100
-DELETES_PER_SECOND = 2000.0  # 3,000 orphans in batches of 100: a delete phase of about 1.5 s
+DELETES_PER_SECOND = 1000.0  # 3,000 orphans in batches of 100: a delete phase of 3 s or more, so that a
+# test process stalled for a second or two still strikes while the sweep deletes
 ORPHANS = 3000
 ADMITTED = 40
 MANIFESTED = 40

@@ -17,7 +17,7 @@ from .remote_side import failing_tq_store, max_concurrency, slow_tq_store
 
 pytestmark = pytest.mark.ray
 
-LISTING_S = 0.8  # longer than the 0.5 s interval: ticks keep coming while a sweep runs
+LISTING_S = 2.0  # longer than the 0.5 s interval (ticks keep coming while a sweep runs), and than a stall
 
 
 def test_sweep_now_during_a_scheduled_sweep_waits_for_it(
