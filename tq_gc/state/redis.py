@@ -52,7 +52,7 @@ class RedisState:
         self._keys = Keys(namespace)
         self._layouts: dict[str, generations.Layout] = {}  # loaded, for the save that follows
         self._saved: dict[str, generations.Saved] = {}  # our last save, for the load that follows
-        self.generation_rows = GENERATION_ROWS
+        self.generation_rows = GENERATION_ROWS  # rows a generation field holds (tests make it small)
         register = client.register_script
         self._admit = register(scripts.ADMIT)
         self._save_first_seen = register(scripts.SAVE_FIRST_SEEN)
