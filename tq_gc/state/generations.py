@@ -53,6 +53,8 @@ class Rewrite:
     delete_fields: list[str]
     set_fields: dict[str, str]
     fields_by_at: dict[int, list[str]]  # every generation field once the rewrite is written
+    dropped: frozenset[str]
+    fresh: dict[str, FirstSeen]  # the upserts not dropped
 
 
 @dataclass(frozen=True)
@@ -93,13 +95,9 @@ def decode(partition: str, version: str, fields: Mapping[str, str], tombstones: 
     return _with_tombstones(partition, unread, tombstones)
 
 
-def saved(
-    layout: Layout, change: Rewrite, version: str, upserts: Mapping[str, FirstSeen], drops: Iterable[str]
-) -> Saved:
+def saved(layout: Layout, change: Rewrite, version: str) -> Saved:
     """What Redis holds at `version`, once `change` (computed from `layout` by rewrite()) is written."""
-    dropped = frozenset(drops)
-    fresh = {key: record for key, record in upserts.items() if key not in dropped}
-    return Saved(version, layout.sightings, dropped, fresh, change.fields_by_at)
+    return Saved(version, layout.sightings, change.dropped, change.fresh, change.fields_by_at)
 
 
 def reload(partition: str, kept: Saved, tombstones: Sequence[str]) -> Layout:
@@ -107,8 +105,7 @@ def reload(partition: str, kept: Saved, tombstones: Sequence[str]) -> Layout:
     records = kept.base.copy()
     records.discard(kept.drops)
     records.update(kept.fresh)
-    fields_by_at = {at_ms: list(names) for at_ms, names in kept.fields_by_at.items()}
-    return _with_tombstones(partition, Layout(kept.version, records, fields_by_at), tombstones)
+    return _with_tombstones(partition, Layout(kept.version, records, kept.fields_by_at), tombstones)
 
 
 def _with_tombstones(partition: str, unread: Layout, tombstones: Sequence[str]) -> Layout:
@@ -136,7 +133,7 @@ def rewrite(
     """The fields a save deletes and sets: every generation that loses a row is written again without
     it, every row upserted joins the generation of its time. A key both upserted and dropped is dropped."""
     records = layout.sightings
-    dropped = set(drops)
+    dropped = frozenset(drops)
     fresh = {key: record for key, record in upserts.items() if key not in dropped}
     leaving = (dropped | fresh.keys()) & records.keys()
     touched = {records.at_ms[key] for key in leaving} | set(layout.gone_at.values())
@@ -167,7 +164,7 @@ def rewrite(
                 [keys[start:end], digests[start:end], indexes[start:end]], separators=(",", ":")
             )
             fields_by_at.setdefault(at_ms, []).append(name)
-    return Rewrite(delete_fields + list(layout.unreadable), set_fields, fields_by_at)
+    return Rewrite(delete_fields + list(layout.unreadable), set_fields, fields_by_at, dropped, fresh)
 
 
 def _parse_names(fields: Iterable[str]) -> tuple[list[tuple[int, str]], list[str]]:

@@ -179,7 +179,7 @@ class RedisState:
             if done == 0:
                 raise LeaseLost(self.namespace)
             if done == 1:
-                self._saved[partition] = generations.saved(layout, change, version, upserts, dropped)
+                self._saved[partition] = generations.saved(layout, change, version)
                 return
         raise StoreUnavailable(f"first-seen records of {partition!r} kept changing while saved ({self.url})")
 
