@@ -91,22 +91,46 @@ def test_first_seen_many_rows_cross_chunks(state: StateStore) -> None:
     assert state.load_first_seen("big") == {k: v for k, v in records.items() if k not in dropped}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    st.lists(
-        st.one_of(
-            st.tuples(
-                st.just("save"),
-                st.dictionaries(KEYS, RECORDS, max_size=6),
-                st.sets(KEYS, max_size=3),
-                st.booleans(),  # loaded just before the save, as a sweep does, or not
-            ),
-            st.tuples(st.just("confirm"), st.lists(KEYS, min_size=1, max_size=4, unique=True)),
-            st.tuples(st.just("forget")),
-        ),
-        max_size=10,
-    )
+FIRST_SEEN_STEPS = st.one_of(
+    st.tuples(
+        st.just("save"),
+        st.dictionaries(KEYS, RECORDS, max_size=6),
+        st.sets(KEYS, max_size=3),
+        st.booleans(),  # loaded just before the save, as a sweep does, or not
+    ),
+    st.tuples(st.just("confirm"), st.lists(KEYS, min_size=1, max_size=4, unique=True)),
+    st.tuples(st.just("forget")),
 )
+
+
+def apply_step(
+    state: StateStore, lease: Lease, partition: str, step: tuple, model: dict[str, FirstSeen]
+) -> None:
+    """One step of FIRST_SEEN_STEPS (or a "load") on the store, and on `model`, the records it must hold."""
+    op, *args = step
+    if op == "save":
+        upserts, drops, load_first = args
+        if load_first:
+            assert state.load_first_seen(partition) == model
+        state.save_first_seen(lease, partition, upserts, drops, observed_ms=state.now_ms())
+        model.update(upserts)
+        for key in drops:
+            model.pop(key, None)
+    elif op == "confirm":
+        [keys] = args
+        intent = replace(batch("run", *keys), partition=partition)
+        state.confirm_deletes(lease, intend(state, lease, intent), intent, set(keys), keys)
+        for key in keys:
+            model.pop(key, None)
+    elif op == "forget":
+        state.forget_partition(lease, partition)
+        model.clear()
+    else:
+        assert state.load_first_seen(partition) == model
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(FIRST_SEEN_STEPS, max_size=10))
 def test_first_seen_reads_back_as_written_through_any_interleaving(
     state: StateStore, steps: list[tuple]
 ) -> None:
@@ -115,22 +139,7 @@ def test_first_seen_reads_back_as_written_through_any_interleaving(
     model: dict[str, FirstSeen] = {}
     try:
         for step in steps:
-            if step[0] == "save":
-                _, upserts, drops, load_first = step
-                if load_first:
-                    state.load_first_seen(partition)
-                state.save_first_seen(lease, partition, upserts, drops, observed_ms=state.now_ms())
-                model.update(upserts)
-                for key in drops:
-                    model.pop(key, None)
-            elif step[0] == "confirm":
-                intent = replace(batch("run", *step[1]), partition=partition)
-                state.confirm_deletes(lease, intend(state, lease, intent), intent, set(step[1]), step[1])
-                for key in step[1]:
-                    model.pop(key, None)
-            else:
-                state.forget_partition(lease, partition)
-                model.clear()
+            apply_step(state, lease, partition, step, model)
             assert state.load_first_seen(partition) == model
     finally:
         state.release_lease(lease)
@@ -550,23 +559,7 @@ SWEEPERS = st.sampled_from(["keeper", "keeper", "other"])  # mostly the keeper: 
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    st.lists(
-        st.one_of(
-            st.tuples(
-                st.just("save"),
-                SWEEPERS,
-                st.dictionaries(KEYS, RECORDS, max_size=6),
-                st.sets(KEYS, max_size=3),
-                st.booleans(),  # loaded just before the save, as a sweep does, or not
-            ),
-            st.tuples(st.just("confirm"), SWEEPERS, st.lists(KEYS, min_size=1, max_size=4, unique=True)),
-            st.tuples(st.just("forget"), SWEEPERS),
-            st.tuples(st.just("load"), SWEEPERS),
-        ),
-        max_size=14,
-    )
-)
+@given(st.lists(st.tuples(SWEEPERS, FIRST_SEEN_STEPS | st.tuples(st.just("load"))), max_size=14))
 def test_a_sweeper_that_keeps_what_it_saved_loads_what_redis_holds_through_any_interleaving(
     redis_url: str, steps: list[tuple]
 ) -> None:
@@ -579,27 +572,10 @@ def test_a_sweeper_that_keeps_what_it_saved_loads_what_redis_holds_through_any_i
     sweepers["keeper"].generation_rows, sweepers["other"].generation_rows = 2, 3
     model: dict[str, FirstSeen] = {}
     try:
-        for step in steps:
-            state = sweepers[step[1]]
-            lease = take_lease(state, holder=step[1])
-            if step[0] == "save":
-                _, _, upserts, drops, load_first = step
-                if load_first:
-                    assert state.load_first_seen("p") == model
-                state.save_first_seen(lease, "p", upserts, drops, observed_ms=state.now_ms())
-                model.update(upserts)
-                for key in drops:
-                    model.pop(key, None)
-            elif step[0] == "confirm":
-                intent = replace(batch("run", *step[2]), partition="p")
-                state.confirm_deletes(lease, intend(state, lease, intent), intent, set(step[2]), step[2])
-                for key in step[2]:
-                    model.pop(key, None)
-            elif step[0] == "forget":
-                state.forget_partition(lease, "p")
-                model.clear()
-            else:
-                assert state.load_first_seen("p") == model
+        for who, step in steps:
+            state = sweepers[who]
+            lease = take_lease(state, holder=who)
+            apply_step(state, lease, "p", step, model)
             state.release_lease(lease)
             judge = RedisState.from_url(redis_url, namespace)
             try:
