@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
 from tq_gc.references.admissions import AdmissionsSource
@@ -187,3 +190,75 @@ def test_reread_reuses_the_snapshot_until_an_admission_is_recorded(state: StateS
     assert source.reread() == {"staging": {"k1"}}
     registry.admit("b", {"staging": ["k2"]}, ttl_seconds=600)
     assert source.reread() == {"staging": {"k2"}}
+
+
+def test_a_source_reads_the_same_snapshot_again_without_rebuilding_it(state: StateStore) -> None:
+    registry = AdmissionRegistry(state)
+    registry.admit("a", {"staging": ["k1", "k2"]}, ttl_seconds=600)
+    registry.admit("b", {"other": ["k3"]}, ttl_seconds=600)
+    source = AdmissionsSource(state)
+    first = source.read()
+
+    registry.admit("c", {"staging": ["k4"]}, ttl_seconds=600)
+    second = source.read()
+    assert second == {"staging": {"k1", "k2", "k4"}, "other": {"k3"}}
+    assert second["other"] is first["other"], "a partition no admission came to or left is not rebuilt"
+    registry.release("a")
+    assert source.read() == {"staging": {"k4"}, "other": {"k3"}}
+
+
+def test_live_admissions_are_the_callers_to_change(state: StateStore) -> None:
+    registry = AdmissionRegistry(state)
+    registry.admit("a", {"staging": ["k1"]}, ttl_seconds=600)
+    live = state.live_admissions()
+    live["a"]["staging"].append("k-added-by-the-caller")
+    live["a"]["other"] = ["k2"]
+    assert state.live_admissions() == {"a": {"staging": ["k1"]}}
+
+
+def held_by(live: dict[str, dict[str, list[str]]]) -> dict[str, set[str]]:
+    """{partition: keys} the admissions hold, worked out afresh."""
+    held: dict[str, set[str]] = {}
+    for rows in live.values():
+        for partition, keys in rows.items():
+            held.setdefault(partition, set()).update(keys)
+    return {partition: keys for partition, keys in held.items() if keys}
+
+
+ADMISSION_IDS = ("a", "b", "c")
+ADMISSION_ROWS = st.dictionaries(
+    st.sampled_from(["staging", "other"]),
+    st.lists(st.sampled_from(["k1", "k2", "k3"]), max_size=3),
+    max_size=2,
+)
+ADMISSION_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("admit"), st.sampled_from(ADMISSION_IDS), ADMISSION_ROWS),
+        st.tuples(st.just("release"), st.sampled_from(ADMISSION_IDS)),
+        st.tuples(st.just("read")),
+    ),
+    max_size=16,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=ADMISSION_STEPS)
+def test_a_source_that_keeps_what_it_read_reads_what_the_live_admissions_hold(
+    state: StateStore, steps: list[tuple[Any, ...]]
+) -> None:
+    """Admissions made, replaced and released between reads, several at a time: the source that keeps
+    its last read (and the store that keeps what it decoded) must read what the live admissions hold."""
+    prefix = uuid.uuid4().hex  # examples share the store
+    registry = AdmissionRegistry(state)
+    keeping = AdmissionsSource(state)
+    try:
+        for op, *args in [*steps, ("read",)]:
+            if op == "admit":
+                registry.admit(f"{prefix}-{args[0]}", args[1], ttl_seconds=600)
+            elif op == "release":
+                registry.release(f"{prefix}-{args[0]}")
+            else:
+                assert keeping.read() == held_by(state.live_admissions())
+    finally:
+        for admission_id in ADMISSION_IDS:
+            registry.release(f"{prefix}-{admission_id}")
