@@ -18,6 +18,48 @@ class AdmissionSnapshots(Protocol):
     def admissions_version(self) -> int: ...
 
 
+class HeldKeys:
+    """The keys live admissions hold, {partition: keys}, kept from one read to the next: each read
+    counts in only the admissions made, replaced or gone since the last, and rebuilds only the
+    partitions they touch. At 1M rows (10,000 admissions holding 400,000 keys) building the sets
+    afresh took ~70 ms of a read's ~170 ms, every sweep."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, AdmissionRows] = {}  # admission id -> its rows, as last read
+        self._counts: dict[str, dict[str, int]] = {}  # partition -> key -> admissions holding it
+        self._held: dict[str, frozenset[str]] = {}
+
+    def update(self, live: dict[str, AdmissionRows]) -> KeysByPartition:
+        """The keys `live` ({admission id: rows}, every live admission) holds. Takes `live` over."""
+        touched: set[str] = set()
+        for admission_id, rows in self._rows.items():
+            if live.get(admission_id) != rows:  # gone, or replaced
+                self._count(rows, -1, touched)
+        for admission_id, rows in live.items():
+            if self._rows.get(admission_id) != rows:  # new, or replaced
+                self._count(rows, 1, touched)
+        self._rows = live
+        for partition in touched:
+            counts = self._counts.get(partition)
+            if counts:
+                self._held[partition] = frozenset(counts)
+            else:
+                self._counts.pop(partition, None)
+                self._held.pop(partition, None)
+        return dict(self._held)
+
+    def _count(self, rows: AdmissionRows, by: int, touched: set[str]) -> None:
+        for partition, keys in rows.items():
+            counts = self._counts.setdefault(partition, {})
+            for key in keys:
+                held = counts.get(key, 0) + by
+                if held:
+                    counts[key] = held
+                else:
+                    del counts[key]
+            touched.add(partition)
+
+
 class AdmissionsSource:
     """The ReferenceSource of live admissions: one consistent snapshot of the registry per read."""
 
@@ -27,6 +69,7 @@ class AdmissionsSource:
         self._state = state
         self._expect_nonempty = expect_nonempty
         self._last: tuple[int, KeysByPartition] | None = None
+        self._held = HeldKeys()
 
     def read(self) -> KeysByPartition:
         """A fresh, complete snapshot: {partition: keys held}."""
@@ -41,11 +84,7 @@ class AdmissionsSource:
                 "no live admission, but admissions.expect_nonempty is set: are the publishers "
                 "writing to this state_url and namespace?",
             )
-        held: dict[str, set[str]] = {}
-        for rows in live.values():
-            for partition, keys in rows.items():
-                held.setdefault(partition, set()).update(keys)
-        snapshot = {partition: frozenset(keys) for partition, keys in held.items()}
+        snapshot = self._held.update(live)
         self._last = (version, snapshot)
         return snapshot
 
