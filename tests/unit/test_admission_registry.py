@@ -15,6 +15,7 @@ from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.registry import AdmissionRegistry
 from tq_gc.state import RedisState, StateStore
+from tq_gc.state import redis as redis_state
 
 from redis_server import RedisServer
 
@@ -262,3 +263,32 @@ def test_a_source_that_keeps_what_it_read_reads_what_the_live_admissions_hold(
     finally:
         for admission_id in ADMISSION_IDS:
             registry.release(f"{prefix}-{admission_id}")
+
+
+def test_redis_decodes_only_the_admissions_made_or_replaced_since_its_last_read(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[str] = []
+    decode = redis_state.decoded_rows
+
+    def decoded_counted(document: str) -> dict[str, list[str]]:
+        decoded.append(document)
+        return decode(document)
+
+    monkeypatch.setattr(redis_state, "decoded_rows", decoded_counted)
+    state = RedisState.from_url(redis_url, "job")
+    registry = AdmissionRegistry(state)
+    try:
+        registry.admit("a", {"staging": ["k1"]}, ttl_seconds=600)
+        registry.admit("b", {"staging": ["k2"]}, ttl_seconds=600)
+        assert state.live_admissions() == {"a": {"staging": ["k1"]}, "b": {"staging": ["k2"]}}
+        assert len(decoded) == 2
+
+        registry.admit("b", {"staging": ["k3"]}, ttl_seconds=600)
+        registry.admit("c", {"other": ["k4"]}, ttl_seconds=600)
+        decoded.clear()
+        live = state.live_admissions()
+        assert live == {"a": {"staging": ["k1"]}, "b": {"staging": ["k3"]}, "c": {"other": ["k4"]}}
+        assert sorted(decoded) == sorted(['{"staging": ["k3"]}', '{"other": ["k4"]}'])
+    finally:
+        state.close()
