@@ -53,6 +53,9 @@ class RedisState:
         self._layouts: dict[str, generations.Layout] = {}  # loaded, for the save that follows
         self._saved: dict[str, generations.Saved] = {}  # our last save, for the load that follows
         self.generation_rows = GENERATION_ROWS  # rows a generation field holds (tests make it small)
+        self._admissions_read: dict[
+            str, tuple[str, AdmissionRows]
+        ] = {}  # id -> (document, rows), as last read
         register = client.register_script
         self._admit = register(scripts.ADMIT)
         self._save_first_seen = register(scripts.SAVE_FIRST_SEEN)
@@ -340,10 +343,22 @@ class RedisState:
             pipe.execute()
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
+        """{admission id: rows}, copies the caller may change. A document read last time as well is not
+        decoded again: 10,000 admissions holding 400,000 keys took ~65 ms to decode, every sweep."""
         keys = [self._keys.admission_expiry, self._keys.admission_rows]
         with self._guard("read live admissions"):
             flat = self._live_admissions(keys=keys)
-        return {flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
+        last, read = self._admissions_read, {}
+        for admission_id, document in zip(flat[::2], flat[1::2], strict=True):
+            kept = last.get(admission_id)
+            read[admission_id] = (
+                kept if kept is not None and kept[0] == document else (document, decoded_rows(document))
+            )
+        self._admissions_read = read
+        return {
+            admission_id: {partition: list(held) for partition, held in rows.items()}
+            for admission_id, (_, rows) in read.items()
+        }
 
     def admissions_version(self) -> int:
         with self._guard("read the admissions version"):
@@ -403,3 +418,9 @@ def _decode_audit(fields: Mapping[str, str], saved: list[str] | None) -> list[De
     if saved is not None:
         batch = batch.confirm(set(batch.keys).difference(saved))
     return batch.rows()
+
+
+def decoded_rows(document: str) -> AdmissionRows:
+    """An admission's rows from the JSON document the registry holds."""
+    rows: AdmissionRows = json.loads(document)
+    return rows
