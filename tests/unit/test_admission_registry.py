@@ -292,3 +292,16 @@ def test_redis_decodes_only_the_admissions_made_or_replaced_since_its_last_read(
         assert sorted(decoded) == sorted(['{"staging": ["k3"]}', '{"other": ["k4"]}'])
     finally:
         state.close()
+
+
+def test_the_rows_read_to_share_are_the_stores_own_and_the_same_as_live(state: StateStore) -> None:
+    registry = AdmissionRegistry(state)
+    registry.admit("a", {"staging": ["k1", "k2"]}, ttl_seconds=600)
+    registry.admit("b", {"other": ["k3"]}, ttl_seconds=600)
+    shared = state.live_admission_rows()
+    assert shared == state.live_admissions()
+    again = state.live_admission_rows()
+    assert again["a"] is shared["a"], "read to share: not copied"
+    registry.admit("a", {"staging": ["k4"]}, ttl_seconds=600)
+    assert state.live_admission_rows()["a"] == {"staging": ["k4"]}
+    assert shared["a"] == {"staging": ["k1", "k2"]}, "what was shared is never changed afterwards"
