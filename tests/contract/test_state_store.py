@@ -534,6 +534,8 @@ def test_an_admission_whose_rows_were_evicted_fails_closed(redis_url: str) -> No
         client.delete(Keys("job").admission_rows)
         with pytest.raises(StoreUnavailable, match="adm-1 has no rows"):
             store.live_admissions()
+        with pytest.raises(StoreUnavailable, match="adm-1 has no rows"):
+            store.live_admission_rows()
     finally:
         client.close()
         store.close()
@@ -712,6 +714,7 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
         "renew_admission": lambda: store.renew_admission("a", 1_000),
         "release_admission": lambda: store.release_admission("a"),
         "live_admissions": store.live_admissions,
+        "live_admission_rows": store.live_admission_rows,
         "raise_fence": lambda: store.raise_fence("f", 1_000),
         "lower_fence": lambda: store.lower_fence("f"),
         "live_fences": store.live_fences,

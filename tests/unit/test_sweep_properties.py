@@ -36,7 +36,7 @@ STAGING, DATA = "rollout_staging", "rollout_data"
 KEYS = [f"r{i}/c" for i in range(3)]
 GRACE_S = 60
 # State calls a sweep makes between listing and its first re-check: where moving references get lost.
-MOVE_POINTS = ["admissions_version", "live_admissions", "load_first_seen"]
+MOVE_POINTS = ["admissions_version", "live_admission_rows", "load_first_seen"]
 key = st.sampled_from(KEYS)
 key_sets = st.frozensets(key, max_size=3)
 

@@ -15,7 +15,7 @@ from tq_gc.state.base import AdmissionRows
 class AdmissionSnapshots(Protocol):
     """What the collector reads of the registry: snapshots, and a version to tell when one is stale."""
 
-    def live_admissions(self) -> dict[str, AdmissionRows]: ...
+    def live_admission_rows(self) -> dict[str, AdmissionRows]: ...
     def admissions_version(self) -> int: ...
 
 
@@ -35,10 +35,11 @@ class HeldKeys:
         self._held: dict[str, frozenset[str]] = {}
 
     def update(self, live: dict[str, AdmissionRows]) -> KeysByPartition:
-        """The keys `live` ({admission id: rows}, every live admission) holds. Takes `live` over."""
+        """The keys `live` ({admission id: rows}, every live admission) holds. Takes `live` over, and
+        never changes its rows (a store may share its own)."""
         last = self._rows
-        gone = [rows for admission_id, rows in last.items() if live.get(admission_id) != rows]
-        came = [rows for admission_id, rows in live.items() if last.get(admission_id) != rows]
+        gone = [rows for admission_id, rows in last.items() if not _same(live.get(admission_id), rows)]
+        came = [rows for admission_id, rows in live.items() if not _same(last.get(admission_id), rows)]
         if gone and self._counts is None:
             self._counts = _counted(last.values(), 1, {})
         if self._counts is None:
@@ -72,6 +73,10 @@ class HeldKeys:
                 self._held.pop(partition, None)
 
 
+def _same(rows: AdmissionRows | None, other: AdmissionRows) -> bool:
+    return rows is other or rows == other  # the store's own rows: the same object while unchanged
+
+
 def _counted(
     admissions: Iterable[AdmissionRows], by: int, counts: dict[str, dict[str, int]]
 ) -> dict[str, dict[str, int]]:
@@ -103,7 +108,7 @@ class AdmissionsSource:
         """A fresh, complete snapshot: {partition: keys held}."""
         try:
             version = self._state.admissions_version()  # before the snapshot: never newer than it
-            live = self._state.live_admissions()
+            live = self._state.live_admission_rows()
         except StoreUnavailable as exc:
             raise ReferenceSourceError(self.name, str(exc)) from exc
         if self._expect_nonempty and not live:

@@ -148,7 +148,14 @@ class StateStore(Protocol):
         ...
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
-        """Every admission not yet expired: {admission_id: {partition: [keys]}}. A complete snapshot."""
+        """Every admission not yet expired: {admission_id: {partition: [keys]}}. A complete snapshot,
+        the caller's to change."""
+        ...
+
+    def live_admission_rows(self) -> dict[str, AdmissionRows]:
+        """The same snapshot, its rows the store's own: to read, never to change (the collector reads
+        it every sweep; at 1M rows copying 10,000 admissions' rows took up to ~100 ms, most of it the
+        garbage collector's)."""
         ...
 
     def admissions_version(self) -> int:

@@ -233,12 +233,17 @@ class MemoryState:
             self._admissions.pop(admission_id, None)
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
+        return {
+            admission_id: {partition: list(keys) for partition, keys in rows.items()}
+            for admission_id, rows in self.live_admission_rows().items()
+        }
+
+    def live_admission_rows(self) -> dict[str, AdmissionRows]:
+        # An admission's rows are a copy made when it was admitted, replaced (never changed) by another
+        # admit.
         with self._lock:
             self._prune(self.clock_ms())
-            return {
-                admission_id: {partition: list(keys) for partition, keys in rows.items()}
-                for admission_id, (_, rows) in self._admissions.items()
-            }
+            return {admission_id: rows for admission_id, (_, rows) in self._admissions.items()}
 
     def admissions_version(self) -> int:
         with self._lock:

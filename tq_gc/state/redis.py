@@ -343,8 +343,14 @@ class RedisState:
             pipe.execute()
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
-        """{admission id: rows}, copies the caller may change. A document read last time as well is not
-        decoded again: 10,000 admissions holding 400,000 keys took ~65 ms to decode, every sweep."""
+        return {
+            admission_id: {partition: list(held) for partition, held in rows.items()}
+            for admission_id, rows in self.live_admission_rows().items()
+        }
+
+    def live_admission_rows(self) -> dict[str, AdmissionRows]:
+        """A document read last time as well is not decoded again: 10,000 admissions holding 400,000
+        keys took ~65 ms to decode, every sweep. The rows are kept by their document, never changed."""
         keys = [self._keys.admission_expiry, self._keys.admission_rows]
         with self._guard("read live admissions"):
             flat = self._live_admissions(keys=keys)
@@ -355,10 +361,7 @@ class RedisState:
                 kept if kept is not None and kept[0] == document else (document, decoded_rows(document))
             )
         self._admissions_read = read
-        return {
-            admission_id: {partition: list(held) for partition, held in rows.items()}
-            for admission_id, (_, rows) in read.items()
-        }
+        return {admission_id: rows for admission_id, (_, rows) in read.items()}
 
     def admissions_version(self) -> int:
         with self._guard("read the admissions version"):
