@@ -3,11 +3,11 @@
     scripts/bench live --rows 1000000
     scripts/bench live --rows 200000 --window-seconds 45 --out bench/results/live.jsonl
 
-A stand-in for the job's data plane (a Ray actor, a process of its own like the job's workers) runs a
-loop every 50 ms: kv_batch_put 32 rows plus one orphan row (the trickle), kv_batch_get the 32, kv_clear
-them. It shares the staging partition with N rows, half of them orphans (the other half referenced by
-admissions and manifests, as in sweep_vs_naive). For each configuration the loop runs for the same
-window, and its iteration latencies are kept:
+A stand-in for the job's data plane (a Ray actor, a process of its own like the job's workers) runs a loop
+every 50 ms, give or take --loop-jitter-ms (5): kv_batch_put 32 rows plus one orphan row (the trickle),
+kv_batch_get the 32, kv_clear them. It shares the staging partition with N rows, half of them orphans (the
+other half referenced by admissions and manifests, as in sweep_vs_naive). For each configuration the loop
+runs for the same window, and its iteration latencies are kept:
 
   no-tq-gc            the loop alone
   naive-clear         a restore-time clear (kv_list, subtract the referenced rows, kv_clear the rest in
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 import tempfile
 import time
@@ -56,6 +57,11 @@ CONFIGS = ("no-tq-gc", "naive-clear", "tq-gc-default", "tq-gc-back-to-back")
 BASELINE = CONFIGS[0]
 NAMESPACE = "live"
 LOOP_PERIOD_S = 0.05
+# Each period is drawn from LOOP_PERIOD_S +- this (--loop-jitter-ms). A loop of exact periods locks in
+# phase with the sidecar's exact schedule: back to back at 100k rows every sweep started 2.000 s after
+# the last, 10 ms before an iteration, so the same moment of the sweep met the same moment of the loop
+# every time, and the p99 depended on where that phase happened to fall. A job's steps vary.
+LOOP_JITTER_MS = 5.0
 LOOP_ROWS = 32
 # The naive clear starts this far into its window, so the window also holds the loop alone at first.
 NAIVE_DELAY_S = 1.0
@@ -71,9 +77,10 @@ LEASE_WAIT_S = 75.0
 
 
 class JobLoop:
-    """The job's data plane: put, get, clear, every LOOP_PERIOD_S, timed one iteration at a time."""
+    """The job's data plane: put, get, clear, every LOOP_PERIOD_S (give or take the jitter), timed one
+    iteration at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, jitter_s: float = LOOP_JITTER_MS / 1000) -> None:
         quiet_tq()
         import torch
         import transfer_queue as tq
@@ -81,6 +88,8 @@ class JobLoop:
 
         tq.init()  # attaches: the job's TQ exists (never close() here: it would kill the controller)
         self._tq = tq
+        self._jitter_s = jitter_s
+        self._random = random.Random()
         self._fields = TensorDict(
             {"token_ids_delta": torch.zeros(LOOP_ROWS + 1, 16, dtype=torch.int32)}, batch_size=LOOP_ROWS + 1
         )
@@ -96,7 +105,8 @@ class JobLoop:
             began = time.perf_counter()
             self._iteration(len(latencies), trickle_prefix)
             latencies.append(time.perf_counter() - began)
-            due = max(due + LOOP_PERIOD_S, time.monotonic())  # a late iteration is not made up for
+            period = LOOP_PERIOD_S + self._random.uniform(-self._jitter_s, self._jitter_s)
+            due = max(due + period, time.monotonic())  # a late iteration is not made up for
         return {"latencies_s": latencies, "began_unix": began_unix, "elapsed_s": time.monotonic() - started}
 
     def _iteration(self, i: int, trickle_prefix: str) -> None:
@@ -230,7 +240,7 @@ class Bench:
         self.data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
         self.state = open_state(state_url, NAMESPACE)
         self.registry = AdmissionRegistry(self.state)
-        self.job = ray.remote(num_cpus=0)(JobLoop).remote()
+        self.job = ray.remote(num_cpus=0)(JobLoop).remote(args.loop_jitter_ms / 1000)
         self.naive = ray.remote(num_cpus=0)(NaiveRestore).remote(self.data, state_url)
 
     def prepare(self) -> None:
@@ -470,10 +480,10 @@ def run(args: argparse.Namespace, each: Callable[[dict[str, Any]], None]) -> lis
             bench.prepare()
             for config in args.configs:
                 log(f"{config}: {args.window_seconds:g} s window")
-                results.append(bench.measure(config))
+                results.append({**bench.measure(config), "loop_jitter_ms": args.loop_jitter_ms})
                 each(results[-1])
         if BASELINE in args.configs:
-            each(ratios(results, load_before))
+            each({**ratios(results, load_before), "loop_jitter_ms": args.loop_jitter_ms})
     finally:
         ray.shutdown()
         stop_process(redis_proc)
@@ -507,6 +517,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"
+    )
+    parser.add_argument(
+        "--loop-jitter-ms",
+        type=float,
+        default=LOOP_JITTER_MS,
+        help="each period of the job's loop is 50 ms +- this (0: exact periods, as runs before 2026-12-01)",
     )
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file (for plot_live)")
     args = parser.parse_args()
