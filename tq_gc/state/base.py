@@ -26,6 +26,14 @@ from tq_gc.sightings import Sightings
 AdmissionRows = dict[str, list[str]]
 
 
+def copied_admissions(live: dict[str, AdmissionRows]) -> dict[str, AdmissionRows]:
+    """{admission id: rows} with every list of keys copied: the caller's to change."""
+    return {
+        admission_id: {partition: list(keys) for partition, keys in rows.items()}
+        for admission_id, rows in live.items()
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     token: str

@@ -13,7 +13,7 @@ from typing import Any
 from tq_gc.errors import FenceRaised, LeaseLost
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.sightings import Sightings
-from tq_gc.state.base import AdmissionRows, Lease, Recheck
+from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
 _NEVER = 2**63
@@ -233,10 +233,7 @@ class MemoryState:
             self._admissions.pop(admission_id, None)
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
-        return {
-            admission_id: {partition: list(keys) for partition, keys in rows.items()}
-            for admission_id, rows in self.live_admission_rows().items()
-        }
+        return copied_admissions(self.live_admission_rows())
 
     def live_admission_rows(self) -> dict[str, AdmissionRows]:
         # An admission's rows are a copy made when it was admitted, replaced (never changed) by another

@@ -26,7 +26,7 @@ from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.sightings import Sightings
 from tq_gc.state import generations
 from tq_gc.state import redis_scripts as scripts
-from tq_gc.state.base import AdmissionRows, Lease, Recheck
+from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys, check_namespace
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,8 @@ class RedisState:
         self._layouts: dict[str, generations.Layout] = {}  # loaded, for the save that follows
         self._saved: dict[str, generations.Saved] = {}  # our last save, for the load that follows
         self.generation_rows = GENERATION_ROWS  # rows a generation field holds (tests make it small)
-        self._admissions_read: dict[
-            str, tuple[str, AdmissionRows]
-        ] = {}  # id -> (document, rows), as last read
+        # admission id -> (its document, the rows decoded from it), as last read
+        self._admissions_read: dict[str, tuple[str, AdmissionRows]] = {}
         register = client.register_script
         self._admit = register(scripts.ADMIT)
         self._save_first_seen = register(scripts.SAVE_FIRST_SEEN)
@@ -343,10 +342,7 @@ class RedisState:
             pipe.execute()
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
-        return {
-            admission_id: {partition: list(held) for partition, held in rows.items()}
-            for admission_id, rows in self.live_admission_rows().items()
-        }
+        return copied_admissions(self.live_admission_rows())
 
     def live_admission_rows(self) -> dict[str, AdmissionRows]:
         """A document read last time as well is not decoded again: 10,000 admissions holding 400,000
