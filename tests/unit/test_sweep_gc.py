@@ -1,0 +1,99 @@
+"""A sweep runs with the cyclic garbage collector off (it allocates millions of objects and makes no
+cycles). What it leaves alive, the first-seen records it keeps above all, must not then wait in the
+young generation for the next collection to walk them all: that collection holds the interpreter lock of
+the sidecar's process (the registry's callers with `memory://` state) for as long as it walks. Beside a
+job at 1M rows one such collection held the sidecar for 554 ms (bench/gc_log.py)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tq_gc.collector import Collector
+from tq_gc.config import parse_config
+from tq_gc.state import RedisState
+
+from support.scripted_store import ScriptedRowStore
+from support.world import STAGING, World
+
+ROWS = 20_000
+# The young generation a collection may walk: a few thousand objects of the process's own (the
+# collector's default threshold is 700), far fewer than the sweep's one or two a row.
+YOUNG_AT_MOST = 3_000
+
+
+@contextmanager
+def young_generation_walks() -> Iterator[list[int]]:
+    """The young generation's size at the start of every collection while the block runs, and of the
+    one an allocation right after it sets off."""
+    walked: list[int] = []
+
+    def on_collection(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            walked.append(gc.get_count()[0])
+
+    assert gc.isenabled(), "the test runs with the cyclic GC on, as a sidecar's process does"
+    gc.collect()
+    gc.callbacks.append(on_collection)
+    try:
+        yield walked
+        allocations = [[i] for i in range(2_000)]  # the process goes on: a collection is due
+        del allocations
+    finally:
+        gc.callbacks.remove(on_collection)
+
+
+def put_staging(put: Callable[[str, str], object]) -> None:
+    for i in range(ROWS):
+        put(STAGING, f"r{i // 8}/call-{i}")
+
+
+@pytest.mark.parametrize("sweeps", [1, 2])
+def test_a_sweep_leaves_no_young_generation_for_the_next_collection(tmp_path: Path, sweeps: int) -> None:
+    world = World(tmp_path)
+    put_staging(world.rows.put)
+    for _ in range(sweeps - 1):
+        world.sweep()
+        world.age()
+    with young_generation_walks() as walked:
+        report = world.sweep()
+    assert report.counts.in_scope == ROWS
+    assert walked, "an allocation after the sweep sets off a collection"
+    assert max(walked) <= YOUNG_AT_MOST, f"a collection walked {max(walked)} young objects"
+
+
+def test_a_sweep_with_redis_state_leaves_no_young_generation(redis_url: str) -> None:
+    rows = ScriptedRowStore()
+    put_staging(rows.put)
+    config = parse_config(
+        {
+            "namespace": "job-gc",
+            "state_url": redis_url,
+            "scope": [{"partition": STAGING, "all_keys": True}],
+            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+        }
+    )
+    collector = Collector(config, RedisState.from_url(redis_url, "job-gc"), rows, holder="test")
+    with young_generation_walks() as walked:
+        report = collector.sweep(dry_run=False)
+    assert report.counts.in_scope == ROWS
+    assert walked, "an allocation after the sweep sets off a collection"
+    assert max(walked) <= YOUNG_AT_MOST, f"a collection walked {max(walked)} young objects"
+
+
+def test_a_sweep_leaves_what_its_process_froze_frozen(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    put_staging(world.rows.put)
+    gc.collect()
+    gc.freeze()  # a process may freeze its imports (fork-friendly servers do)
+    try:
+        frozen = gc.get_freeze_count()
+        world.sweep()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
