@@ -52,6 +52,7 @@ from common import (
     stop_process,
     tags_for,
 )
+from gc_log import pauses_beside, start_gc_log, stop_gc_log
 
 CONFIGS = ("no-tq-gc", "naive-clear", "tq-gc-default", "tq-gc-back-to-back")
 BASELINE = CONFIGS[0]
@@ -262,14 +263,35 @@ class Bench:
     def measure(self, config: str) -> dict[str, Any]:
         self.refill()
         if config == "no-tq-gc":
-            return summary(config, self.data.rows, self._loop(self.args.window_seconds, config), {})
+            self._start_gc_logs({})
+            loop = self._loop(self.args.window_seconds, config)
+            return summary(config, self.data.rows, loop, self._gc_pauses({}, loop))
         if config == "naive-clear":
             import ray
 
+            self._start_gc_logs({})
             restore = self.naive.run.remote(NAIVE_DELAY_S)
             loop = self._loop(self.args.window_seconds, config)
-            return summary(config, self.data.rows, loop, ray.get(restore))
+            return summary(config, self.data.rows, loop, {**ray.get(restore), **self._gc_pauses({}, loop)})
         return self._with_sidecar(config)
+
+    def _gc_logged(self, others: dict[str, Any]) -> dict[str, Any]:
+        import ray
+
+        from tq_gc.stores.tq_attach import CONTROLLER_NAME, CONTROLLER_NAMESPACE
+
+        controller = ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
+        return {"job": self.job, "controller": controller, **others}
+
+    def _start_gc_logs(self, others: dict[str, Any]) -> None:
+        for handle in self._gc_logged(others).values():
+            ray_get(handle.__ray_call__.remote(start_gc_log))
+
+    def _gc_pauses(self, others: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
+        """The collections each process made during the window (gc_log.py)."""
+        logged = self._gc_logged(others).items()
+        pauses = {name: ray_get(handle.__ray_call__.remote(stop_gc_log)) for name, handle in logged}
+        return {"gc_pauses": {name: pauses_beside(loop, each) for name, each in pauses.items()}}
 
     def _with_sidecar(self, config: str) -> dict[str, Any]:
         from tq_gc import start_sidecar
@@ -292,7 +314,9 @@ class Bench:
             ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
             self._wait_for_first_sweep(handle)
+            self._start_gc_logs({"sidecar": handle})
             loop, reports = self._loop_beside(handle, config)
+            gc_pauses = self._gc_pauses({"sidecar": handle}, loop)
             sweeps = {**self._sweeps(reports), **self._let_sweep_finish(handle)}
             every_sweep = {
                 r["run_id"]: r for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
@@ -303,7 +327,7 @@ class Bench:
                 "transfer_queue": self._pacing(),
                 "limits": self._limits(),
             }
-            return summary(config, self.data.rows, loop, {**sweeps, **phases, **settings})
+            return summary(config, self.data.rows, loop, {**sweeps, **phases, **gc_pauses, **settings})
         finally:
             stop_sidecar(handle)
 
