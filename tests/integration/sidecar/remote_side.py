@@ -8,6 +8,7 @@ value. Anything a test must read back (listing intervals) goes through a file, n
 from __future__ import annotations
 
 import fcntl
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +115,8 @@ def admit_and_vanish(sidecar_name: str, ray_namespace: str, partition: str, key:
     """A publisher in a Ray worker: admits one row through the sidecar, then never renews it."""
     registry = sidecar_registry(name=sidecar_name, namespace=ray_namespace)
     registry.admit(f"vanishing-{key}", rows={partition: [key]}, ttl_seconds=ttl_s)
+
+
+def transfer_queue_imported(_actor: Any) -> bool:
+    """Run in the sidecar's process (`__ray_call__`): has it imported TransferQueue?"""
+    return "transfer_queue" in sys.modules

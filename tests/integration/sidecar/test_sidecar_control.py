@@ -12,6 +12,7 @@ import ray
 from tq_gc.errors import TqGcError
 from tq_gc.sidecar_client import sidecar_registry, start_sidecar
 
+from . import remote_side
 from .helpers import INTERVAL_S, MakeConfig, StartSidecar, call, reports, wait_until
 
 pytestmark = pytest.mark.ray
@@ -37,6 +38,21 @@ def test_pause_stops_the_schedule_and_resume_restarts_it(
     assert status["paused"] is False and status["next_run_at"] is not None
     on_demand = reports(handle)[-1]["run_id"]
     wait_until("a scheduled sweep after resume", lambda: reports(handle)[-1]["run_id"] != on_demand)
+
+
+def test_a_sidecar_imports_transfer_queue_when_it_starts_not_at_its_first_sweep(
+    make_config: MakeConfig, sidecar: StartSidecar
+) -> None:
+    """Importing torch and TransferQueue is seconds of CPU: at the sidecar's start it runs beside the
+    job's own start-up, at its first sweep beside the job's training steps."""
+    handle = sidecar(make_config(schedule={"interval_seconds": 3600}))
+    wait_until("transfer_queue imported in the sidecar's process", lambda: tq_imported(handle), 60)
+    assert reports(handle) == []  # no sweep imported it
+
+
+def tq_imported(handle: Any) -> bool:
+    imported: bool = ray.get(handle.__ray_call__.remote(remote_side.transfer_queue_imported), timeout=60)
+    return imported
 
 
 def idle_status(handle: Any) -> dict[str, Any] | None:
