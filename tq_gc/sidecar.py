@@ -44,7 +44,7 @@ from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.model import Cause, SweepReport
 from tq_gc.state.base import AdmissionRows
-from tq_gc.stores import attach_transfer_queue
+from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.sweep import default_holder, iso_now
 from tq_gc.wiring import RowStoreFactory, Runtime
 
@@ -75,6 +75,8 @@ class SidecarActor:
     def _open(self, row_store_factory: RowStoreFactory) -> None:
         config = self._config
         # The TQ is attached at the first sweep, not here: the job may create it after the sidecar.
+        if row_store_factory is attach_transfer_queue:
+            import_transfer_queue_soon()
         runtime = Runtime(row_store_factory=row_store_factory)
         self._state, rows = self._closing.enter_context(
             runtime.stores(config, missing_queue_is_transient=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+import threading
 from typing import TYPE_CHECKING
 
 from tq_gc.stores.base import RowStore
@@ -9,6 +12,8 @@ from tq_gc.stores.memory import MemoryRowStore
 
 if TYPE_CHECKING:
     from tq_gc.config import Config
+
+log = logging.getLogger(__name__)
 
 
 def attach_transfer_queue(config: Config) -> RowStore:
@@ -18,4 +23,19 @@ def attach_transfer_queue(config: Config) -> RowStore:
     return TransferQueueRowStore.attach(config.transfer_queue)
 
 
-__all__ = ["MemoryRowStore", "RowStore", "attach_transfer_queue"]
+def import_transfer_queue_soon() -> None:
+    """Import TransferQueue (torch with it) now, in a thread of its own: 3-6 s of CPU that a sidecar
+    then spends at its start, beside the job's own start-up, not at its first sweep beside the job's
+    training steps. The attach imports it anyway (waiting for this import if it is still running), and
+    raises what it raises."""
+    threading.Thread(target=_import_transfer_queue, name="tq-gc-import", daemon=True).start()
+
+
+def _import_transfer_queue() -> None:
+    try:
+        importlib.import_module("transfer_queue")
+    except Exception as exc:  # the attach meets it again, and reports it
+        log.debug("importing transfer_queue ahead of the first sweep failed: %s", exc)
+
+
+__all__ = ["MemoryRowStore", "RowStore", "attach_transfer_queue", "import_transfer_queue_soon"]
