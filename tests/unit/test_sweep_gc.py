@@ -48,6 +48,11 @@ def young_generation_walks() -> Iterator[list[int]]:
         gc.callbacks.remove(on_collection)
 
 
+def assert_no_long_walk(walked: list[int]) -> None:
+    assert walked, "an allocation after the sweep sets off a collection"
+    assert max(walked) <= YOUNG_AT_MOST, f"a collection walked {max(walked)} young objects"
+
+
 def put_staging(put: Callable[[str, str], object]) -> None:
     for i in range(ROWS):
         put(STAGING, f"r{i // 8}/call-{i}")
@@ -63,8 +68,7 @@ def test_a_sweep_leaves_no_young_generation_for_the_next_collection(tmp_path: Pa
     with young_generation_walks() as walked:
         report = world.sweep()
     assert report.counts.in_scope == ROWS
-    assert walked, "an allocation after the sweep sets off a collection"
-    assert max(walked) <= YOUNG_AT_MOST, f"a collection walked {max(walked)} young objects"
+    assert_no_long_walk(walked)
 
 
 def test_a_sweep_with_redis_state_leaves_no_young_generation(redis_url: str) -> None:
@@ -82,8 +86,7 @@ def test_a_sweep_with_redis_state_leaves_no_young_generation(redis_url: str) -> 
     with young_generation_walks() as walked:
         report = collector.sweep(dry_run=False)
     assert report.counts.in_scope == ROWS
-    assert walked, "an allocation after the sweep sets off a collection"
-    assert max(walked) <= YOUNG_AT_MOST, f"a collection walked {max(walked)} young objects"
+    assert_no_long_walk(walked)
 
 
 def test_a_sweep_leaves_what_its_process_froze_frozen(tmp_path: Path) -> None:
