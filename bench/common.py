@@ -184,6 +184,11 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(10)
 
 
+def slowest_1pct(latencies: list[float]) -> list[int]:
+    """The indexes of the slowest 1% of iterations (at least one), slowest last."""
+    return sorted(range(len(latencies)), key=latencies.__getitem__)[-max(1, len(latencies) // 100) :]
+
+
 def machine_load() -> dict[str, Any]:
     """The 1/5/15-minute load averages and the core count: a figure from a busy machine says so."""
     one, five, fifteen = os.getloadavg()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common import slowest_1pct
+
 LOG_ATTRIBUTE = "_bench_gc_log"
 
 # (unix seconds at the start, seconds it took, generation)
@@ -55,7 +57,7 @@ def pauses_beside(loop: dict[str, Any], pauses: list[Pause]) -> dict[str, Any]:
     """One process's collections in the window: how many of each generation, the longest and the total,
     and how many of the loop's slowest 1% of iterations (and whether its slowest) overlapped one."""
     latencies, began = loop["latencies_s"], loop["began_unix"]
-    slowest = sorted(range(len(latencies)), key=latencies.__getitem__)[-max(1, len(latencies) // 100) :]
+    slowest = slowest_1pct(latencies)
 
     def overlaps(i: int) -> bool:
         start, end = began[i], began[i] + latencies[i]

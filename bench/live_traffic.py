@@ -47,6 +47,7 @@ from common import (
     publish_references,
     put_rows,
     quiet_tq,
+    slowest_1pct,
     start_ray_and_tq,
     start_redis,
     stop_process,
@@ -208,7 +209,7 @@ def slowest_by_phase(loop: dict[str, Any], reports: list[dict[str, Any]]) -> dic
     latencies, began = loop["latencies_s"], loop["began_unix"]
     if not latencies:
         return {}
-    slowest = sorted(range(len(latencies)), key=latencies.__getitem__)[-max(1, len(latencies) // 100) :]
+    slowest = slowest_1pct(latencies)
     spans = [span for report in reports for span in sweep_phases(report)]
 
     def phase_at(t: float) -> str:
