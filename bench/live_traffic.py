@@ -14,7 +14,8 @@ runs for the same window, and its iteration latencies are kept:
                       batches of 2,000) runs once, from another process, 1 s into the window
   tq-gc-default       the tq-gc sidecar (Redis state) with the default config: schedule, limits, batches;
                       the window starts 5 s before its first scheduled sweep
-  tq-gc-back-to-back  the same with schedule.interval_seconds: 1
+  tq-gc-back-to-back  the same with schedule.interval_seconds: 1; the window starts once the sidecar
+                      has started up (imported TQ, as it does beside the job's own start-up)
 
 Before each tq-gc configuration the orphans' first sightings are written a grace period back, so its
 sweeps delete them (the worst case: every sweep marks and deletes); between configurations the partition
@@ -76,6 +77,7 @@ FINISH_WAIT_S = 150.0
 REPORTS_POLL_S = 3.0  # the sidecar keeps its last 10 reports; a sweep takes longer than this
 # A sidecar killed mid-sweep leaves its lease until the TTL (60 s by default) runs out.
 LEASE_WAIT_S = 75.0
+START_UP_WAIT_S = 120.0
 
 
 class JobLoop:
@@ -148,6 +150,17 @@ def _renice(_actor: Any, niceness: int) -> None:
 
     for tid in os.listdir("/proc/self/task"):
         os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
+
+
+def _started_up(_actor: Any) -> bool:
+    """Run in the sidecar's process: its import of TQ at start (tq_gc.stores) is over."""
+    import sys
+    import threading
+
+    from tq_gc.stores import IMPORT_THREAD_NAME
+
+    importing = any(thread.name == IMPORT_THREAD_NAME for thread in threading.enumerate())
+    return "transfer_queue" in sys.modules and not importing
 
 
 def ray_get(ref: Any) -> Any:
@@ -314,6 +327,7 @@ class Bench:
         if self.args.sweeper_nice:
             ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
+            self._wait_for_start_up(handle)
             self._wait_for_first_sweep(handle)
             self._start_gc_logs({"sidecar": handle})
             loop, reports = self._loop_beside(handle, config)
@@ -369,6 +383,15 @@ class Bench:
         self.state.forget_partition(lease, PARTITION)
         self.state.save_first_seen(lease, PARTITION, records, [], observed_ms=now_ms)
         self.state.release_lease(lease)
+
+    @staticmethod
+    def _wait_for_start_up(handle: Any) -> None:
+        """Until the sidecar has imported TQ (a thread at its start, 3-6 s of CPU here): in a job that
+        runs beside the job's own start-up. Back to back, its first sweep (1 s in) waits for it."""
+        deadline = time.monotonic() + START_UP_WAIT_S
+        while not ray_get(handle.__ray_call__.remote(_started_up)):
+            assert time.monotonic() < deadline, "the sidecar did not import TransferQueue"
+            time.sleep(0.5)
 
     @staticmethod
     def _wait_for_first_sweep(handle: Any) -> None:

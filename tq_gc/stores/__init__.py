@@ -23,12 +23,15 @@ def attach_transfer_queue(config: Config) -> RowStore:
     return TransferQueueRowStore.attach(config.transfer_queue)
 
 
+IMPORT_THREAD_NAME = "tq-gc-import"
+
+
 def import_transfer_queue_soon() -> None:
     """Import TransferQueue (torch with it) now, in a thread of its own: 3-6 s of CPU that a sidecar
     then spends at its start, beside the job's own start-up, not at its first sweep beside the job's
     training steps. The attach imports it anyway (waiting for this import if it is still running), and
     raises what it raises."""
-    threading.Thread(target=_import_transfer_queue, name="tq-gc-import", daemon=True).start()
+    threading.Thread(target=_import_transfer_queue, name=IMPORT_THREAD_NAME, daemon=True).start()
 
 
 def _import_transfer_queue() -> None:
@@ -38,4 +41,10 @@ def _import_transfer_queue() -> None:
         log.debug("importing transfer_queue ahead of the first sweep failed: %s", exc)
 
 
-__all__ = ["MemoryRowStore", "RowStore", "attach_transfer_queue", "import_transfer_queue_soon"]
+__all__ = [
+    "IMPORT_THREAD_NAME",
+    "MemoryRowStore",
+    "RowStore",
+    "attach_transfer_queue",
+    "import_transfer_queue_soon",
+]
