@@ -154,13 +154,9 @@ def _renice(_actor: Any, niceness: int) -> None:
 
 def _started_up(_actor: Any) -> bool:
     """Run in the sidecar's process: its import of TQ at start (tq_gc.stores) is over."""
-    import sys
-    import threading
+    from tq_gc.stores import transfer_queue_imported
 
-    from tq_gc.stores import IMPORT_THREAD_NAME
-
-    importing = any(thread.name == IMPORT_THREAD_NAME for thread in threading.enumerate())
-    return "transfer_queue" in sys.modules and not importing
+    return transfer_queue_imported()
 
 
 def ray_get(ref: Any) -> Any:

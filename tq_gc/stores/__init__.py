@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ def attach_transfer_queue(config: Config) -> RowStore:
     return TransferQueueRowStore.attach(config.transfer_queue)
 
 
-IMPORT_THREAD_NAME = "tq-gc-import"
+_IMPORT_THREAD_NAME = "tq-gc-import"
 
 
 def import_transfer_queue_soon() -> None:
@@ -31,7 +32,14 @@ def import_transfer_queue_soon() -> None:
     then spends at its start, beside the job's own start-up, not at its first sweep beside the job's
     training steps. The attach imports it anyway (waiting for this import if it is still running), and
     raises what it raises."""
-    threading.Thread(target=_import_transfer_queue, name=IMPORT_THREAD_NAME, daemon=True).start()
+    threading.Thread(target=_import_transfer_queue, name=_IMPORT_THREAD_NAME, daemon=True).start()
+
+
+def transfer_queue_imported() -> bool:
+    """This process has TransferQueue imported, and no import of it by import_transfer_queue_soon is
+    still running."""
+    importing = any(thread.name == _IMPORT_THREAD_NAME for thread in threading.enumerate())
+    return "transfer_queue" in sys.modules and not importing
 
 
 def _import_transfer_queue() -> None:
@@ -42,9 +50,9 @@ def _import_transfer_queue() -> None:
 
 
 __all__ = [
-    "IMPORT_THREAD_NAME",
     "MemoryRowStore",
     "RowStore",
     "attach_transfer_queue",
     "import_transfer_queue_soon",
+    "transfer_queue_imported",
 ]

@@ -8,7 +8,6 @@ value. Anything a test must read back (listing intervals) goes through a file, n
 from __future__ import annotations
 
 import fcntl
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 import ray
 
+from tq_gc import stores
 from tq_gc.config import Config
 from tq_gc.model import Tags
 from tq_gc.sidecar_client import sidecar_registry
@@ -118,5 +118,6 @@ def admit_and_vanish(sidecar_name: str, ray_namespace: str, partition: str, key:
 
 
 def transfer_queue_imported(_actor: Any) -> bool:
-    """Run in the sidecar's process (`__ray_call__`): has it imported TransferQueue?"""
-    return "transfer_queue" in sys.modules
+    """Run in the sidecar's process (`__ray_call__`): has it imported TransferQueue (and is that import
+    over)?"""
+    return stores.transfer_queue_imported()
