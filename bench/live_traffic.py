@@ -77,6 +77,7 @@ FINISH_WAIT_S = 150.0
 REPORTS_POLL_S = 3.0  # the sidecar keeps its last 10 reports; a sweep takes longer than this
 # A sidecar killed mid-sweep leaves its lease until the TTL (60 s by default) runs out.
 LEASE_WAIT_S = 75.0
+# The sidecar's import of TQ at its start: 3-6 s of CPU here, longer on a loaded node.
 START_UP_WAIT_S = 120.0
 
 
@@ -382,8 +383,9 @@ class Bench:
 
     @staticmethod
     def _wait_for_start_up(handle: Any) -> None:
-        """Until the sidecar has imported TQ (a thread at its start, 3-6 s of CPU here): in a job that
-        runs beside the job's own start-up. Back to back, its first sweep (1 s in) waits for it."""
+        """Wait until the sidecar has imported TQ (a thread at its start, 3-6 s of CPU here). In a job
+        that import runs beside the job's own start-up; back to back, the first sweep (1 s in) would
+        otherwise wait for it inside the window."""
         deadline = time.monotonic() + START_UP_WAIT_S
         while not ray_get(handle.__ray_call__.remote(_started_up)):
             assert time.monotonic() < deadline, "the sidecar did not import TransferQueue"
