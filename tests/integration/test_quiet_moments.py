@@ -5,15 +5,33 @@ controller, warns once and waits no more."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from harness import wait_until
 
 from tq_gc.config import TransferQueueConfig
+from tq_gc.stores.tq_key_windows import KeyWindows
+from tq_gc.stores.tq_requests import TqRequests
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
 pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def controller_functions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of each function the store runs on the controller through Ray, in order."""
+    names: list[str] = []
+    actor_call = TqRequests.actor_call
+
+    def recording(self: TqRequests, op: str | None, what: str, actor: Any, method: str, *args: Any) -> Any:
+        if method == "__ray_call__":
+            names.append(args[0].__name__)
+        return actor_call(self, op, what, actor, method, *args)
+
+    monkeypatch.setattr(TqRequests, "actor_call", recording)
+    return names
 
 
 def test_a_controller_serving_nothing_has_a_quiet_moment(ray_cluster: Any, tq: Any) -> None:
@@ -50,11 +68,47 @@ def test_a_controller_serving_requests_back_to_back_has_none(
     assert after.found  # the same wait, once the requests stop
 
 
+def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_waits_for(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, controller_functions: list[str]
+) -> None:
+    """A swept partition's listing reads the controller through Ray (index pages, key windows). Each of
+    those calls waits for its quiet moment first, inside it: no call of the wait's own before it (a round
+    trip more, on both sides), and the read starts as soon as the quiet moment is found. The request
+    timings leave the wait out: they are how long tq-gc held the controller."""
+    put_rows(tq_partition, [f"k{i}" for i in range(10)])
+    quiet_s = 0.3
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, quiet_ms=quiet_s * 1000, quiet_wait_max_ms=10_000
+    )
+    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4)) as store:
+        store.take_request_stats()
+        controller_functions.clear()
+        started = time.monotonic()
+        listed = store.list_keys(tq_partition)
+        seconds = time.monotonic() - started
+        requests = store.take_request_stats()
+
+    assert set(listed) == {f"k{i}" for i in range(10)}
+    reads = len(requests["partition_index_page"]) + len(requests["partition_keys_window"])
+    assert len(requests["partition_keys_window"]) == 3
+    assert len(controller_functions) == reads, controller_functions  # no call for the wait alone
+    assert seconds >= reads * quiet_s  # each read waited for a quiet moment of an idle controller
+    assert max(max(timings) for timings in requests.values()) < quiet_s, requests
+
+
+@pytest.mark.parametrize("first", ["waits", "listing"])
 def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warning(
-    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, caplog: pytest.LogCaptureFixture
+    ray_cluster: Any,
+    tq: Any,
+    tq_partition: str,
+    put_rows: Any,
+    caplog: pytest.LogCaptureFixture,
+    controller_functions: list[str],
+    first: str,
 ) -> None:
     """The wait reads which function TQ's request thread is in; another TQ version may have no such
-    thread: one warning, then no more waiting (and no more calls to the controller for it)."""
+    thread: one warning, then no more waiting (and no more calls to the controller for it), whether a
+    wait of its own or one inside a listing's read finds that out first."""
     put_rows(tq_partition, [f"k{i}" for i in range(5)])
 
     def misfit() -> Any:
@@ -67,11 +121,17 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
     logger = "tq_gc.stores.tq_quiet"
     store = TransferQueueRowStore.attach(config, quiet_waiter=misfit())
     with store, caplog.at_level("WARNING", logger=logger):
+        if first == "listing":
+            listed = store.list_keys(tq_partition)
+        calls_before_waits = len(controller_functions)
         waits = [store.wait_for_quiet() for _ in range(3)]
-        listed = store.list_keys(tq_partition)
+        calls_by_waits = len(controller_functions) - calls_before_waits
+        if first == "waits":
+            listed = store.list_keys(tq_partition)
         rows_per_delete = store.rows_per_delete()
 
     assert not any(wait.found for wait in waits)
+    assert calls_by_waits == (1 if first == "waits" else 0)  # the first finds out, then no more
     assert set(listed) == {f"k{i}" for i in range(5)}
     warnings = [r.getMessage() for r in caplog.records if r.name == logger]
     assert len(warnings) == 1 and "quiet moment" in warnings[0], warnings
