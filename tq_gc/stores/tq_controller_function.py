@@ -7,13 +7,18 @@ have tq-gc installed) that read TQ's own bookkeeping and never write it. Another
 bookkeeping out otherwise: a function that fails so inside the controller (AttributeError, TypeError,
 KeyError, NameError; Ray re-raises it as a RayTaskError that is also one of these) does not fit, and
 its caller uses TQ's own calls from then on, after one warning.
+
+A function may wait first, in the same call (`Before`: the wait for the controller's quiet moment,
+tq_quiet.py), rather than in a call of its own: one round trip where two were, and the function runs as
+soon as the wait is over.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tq_gc.errors import StoreUnavailable
 from tq_gc.stores.tq_requests import TqRequests
@@ -26,9 +31,26 @@ class DoesNotFit(Exception):
     """The function does not fit this controller: use TQ's own call instead."""
 
 
+class Before(Protocol):
+    """What a function waits for on the controller before it runs, in the same call."""
+
+    def first(self, function: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
+        """The function run in its place, called with args() before the function's own arguments, and
+        answering (what the wait answered, the function's answer)."""
+        ...
+
+    def args(self) -> Any:
+        """The wait's arguments for the next call."""
+        ...
+
+    def took(self, waited: Any) -> float:
+        """The seconds the wait took, from what it answered."""
+        ...
+
+
 class ControllerFunction:
-    """One function run on the controller, timed under `op` (None: untimed); `fits` until it has failed as a
-    misfit."""
+    """One function run on the controller, timed under `op` (None: untimed), after `before` if given, in
+    the same call; `fits` until it has failed as a misfit."""
 
     def __init__(
         self,
@@ -38,32 +60,53 @@ class ControllerFunction:
         function: Callable[..., Any],
         instead: str,
         log: logging.Logger,
+        before: Before | None = None,
     ) -> None:
         self._requests = requests
         self._controller = controller
         self._op = op
-        self._function = function
+        self._function = function if before is None else before.first(function)
+        self._before = before
         self._instead = instead  # what the caller does instead, for the warning
         self._log = log
         self.fits = True
 
-    def __call__(self, what: str, *args: Any) -> Any:
-        """The function's answer for `args`. DoesNotFit if it does not fit (warned the first time),
-        StoreUnavailable if the controller gives no answer."""
+    def __call__(self, what: str, *args: Any) -> tuple[Any, float]:
+        """(the function's answer for `args`, the seconds the call took less the wait before it).
+        DoesNotFit if it does not fit (warned the first time), StoreUnavailable if the controller gives
+        no answer."""
         if not self.fits:
             raise DoesNotFit(what)
+        before = self._before
+        if before is not None:
+            args = (before.args(), *args)
+        started = time.perf_counter()
+        waited_s = 0.0
         try:
-            return self._requests.actor_call(
-                self._op, what, self._controller, "__ray_call__", self._function, *args
+            answer = self._requests.actor_call(
+                None, what, self._controller, "__ray_call__", self._function, *args
             )
+            if before is not None:
+                waited, answer = answer
+                waited_s = before.took(waited)
+            return answer, time.perf_counter() - started - waited_s
         except StoreUnavailable as exc:
             if not isinstance(exc.__cause__, MISFITS):
                 raise
-            self.fits = False
-            self._log.warning(
-                "reading the %s on the TransferQueue controller failed (%s): another TQ version? %s",
-                what,
-                exc.__cause__,
-                self._instead,
-            )
+            self.does_not_fit(what, exc.__cause__)
             raise DoesNotFit(what) from exc
+        finally:
+            if self._op is not None:
+                self._requests.log.record(self._op, time.perf_counter() - started - waited_s)
+
+    def does_not_fit(self, what: str, cause: object) -> None:
+        """Stop calling the function: it failed as a misfit (warned here, once)."""
+        if not self.fits:
+            return
+        self.fits = False
+        self._log.warning(
+            "reading the %s on the TransferQueue controller failed (%s): another TQ version? %s",
+            what,
+            cause,
+            self._instead,
+        )

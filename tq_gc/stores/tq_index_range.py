@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_quiet import QuietMoments
 from tq_gc.stores.tq_requests import OP_INDEX_PAGE, OP_INDEX_RANGE, TqRequests
 
 logger = logging.getLogger(__name__)
@@ -83,10 +84,15 @@ DEFAULT_INDEX_PAGING = IndexPaging()
 class IndexRanges:
     """A partition's global indexes, ascending: in pages, or in one copy for a partition of at most
     copy_max indexes and wherever the pages do not fit the controller; and kept for `reuse_s` on request
-    (transfer_queue.index_range_reuse_seconds)."""
+    (transfer_queue.index_range_reuse_seconds). With `quiet`, each page or copy in a quiet moment of the
+    controller (a page waits inside its own call)."""
 
     def __init__(
-        self, controller: Any, requests: TqRequests, paging: IndexPaging = DEFAULT_INDEX_PAGING
+        self,
+        controller: Any,
+        requests: TqRequests,
+        paging: IndexPaging = DEFAULT_INDEX_PAGING,
+        quiet: QuietMoments | None = None,
     ) -> None:
         self._controller = controller
         self._requests = requests
@@ -99,7 +105,9 @@ class IndexRanges:
             "Using get_partition_index_range from now on, which holds the controller for the whole index "
             "set at once",
             logger,
+            quiet,
         )
+        self._quiet = quiet
         self._kept: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
 
     def indexes(self, partition: str, pause: Callable[[float], None], reuse_s: float = 0.0) -> array[int]:
@@ -133,13 +141,15 @@ class IndexRanges:
     def _page(
         self, partition: str, start: int, stop: int, pause: Callable[[float], None]
     ) -> tuple[int, int, list[int]]:
-        started = time.perf_counter()
         what = f"global index page [{start}, {stop}) of {partition!r}"
-        answer: tuple[int, int, list[int]] = self._read_page(what, partition, start, stop)
-        pause(time.perf_counter() - started)
+        answer: tuple[int, int, list[int]]
+        answer, seconds = self._read_page(what, partition, start, stop)
+        pause(seconds)
         return answer
 
     def _whole(self, partition: str) -> array[int]:
+        if self._quiet is not None:
+            self._quiet.wait()
         what = f"{OP_INDEX_RANGE}({partition!r})"
         listed: list[int] = self._requests.actor_call(
             OP_INDEX_RANGE, what, self._controller, OP_INDEX_RANGE, partition

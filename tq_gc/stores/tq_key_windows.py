@@ -30,6 +30,7 @@ from typing import Any
 
 from tq_gc.errors import StoreUnavailable
 from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_quiet import QuietMoments
 from tq_gc.stores.tq_requests import OP_KEYS_WINDOW, TqRequests
 
 logger = logging.getLogger(__name__)
@@ -74,11 +75,16 @@ DEFAULT_KEY_WINDOWS = KeyWindows()
 
 
 class ControllerKeys:
-    """The keys of global indexes, read on the controller's actor thread; `size` is None once the reader
+    """The keys of global indexes, read on the controller's actor thread (with `quiet`, each window in a
+    quiet moment of the controller, waited for inside the window's call); `size` is None once the reader
     has not fit the controller (the caller then asks kv_retrieve_keys)."""
 
     def __init__(
-        self, controller: Any, requests: TqRequests, windows: KeyWindows = DEFAULT_KEY_WINDOWS
+        self,
+        controller: Any,
+        requests: TqRequests,
+        windows: KeyWindows = DEFAULT_KEY_WINDOWS,
+        quiet: QuietMoments | None = None,
     ) -> None:
         self._windows = windows
         self._read_keys = ControllerFunction(
@@ -88,19 +94,21 @@ class ControllerKeys:
             windows.reader or keys_reader(),
             "Using kv_retrieve_keys from now on",
             logger,
+            quiet,
         )
 
     @property
     def size(self) -> int | None:
         return self._windows.size if self._read_keys.fits else None
 
-    def read(self, partition: str, indexes: list[int]) -> list[str | None] | None:
-        """The key of each index (None where it has none), or None if the reader does not fit."""
+    def read(self, partition: str, indexes: list[int]) -> tuple[list[str | None], float] | None:
+        """(the key of each index, None where it has none; the read's seconds, without the wait before
+        it), or None if the reader does not fit."""
         what = f"keys of {len(indexes)} global indexes in {partition!r}"
         try:
-            keys: list[str | None] = self._read_keys(what, partition, array("q", indexes))
+            keys, seconds = self._read_keys(what, partition, array("q", indexes))
         except DoesNotFit:
             return None
         if len(keys) != len(indexes):
             raise StoreUnavailable(f"TransferQueue {what}: {len(keys)} answers for {len(indexes)} indexes")
-        return keys
+        return keys, seconds

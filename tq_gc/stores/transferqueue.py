@@ -104,8 +104,8 @@ class TransferQueueRowStore:
             # One copy of a small partition's index set holds the controller 5-20 ms at 100k rows: longer
             # than what a quiet moment has left. Pages of the space hold it ~0.5 ms each.
             index_paging = replace(index_paging, copy_max=0)
-        self._index_ranges = IndexRanges(controller, self._requests, index_paging)
-        self._controller_keys = ControllerKeys(controller, self._requests, key_windows)
+        self._index_ranges = IndexRanges(controller, self._requests, index_paging, self._quiet)
+        self._controller_keys = ControllerKeys(controller, self._requests, key_windows, self._quiet)
         self._interrupted = threading.Event()
 
     @classmethod
@@ -177,7 +177,7 @@ class TransferQueueRowStore:
             listing = self._requests.call(OP_KV_LIST, f"kv_list({partition!r})", whole)
             return dict(listing.get(partition) or {})
         pacer = self._pacer()
-        self._before_request(0)
+        self._sleep_unless_interrupted(0)
         rows: dict[str, Tags] = {}
         first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
@@ -205,7 +205,7 @@ class TransferQueueRowStore:
         if self._controller is None:
             return keys_with_indexes(self, partition)
         pacer = self._pacer()
-        self._before_request(0)
+        self._sleep_unless_interrupted(0)
         keys: dict[str, int] = {}
         reuse_s = self._index_range_reuse_s
         for window in self._index_windows(partition, pacer, reuse_s, beside_requests=True):
@@ -221,8 +221,9 @@ class TransferQueueRowStore:
         """
         found: dict[str, Identity] = {}
         pacer = self._pacer()
-        self._before_request(0)
+        self._sleep_unless_interrupted(0)
         for batch in paced_batches(list(dict.fromkeys(keys)), pacer):
+            self.wait_for_quiet()
             started = time.perf_counter()
             found.update(identities_of(*self._snapshot(partition, batch)))
             self._pause(pacer, time.perf_counter() - started)
@@ -261,7 +262,8 @@ class TransferQueueRowStore:
         """Wait until the controller's request thread has been idle transfer_queue.quiet_ms (at most
         quiet_wait_max_ms): the collector calls this before each delete batch's re-check, so that the
         batch's requests come between two of the job's bursts without widening the re-check's window.
-        The store's listings and identity reads wait so before each of their requests by themselves."""
+        The store's listings and identity reads wait so before each of their requests by themselves (a
+        function run on the controller, inside its own call: QuietMoments.first)."""
         return NO_WAIT if self._quiet is None else self._quiet.wait()
 
     def rows_per_delete(self) -> int:
@@ -316,12 +318,9 @@ class TransferQueueRowStore:
         return Pacer.starting_small(self._request_batch, self._request_target_s, self._duty_cycle)
 
     def _pause(self, pacer: Pacer, latency_s: float) -> None:
-        self._before_request(pacer.after(latency_s))
-
-    def _before_request(self, pause_s: float) -> None:
-        """The duty cycle's pause, then a quiet moment of the controller (tq_quiet.py)."""
-        self._sleep_unless_interrupted(pause_s)
-        self.wait_for_quiet()
+        """The duty cycle's pause after a request of `latency_s`, the window adapted to it. The next
+        request waits for its quiet moment (tq_quiet.py) by itself."""
+        self._sleep_unless_interrupted(pacer.after(latency_s))
 
     def _sleep_unless_interrupted(self, seconds: float) -> None:
         if self._interrupted.wait(max(0.0, seconds)):
@@ -333,7 +332,7 @@ class TransferQueueRowStore:
         """The partition's global indexes, ascending, in windows of the pacer's current size; with
         `beside_requests`, of KeyWindows.size while the controller's actor thread answers them."""
         indexes = self._index_ranges.indexes(
-            partition, lambda seconds: self._before_request(pacer.pause_after(seconds)), reuse_s
+            partition, lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)), reuse_s
         )
         start = 0
         while start < len(indexes):
@@ -346,17 +345,21 @@ class TransferQueueRowStore:
         self, partition: str, window: list[int], pacer: Pacer, beside_requests: bool = False
     ) -> tuple[dict[int, str], float]:
         """({global index: key} of the window's indexes that have a key now, the request's seconds),
-        after the duty cycle's pause. `beside_requests`: on the controller's actor thread if that fits."""
-        started = time.perf_counter()
-        keys = self._controller_keys.read(partition, window) if beside_requests else None
-        if keys is None:
+        in a quiet moment, then the duty cycle's pause. `beside_requests`: on the controller's actor
+        thread if that fits."""
+        read = self._controller_keys.read(partition, window) if beside_requests else None
+        if read is None:
+            self.wait_for_quiet()
+            started = time.perf_counter()
             keys = self._requests.call(
                 OP_KEYS,
                 f"kv_retrieve_keys of {len(window)} indexes in {partition!r}",
                 self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
             )
-        seconds = time.perf_counter() - started
-        self._before_request(pacer.pause_after(seconds))
+            seconds = time.perf_counter() - started
+        else:
+            keys, seconds = read
+        self._sleep_unless_interrupted(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 
     def _add_tags(
@@ -364,9 +367,10 @@ class TransferQueueRowStore:
     ) -> float:
         """Read the tags of `owners` ({index: key}, ascending indexes) into rows, and each row into
         `listed` if given; return the request's seconds. A key whose index changed since `owners` was
-        read is left out: it was deleted (and maybe re-created) in between."""
+        read is left out: it was deleted (and maybe re-created) in between. In a quiet moment."""
         if not owners:
             return 0.0
+        self.wait_for_quiet()
         started = time.perf_counter()
         meta = self._requests.call(
             OP_META,
