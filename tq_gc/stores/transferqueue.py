@@ -262,8 +262,8 @@ class TransferQueueRowStore:
         """Wait until the controller's request thread has been idle transfer_queue.quiet_ms (at most
         quiet_wait_max_ms): the collector calls this before each delete batch's re-check, so that the
         batch's requests come between two of the job's bursts without widening the re-check's window.
-        The store's listings and identity reads wait so before each of their requests by themselves (a
-        function run on the controller, inside its own call: QuietMoments.first)."""
+        The store's listings and identity reads wait so before each of their requests by themselves (an
+        index page or key window inside its own call to the controller: QuietMoments.first)."""
         return NO_WAIT if self._quiet is None else self._quiet.wait()
 
     def rows_per_delete(self) -> int:
