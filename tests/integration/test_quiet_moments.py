@@ -76,9 +76,9 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     trip more, on both sides), and the read starts as soon as the quiet moment is found. The request
     timings leave the wait out: they are how long tq-gc held the controller."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
-    quiet_s = 0.3
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, quiet_ms=quiet_s * 1000, quiet_wait_max_ms=10_000
+    quiet_s = 0.1
+    config = TransferQueueConfig(  # duty 1: no pauses, so the listing is its waits and its reads
+        ray_address=ray_cluster.address, quiet_ms=quiet_s * 1000, quiet_wait_max_ms=10_000, duty_cycle=1
     )
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4)) as store:
         store.take_request_stats()
@@ -92,8 +92,10 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     reads = len(requests["partition_index_page"]) + len(requests["partition_keys_window"])
     assert len(requests["partition_keys_window"]) == 3
     assert len(controller_functions) == reads, controller_functions  # no call for the wait alone
-    assert seconds >= reads * quiet_s  # each read waited for a quiet moment of an idle controller
-    assert max(max(timings) for timings in requests.values()) < quiet_s, requests
+    # Each read waited at least quiet_s (the controller is idle), and its timing is the rest of its call:
+    # together they fit in the listing's time. A timing that counted its wait would not.
+    held = sum(sum(timings) for timings in requests.values())
+    assert held + reads * quiet_s <= seconds, (held, reads, seconds)
 
 
 @pytest.mark.parametrize("first", ["waits", "listing"])
