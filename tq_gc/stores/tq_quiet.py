@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_controller_function import MISFITS, ControllerFunction, DoesNotFit
 from tq_gc.stores.tq_requests import TqRequests
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def quiet_first(
         if wait_args is not None:
             try:
                 waited = wait_quiet(controller, *wait_args)
-            except (AttributeError, TypeError, KeyError, NameError) as exc:  # MISFITS, by value
+            except MISFITS as exc:  # shipped with the closure, by value
                 waited = f"{type(exc).__name__}: {exc}"
         return waited, function(controller, *args)
 
@@ -168,11 +168,11 @@ class QuietMoments:
         return self._wait.fits
 
     def wait(self) -> QuietWait:
-        quiet = self._quiet
-        if not self.fits:
+        args = self.args()
+        if args is None:
             return NO_WAIT
         try:
-            (waited_s, found), _ = self._wait(self.WHAT, quiet.quiet_s, quiet.max_wait_s, QUIET_SAMPLE_S)
+            (waited_s, found), _ = self._wait(self.WHAT, *args)
         except DoesNotFit:
             return NO_WAIT
         return QuietWait(float(waited_s), bool(found))
@@ -183,6 +183,7 @@ class QuietMoments:
         return quiet_first(self._waiter, function)
 
     def args(self) -> tuple[float, float, float] | None:
+        """The wait's (quiet_s, max_wait_s, sample_s); None once it has not fit."""
         quiet = self._quiet
         return (quiet.quiet_s, quiet.max_wait_s, QUIET_SAMPLE_S) if self.fits else None
 
