@@ -192,6 +192,20 @@ class Publishers:
         self.add(new, key, holder="-moved")
         self.remove(old, key, keep_empty)
 
+    def hop(self, key: str, old: str, new: str, keep_empty: bool = True) -> None:
+        """A move by the documented protocol, `GcClient.holding()`: admit the key, write the new
+        reference, remove the old one, release. Any number of hops may come inside one sweep."""
+        self.admit("hop", frozenset({key}))
+        self.add(new, key, holder=f"-hop-{new}")
+        self.remove(old, key, keep_empty)
+        self.release("hop")
+
+    def adopt(self, key: str, new: str) -> None:
+        """An orphan taken up by the documented protocol: admit, write the reference, release."""
+        self.admit("adopt", frozenset({key}))
+        self.add(new, key, holder="-adopted")
+        self.release("adopt")
+
 
 # -- 1. one move, every pair of sources, every step of the sweep -----------------------------------
 
@@ -226,15 +240,17 @@ def world_about_to_sweep(manifest_dir: Path, source: str | None) -> World:
     return world
 
 
-def hook_points(manifest_dir: Path, source: str) -> list[Call]:
-    """Every call a sweep makes, up to its last re-check, on a world where nothing moves."""
+def hook_points(manifest_dir: Path, source: str | None, keep: bool = True) -> list[Call]:
+    """Every call a sweep makes, up to its last re-check, on a world where nothing moves (the mover
+    referenced from `source`, kept; or an orphan, deleted when `keep` is False)."""
     world = world_about_to_sweep(manifest_dir, source)
     start = world.timeline.position
     world.sweep()
     calls = world.timeline.calls[start:]
     last_recheck = max((call.position for call in calls if call.method == RECHECK), default=None)
     assert last_recheck is not None, f"the sweep made no {RECHECK}() call: {[c.describe() for c in calls]}"
-    assert MOVER in world.rows.keys(STAGING), f"{MOVER} deleted while referenced by {source}, nothing moving"
+    kept = MOVER in world.rows.keys(STAGING)
+    assert kept == keep, f"{MOVER} referenced by {source}, nothing moving: kept={kept}, expected {keep}"
     return [replace(call, position=call.position - start) for call in calls if call.position <= last_recheck]
 
 
@@ -277,6 +293,65 @@ def test_reference_moving_once_is_never_missed(scratch: Path, old: str, new: str
     assert not missed, (
         f"a reference moving {old} -> {new} (make-before-break) was missed and its row deleted when the "
         f"move came right before these calls of the sweep ({len(missed)} of {len(points)}): {missed}"
+    )
+
+
+# Routes of two hops each (old -> middle -> new). The second hop takes the reference back to where the
+# first found it, or on to the third source: the soak's hot groups did both, many times per sweep.
+HOP_ROUTES = [
+    pytest.param(route, id="-".join(route))
+    for route in (
+        ("tag", "manifest", "tag"),
+        ("manifest", "tag", "manifest"),
+        ("admission", "tag", "manifest"),
+        ("tag", "admission", "manifest"),
+        ("manifest", "admission", "tag"),
+    )
+]
+
+
+@pytest.mark.parametrize("route", HOP_ROUTES)
+def test_reference_hopping_by_the_protocol_is_never_missed(scratch: Path, route: tuple[str, ...]) -> None:
+    """Two hops by the protocol, right before any two calls of the sweep (every pair, in order): the
+    row is never deleted. Read order alone cannot cover this: a reference that leaves a source before
+    its read and reaches the next one after that one's read is in none of them when each is read."""
+    first, middle, last = route
+    points = hook_points(scratch / "baseline", first)
+    missed: list[str] = []
+    for i, j in itertools.combinations(range(len(points)), 2):
+        world = world_about_to_sweep(scratch / f"at-{i}-{j}", first)
+        start = world.timeline.position
+        world.timeline.at(start + points[i].position, partial(world.publishers.hop, MOVER, first, middle))
+        world.timeline.at(start + points[j].position, partial(world.publishers.hop, MOVER, middle, last))
+        world.sweep()
+        world.timeline.raise_errors()
+        assert world.timeline.pending() == 0, f"a hop before {points[i].describe()} never ran"
+        if MOVER not in world.rows.keys(STAGING):
+            missed.append(f"{points[i].describe()} then {points[j].describe()}")
+    assert not missed, (
+        f"a reference hopping {' -> '.join(route)} by the protocol was missed and its row deleted, the "
+        f"hops right before these calls ({len(missed)} of {len(points) * (len(points) - 1) // 2}): {missed}"
+    )
+
+
+@pytest.mark.parametrize("new", ["tag", "manifest"])
+def test_orphan_adopted_by_the_protocol_during_the_sweep_is_kept(scratch: Path, new: str) -> None:
+    """An orphan past its grace, taken up (admit, write the tag row or manifest naming it, release)
+    right before any call of the sweep up to its last re-check, after the reads that would show it."""
+    points = hook_points(scratch / "baseline", source=None, keep=False)
+    lost: list[str] = []
+    for point in points:
+        world = world_about_to_sweep(scratch / f"at-{point.position}", source=None)
+        adopt = partial(world.publishers.adopt, MOVER, new)
+        world.timeline.at(world.timeline.position + point.position, adopt)
+        world.sweep()
+        world.timeline.raise_errors()
+        assert world.timeline.pending() == 0, f"the adoption before {point.describe()} never ran"
+        if MOVER not in world.rows.keys(STAGING):
+            lost.append(point.describe())
+    assert not lost, (
+        f"an orphan adopted into a {new} by the protocol during the sweep was deleted, adopted right before "
+        f"these calls ({len(lost)} of {len(points)}): {lost}"
     )
 
 
