@@ -36,7 +36,15 @@ from tq_gc.model import (
     Tags,
     merge_keys,
 )
-from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy, plan, stale_partitions
+from tq_gc.plan import (
+    FirstSeenByPartition,
+    Plan,
+    PlanPolicy,
+    admitted_meanwhile,
+    plan,
+    stale_partitions,
+    unreferenced_rows,
+)
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
@@ -67,6 +75,8 @@ RENEW_FRACTION = 1 / 3
 # Right before a clear, the last renewal must be younger than this fraction of the TTL (monotonic clock):
 # a sweeper paused between its re-check and its clear (SIGSTOP, a long GC pause) stops instead.
 CLEAR_WITHIN_TTL_FRACTION = 1 / 2
+# Keys per question to the admission barrier after the plan: one short Redis call each (a few ms).
+BARRIER_QUESTION_ROWS = 10_000
 
 
 class Collector:
@@ -182,26 +192,27 @@ class Collector:
             sweep.first_seen = self._trusted_first_seen(sweep)
             sweep.plan = plan(listing, references, sweep.first_seen, now_ms, sweep.policy)
             self._save_first_seen(sweep, sweep.plan, listing)
+            sweep.plan = self._admitted_meanwhile(sweep, sweep.plan)
         report.counts = sweep.plan.counts()
         if sweep.plan.abort_reason:
             raise SweepStopped(Outcome.ABORTED, Cause.BLAST_RADIUS, sweep.plan.abort_reason)
 
     def _read_references(self, sweep: Sweep) -> tuple[Listing, References]:
         """The listing, and every reference, read so that no reference that lives through the sweep is
-        missed while it moves once between sources, make-before-break (added to the new source before it
-        leaves the old one).
+        missed however it moves, for publishers that follow the protocol (move inside an admission,
+        `GcClient.holding()`, or inside a checkpoint fence), and once even outside it.
 
-        Such a move from source X to Y is missed only if every read of Y comes before it reaches Y and
-        every read of X after it left X: all reads of Y before all reads of X. So for every ordered pair of
-        sources some read of X must precede some read of Y: admissions, manifests, tags (the listing),
-        admissions, manifests does that for all six pairs. The second admissions read costs nothing unless
-        an admission was made since the first (AdmissionsSource.reread); the re-check before each delete
-        batch reads them once more.
+        Inside the protocol: every admission made since the lease was taken is in the write barrier
+        (StateStore.admitted_since_lease), which the collector asks after the plan and before every
+        delete batch; a fence raised since the lease stops every later delete. A reference that did not
+        move while the sweep read is where its source's read found it, so admissions are read first.
 
-        Owner references (a row is referenced while its owner row exists) are read from the listing too,
-        in the tags' slot: the same pairs hold for them. Between the two (or between rows of two tag
-        partitions) order does not help: the listing reads partitions one after another, so a reference
-        moving from a row of one listed partition to a row of another is covered by grace alone.
+        Outside it, one make-before-break move from source X to Y is missed only if every read of Y
+        comes before it reaches Y and every read of X after it left X: all reads of Y before all reads
+        of X. So for every ordered pair of sources some read of X must precede some read of Y:
+        admissions, manifests, tags (the listing), admissions, manifests does that for all six pairs.
+        The second admissions read costs nothing unless an admission was made since the first
+        (AdmissionsSource.reread). Owner references are read from the listing too, in the tags' slot.
         """
         report = sweep.report
         with self._phase(report, "references"):
@@ -256,6 +267,24 @@ class Collector:
             pinned = self._pinned(partition, upserts, listing.get(partition, {}))
             drops = result.first_seen_drops.get(partition, ())
             self.state.save_first_seen(sweep.holds_lease, partition, pinned, drops, result.now_ms)
+
+    def _admitted_meanwhile(self, sweep: Sweep, result: Plan) -> Plan:
+        """The plan without the rows admitted since the sweep took its lease (the write barrier), their
+        records (just saved) dropped again. Asked after the save: a row whose reference moved by the
+        protocol at any time up to the save was admitted on the way, so no record claims it unreferenced
+        while it was referenced, and its grace starts only once it really is unreferenced."""
+        admitted: dict[str, set[str]] = {}
+        size = BARRIER_QUESTION_ROWS
+        for partition, unreferenced in sorted(unreferenced_rows(result).items()):
+            ordered = sorted(unreferenced)
+            for start in range(0, len(ordered), size):
+                chunk = ordered[start : start + size]
+                hits = self.state.admitted_since_lease(sweep.holds_lease, partition, chunk)
+                if hits:
+                    admitted.setdefault(partition, set()).update(hits)
+        for partition, keys in sorted(admitted.items()):
+            self.state.save_first_seen(sweep.holds_lease, partition, {}, keys, result.now_ms)
+        return admitted_meanwhile(result, admitted)
 
     def _pinned(
         self, partition: str, upserts: Mapping[str, FirstSeen], listed: Mapping[str, Tags]
@@ -320,13 +349,17 @@ class Collector:
         calls (TQ has no compare-and-delete)."""
         counts = sweep.report.counts
         records = sweep.first_seen.get(batch.partition, {})
-        admitted = self.admissions.reread_keys(batch.partition, check.admissions_version)
-        # Kept: re-referenced since we listed (a writer or a restore admitted it). Every planned row has
-        # a record: rows are never deleted on first sight.
+        # Every planned row has a record: rows are never deleted on first sight.
         recorded = records.keys()  # a Sightings' is its dict's view: membership at C speed
-        keys = [key for key in batch.keys if key not in admitted and key in recorded]
+        keys = [key for key in batch.keys if key in recorded]
+        # Kept: admitted since this sweep took its lease (the write barrier). That covers every admission
+        # live now that the reads before the plan did not see, and every reference that moved by the
+        # protocol since the sweep began, wherever it went and however often.
+        admitted = self.state.admitted_since_lease(sweep.holds_lease, batch.partition, keys)
+        keys = [key for key in keys if key not in admitted]
         counts.recheck_saved += len(batch.keys) - len(keys)
         if not keys:
+            self._forget_saved(sweep, batch)
             return
         identities = identities_of_keys(records, keys)
         intent = sweep.intent(batch.partition, identities, records)
@@ -348,6 +381,13 @@ class Collector:
         counts.recheck_saved += len(keys) - len(cleared)
         self.state.confirm_deletes(sweep.holds_lease, intent_id, intent, cleared, forget=batch.keys)
         sweep.sample(intent, cleared)
+
+    def _forget_saved(self, sweep: Sweep, batch: Batch) -> None:
+        """A batch the re-check saved whole: its rows were referenced during the sweep, so their records
+        go and their grace starts again at their next sighting (a partly saved batch's records go with
+        its confirmation)."""
+        assert sweep.plan is not None, "the sweep planned first"
+        self.state.save_first_seen(sweep.holds_lease, batch.partition, {}, batch.keys, sweep.plan.now_ms)
 
     # -- the lease --------------------------------------------------------------------------------
 

@@ -210,6 +210,59 @@ def plan(
     return replace(result, abort_reason=reason) if reason else result
 
 
+UNREFERENCED = (Decision.DELETE, Decision.KEEP_GRACE, Decision.KEEP_OVER_CAP)
+
+
+def unreferenced_rows(result: Plan) -> dict[str, frozenset[str]]:
+    """{partition: keys} the plan found unreferenced: deleted, within grace or over the cap."""
+    found: dict[str, frozenset[str]] = {}
+    for decision in UNREFERENCED:
+        for partition, keys in result.buckets.get(decision, {}).items():
+            found[partition] = found.get(partition, frozenset()) | keys
+    return found
+
+
+def admitted_meanwhile(result: Plan, admitted: Mapping[str, Iterable[str]]) -> Plan:
+    """The plan once `admitted` rows are known to have been admitted while the sweep read (the write
+    barrier): each leaves the unreferenced buckets for keep_admission, loses its first-seen record and is
+    not deleted. Rows over the cap stay over it: fewer deletes, never more. Admitted rows the plan did not
+    find unreferenced (referenced, out of scope, not listed) stay where they are."""
+    unreferenced = unreferenced_rows(result)
+    hits = {
+        partition: found
+        for partition, keys in admitted.items()
+        if (found := unreferenced.get(partition, frozenset()).intersection(keys))
+    }
+    if not hits:
+        return result
+    buckets = {decision: dict(by_partition) for decision, by_partition in result.buckets.items()}
+    for decision in UNREFERENCED:
+        for partition, keys in hits.items():
+            if partition in buckets.get(decision, {}):
+                buckets[decision][partition] = buckets[decision][partition] - keys
+    admission = buckets.setdefault(Decision.KEEP_ADMISSION, {})
+    for partition, keys in hits.items():
+        admission[partition] = admission.get(partition, frozenset()) | keys
+    upserts = {
+        partition: {key: record for key, record in records.items() if key not in hits.get(partition, ())}
+        for partition, records in result.first_seen_upserts.items()
+    }
+    drops = dict(result.first_seen_drops)
+    for partition, keys in hits.items():
+        drops[partition] = drops.get(partition, frozenset()) | keys
+    to_delete = {
+        partition: tuple(key for key in keys if key not in hits.get(partition, ()))
+        for partition, keys in result.to_delete.items()
+    }
+    return replace(
+        result,
+        buckets={decision: {p: k for p, k in parts.items() if k} for decision, parts in buckets.items()},
+        to_delete={partition: keys for partition, keys in to_delete.items() if keys},
+        first_seen_upserts={partition: records for partition, records in upserts.items() if records},
+        first_seen_drops=drops,
+    )
+
+
 def stale_partitions(
     observed: Mapping[str, int], scope: Iterable[str], started_ms: int, grace_ms: int
 ) -> set[str]:

@@ -448,6 +448,50 @@ def test_admissions_version_moves_on_every_admit_only(state: StateStore) -> None
     assert state.admissions_version() == after_replace, "renewals and releases add no protection"
 
 
+def test_the_barrier_holds_every_key_admitted_since_the_lease_was_taken(state: StateStore) -> None:
+    state.admit("before", {"staging": ["old"]}, ttl_ms=60_000)  # live when the sweep reads: not its job
+    lease = take_lease(state)
+    state.admit("hop", {"staging": ["a", "b"], "other": ["c"]}, ttl_ms=60_000)
+    state.release_admission("hop")  # released, and still in the barrier: the reference moved on
+    state.admit("short", {"staging": ["d"]}, ttl_ms=1)
+
+    asked = ["a", "b", "c", "d", "old", "never"]
+    assert state.admitted_since_lease(lease, "staging", asked) == {"a", "b", "d"}
+    assert state.admitted_since_lease(lease, "other", asked) == {"c"}
+    assert state.admitted_since_lease(lease, "staging", []) == set()
+
+
+def test_members_of_the_barrier_never_mix_partition_and_key(state: StateStore) -> None:
+    lease = take_lease(state)
+    state.admit("x", {"ab": ["c"], "p:1": ["k"]}, ttl_ms=60_000)
+    assert state.admitted_since_lease(lease, "a", ["bc"]) == set()
+    assert state.admitted_since_lease(lease, "ab", ["c"]) == {"c"}
+    assert state.admitted_since_lease(lease, "p", ["1k", ":1k"]) == set()
+
+
+def test_each_lease_starts_its_own_barrier_and_only_its_holder_reads_it(
+    state: StateStore, advance: Advance
+) -> None:
+    first = take_lease(state, "first")
+    state.admit("hop", {"staging": ["a"]}, ttl_ms=60_000)
+    state.release_lease(first)
+    state.admit("between", {"staging": ["b"]}, ttl_ms=60_000)  # no sweep holds the lease: no barrier
+    second = take_lease(state, "second")
+    assert state.admitted_since_lease(second, "staging", ["a", "b"]) == set()
+    with pytest.raises(LeaseLost):
+        state.admitted_since_lease(first, "staging", ["a"])
+
+    state.admit("later", {"staging": ["c"]}, ttl_ms=60_000)
+    assert state.admitted_since_lease(second, "staging", ["a", "b", "c"]) == {"c"}
+
+
+def test_the_barrier_takes_many_keys_in_one_admission_and_one_question(state: StateStore) -> None:
+    lease = take_lease(state)
+    keys = [f"r{i}/call" for i in range(2_500)]
+    state.admit("big", {"staging": keys[::2]}, ttl_ms=60_000)
+    assert state.admitted_since_lease(lease, "staging", keys) == set(keys[::2])
+
+
 def test_admissions_expire_on_the_store_clock(state: StateStore, advance: Advance) -> None:
     state.admit("short", {"staging": ["a"]}, ttl_ms=TTL_MS)
     state.admit("long", {"staging": ["b"]}, ttl_ms=60_000)
@@ -718,6 +762,7 @@ def every_call(store: StateStore) -> dict[str, Callable[[], object]]:
         "raise_fence": lambda: store.raise_fence("f", 1_000),
         "lower_fence": lambda: store.lower_fence("f"),
         "live_fences": store.live_fences,
+        "admitted_since_lease": lambda: store.admitted_since_lease(lease, "p", ["k"]),
     }
 
 
@@ -728,7 +773,13 @@ def test_every_call_raises_store_unavailable_once_redis_is_gone() -> None:
             try:
                 call()  # all fine while the server is up (bar the lease we do not hold)
             except LeaseLost:
-                assert name in {"save_first_seen", "forget_partition", "record_intent", "confirm_deletes"}
+                assert name in {
+                    "save_first_seen",
+                    "forget_partition",
+                    "record_intent",
+                    "confirm_deletes",
+                    "admitted_since_lease",
+                }
             except FenceRaised:
                 assert name == "record_intent"
         server.stop()

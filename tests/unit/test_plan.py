@@ -9,8 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tq_gc.config import ScopeEntry
-from tq_gc.model import Decision, FirstSeen, Identity, References, RowId, tags_digest
-from tq_gc.plan import PlanPolicy, plan, stale_partitions
+from tq_gc.model import (
+    Decision,
+    FirstSeen,
+    Identity,
+    References,
+    RowId,
+    group_by_partition,
+    merge_keys,
+    tags_digest,
+)
+from tq_gc.plan import PlanPolicy, admitted_meanwhile, plan, stale_partitions
 
 STAGING = "rollout_staging"
 DATA = "rollout_data"
@@ -283,3 +292,33 @@ def test_records_are_trusted_only_while_observed_within_grace(
         last = observed.get(partition)
         trusted = partition in scope and last is not None and last <= started <= last + GRACE_MS
         assert (partition not in stale) is trusted, (partition, last)
+
+
+@given(snapshots(), ROW_SETS)
+def test_rows_admitted_meanwhile_are_kept_as_if_the_snapshot_had_shown_them(
+    snap: Snapshot, admitted_rows: frozenset[RowId]
+) -> None:
+    listed, refs, first_seen, now, pol = snap
+    admitted = group_by_partition(admitted_rows)
+    result = admitted_meanwhile(plan(*snap), admitted)
+    before = plan(*snap)
+
+    buckets = [result.rows(decision) for decision in Decision]
+    assert set().union(*buckets) == _in_scope(snap)
+    assert sum(len(b) for b in buckets) == len(_in_scope(snap)), "a row in two buckets"
+    assert result.rows(Decision.DELETE) == set(result.rows_to_delete())
+    assert set(result.rows_to_delete()) <= set(before.rows_to_delete()) - admitted_rows
+    records = {
+        RowId(p, k)
+        for p in set(first_seen) | set(result.first_seen_upserts)
+        for k in (set(first_seen.get(p, {})) - result.first_seen_drops.get(p, frozenset()))
+        | set(result.first_seen_upserts.get(p, {}))
+    }
+    assert records == _in_scope(snap) - refs.rows() - admitted_rows
+    if len(before.rows(Decision.KEEP_OVER_CAP)) == 0:  # the cap did not bite: the plan that saw them
+        shown = References(
+            admissions=merge_keys(refs.admissions, admitted), manifests=refs.manifests, tags=refs.tags
+        )
+        full = plan(listed, shown, first_seen, now, pol)
+        for decision in (Decision.DELETE, Decision.KEEP_GRACE, Decision.KEEP_OVER_CAP):
+            assert result.rows(decision) == full.rows(decision), decision

@@ -10,8 +10,10 @@
 2. `MovesMachine`, a hypothesis state machine: publishers admit, release, write tag rows and manifests
    (active, retired, removed), checkpoints fence, write a manifest and unfence, writers rewrite rows, the
    clock jumps past the grace with no sweep, a second config without the partition sweeps for a while,
-   and inside a sweep, before any call it makes, a reference moves (in one step or two), a fresh admission
-   or a fenced checkpoint names a row, or the lease expires and another sweeper sweeps. Invariants:
+   and inside a sweep, before any calls it makes, references hop by the protocol (any number of times,
+   between any sources), move once outside it (in one step or two), an orphan is adopted by the
+   protocol, a fresh admission or a fenced checkpoint names a row, or the lease expires and another
+   sweeper sweeps. Invariants:
    - a row deleted is not referenced when deleted (except a reference made after the sweep's last
      re-check: TQ has no compare-and-delete, no collector over it closes that window);
    - a row deleted was seen unreferenced by sweeps over at least a full grace, with no gap longer than
@@ -378,13 +380,35 @@ class Slip:
 
 hook_point = st.integers(0, MAX_HOOK_POINT)
 pick = st.integers(0, 3)
+source_pairs = st.sampled_from(list(permutations(SOURCES, 2)))
+# A move outside the protocol (make-before-break with no admission) is covered once per sweep, by the
+# order of the reads; a hop (a move inside an admission) any number of times, by the barrier.
+raw_move = st.builds(
+    lambda at, pair, pick: Slip(at, "move", pair[0], pair[1], pick), hook_point, source_pairs, pick
+)
+
+
+def route(start: int, turns: list[int]) -> list[str]:
+    """Sources from SOURCES[start], each next one another source than the one before."""
+    path = [SOURCES[start]]
+    for turn in turns:
+        path.append(SOURCES[(SOURCES.index(path[-1]) + turn) % len(SOURCES)])
+    return path
+
+
+routes = st.builds(route, st.integers(0, 2), st.lists(st.integers(1, 2), min_size=2, max_size=6))
+# A hot reference: the row most at risk hops along `route`, one hop every `every` calls of the sweep.
+hot_hops = st.builds(
+    lambda at, every, route: [
+        Slip(at + k * every, "hop", old, new) for k, (old, new) in enumerate(itertools.pairwise(route))
+    ],
+    st.integers(0, MAX_HOOK_POINT // 2),
+    st.integers(1, 4),
+    routes,
+)
 slips = st.one_of(
-    st.builds(
-        lambda at, pair, pick: Slip(at, "move", pair[0], pair[1], pick),
-        hook_point,
-        st.sampled_from(list(permutations(SOURCES, 2))),
-        pick,
-    ),
+    st.builds(lambda at, pair, pick: Slip(at, "hop", pair[0], pair[1], pick), hook_point, source_pairs, pick),
+    st.builds(Slip, hook_point, st.just("adopt"), new=st.sampled_from(["manifest", "tag"]), pick=pick),
     st.builds(Slip, hook_point, st.just("make"), new=source, pick=pick),
     st.builds(Slip, hook_point, st.just("break"), old=source, pick=pick),
     st.builds(Slip, hook_point, st.sampled_from(["admit", "rewrite"]), pick=pick),
@@ -583,11 +607,17 @@ class MovesMachine(RuleBasedStateMachine):
     def audit_rows(self) -> set[tuple[str, str, str]]:
         return {(row.run_id, row.partition, row.key) for row in self.state.read_audit(None, 100_000)}
 
-    @rule(slips=st.lists(slips, max_size=3), then_s=st.sampled_from([10, 30, 45, 59]))
-    def sweep(self, slips: list[Slip], then_s: int) -> None:
-        """The sidecar's schedule: a sweep, with `slips` inside, then a while before the next one."""
+    @rule(
+        slips=st.lists(slips, max_size=4),
+        hot=st.lists(hot_hops, max_size=2),
+        move=st.none() | raw_move,
+        then_s=st.sampled_from([10, 30, 45, 59]),
+    )
+    def sweep(self, slips: list[Slip], hot: list[list[Slip]], move: Slip | None, then_s: int) -> None:
+        """The sidecar's schedule: a sweep, with `slips` inside (and hot references hopping many times),
+        then a while before the next one."""
         start = self.timeline.position
-        for slip in slips:
+        for slip in [*slips, *itertools.chain.from_iterable(hot), *([move] if move else [])]:
             self.timeline.at(start + slip.at, partial(self.slip, slip))
         self.run_sweep(self.config, "sidecar")
         self.clock.advance(then_s)
@@ -612,7 +642,7 @@ class MovesMachine(RuleBasedStateMachine):
         event(f"inside a sweep: {slip.action}")
         referenced = self.at_risk(self.was_referenced)
         anyone = self.at_risk(self.rows.keys(STAGING)) or list(KEYS)
-        if slip.action in ("move", "make", "break"):
+        if slip.action in ("move", "hop", "make", "break"):
             if slip.action != "make":
                 referenced = [row for row in referenced if slip.old in self.pub.sources_of(row)]
             if not referenced:
@@ -620,10 +650,14 @@ class MovesMachine(RuleBasedStateMachine):
             row = referenced[slip.pick % len(referenced)]
             if slip.action == "move":
                 self.pub.move(row, slip.old, slip.new, keep_empty=slip.pick % 2 == 0)
+            elif slip.action == "hop":
+                self.pub.hop(row, slip.old, slip.new, keep_empty=slip.pick % 2 == 0)
             elif slip.action == "make":
                 self.pub.add(slip.new, row, holder="-made")
             else:
                 self.pub.remove(slip.old, row, keep_empty=slip.pick % 2 == 0)
+        elif slip.action == "adopt":  # an orphan, the longest unreferenced first, taken up by the protocol
+            self.pub.adopt(anyone[slip.pick % len(anyone)], slip.new)
         elif slip.action == "admit":  # a fresh admission: the re-check before each batch sees it
             self.pub.add("admission", anyone[slip.pick % len(anyone)], holder="-fresh")
         elif slip.action == "checkpoint":  # fence, write a manifest naming a row, unfence
@@ -690,6 +724,13 @@ class MovesMachine(RuleBasedStateMachine):
             self.run_sweep(self.config, "sidecar")
             self.clock.advance(seconds)
         self.pub.unfence("long-checkpoint")
+
+    @rule(new=source, holder=holder)
+    def the_longest_orphan_is_referenced(self, new: str, holder: str) -> None:
+        """The row seen unreferenced the longest gets a reference: one sweep that misses it deletes it."""
+        orphans = [row for row in self.at_risk(set(self.streaks)) if row not in self.was_referenced]
+        if orphans:
+            self.pub.add(new, orphans[0], holder=holder)
 
     @rule(seconds=st.sampled_from([61, 200]))
     def no_sweep_for(self, seconds: int) -> None:

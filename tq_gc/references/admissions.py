@@ -125,7 +125,7 @@ class AdmissionsSource:
         """Admissions as of now: the last snapshot while no admission was recorded since, else a fresh one.
 
         The last snapshot may still hold admissions released or expired since: it protects more rows,
-        never fewer, so reusing it is safe, and it makes the per-batch re-check cost no extra read.
+        never fewer, so reusing it is safe.
         `version` is the registry's admissions_version read just now, if the caller has it.
         """
         if self._last is not None:
@@ -137,6 +137,3 @@ class AdmissionsSource:
                 return self._last[1]
         return self.read()
 
-    def reread_keys(self, partition: str, version: int | None = None) -> frozenset[str]:
-        """`reread(version)`, as the keys held in one partition."""
-        return self.reread(version).get(partition, frozenset())

@@ -89,7 +89,8 @@ class StateStore(Protocol):
 
     # the sweep lease, shared by every sweeper of the namespace
     def acquire_lease(self, holder: str, ttl_ms: int) -> Lease | None:
-        """Take the lease if nobody holds it (atomically); None when someone else does."""
+        """Take the lease if nobody holds it (atomically); None when someone else does. Taking it
+        starts the admission barrier afresh (admitted_since_lease)."""
         ...
 
     def release_lease(self, lease: Lease) -> None:
@@ -164,6 +165,19 @@ class StateStore(Protocol):
         """The same snapshot, its rows the store's own: to read, never to change (the collector reads
         it every sweep; at 1M rows copying 10,000 admissions' rows took up to ~100 ms, most of it the
         garbage collector's)."""
+        ...
+
+    def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
+        """The write barrier: which of `keys` (in `partition`) an admission named since `lease` was
+        taken, released or expired since or not. Raises LeaseLost if the lease is not ours (another
+        sweeper's lease starts another barrier).
+
+        Every admit made while a sweeper holds the lease records its keys, in the same atomic step. A
+        reference that moves by the protocol (admit, write the new reference, remove the old, release)
+        passes through an admission each time it moves, so a sweep that checks this right before each
+        delete batch keeps every row whose reference moved since the sweep began, however often it
+        moved and whichever sources it moved between; a reference that did not move is where the
+        sweep's reads found it."""
         ...
 
     def admissions_version(self) -> int:

@@ -65,6 +65,7 @@ class MemoryState:
         self._admissions_checked_until = _NEVER  # no admission expires before this (store clock, ms)
         self._fences: dict[str, int] = {}
         self._admissions_version = 0
+        self._barrier: dict[str, set[str]] = {}  # partition -> keys admitted since the lease was taken
 
     def __repr__(self) -> str:
         return f"MemoryState(namespace={self.namespace!r})"
@@ -121,6 +122,7 @@ class MemoryState:
             if self._live_lease(now) is not None:
                 return None
             self._lease = Lease(secrets.token_hex(16), holder, now + ttl_ms)
+            self._barrier = {}
             return self._lease
 
     def _renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
@@ -136,6 +138,7 @@ class MemoryState:
         with self._lock:
             if self._lease is not None and self._lease.token == lease.token:
                 self._lease = None
+                self._barrier = {}
 
     def lease_holder(self) -> Lease | None:
         with self._lock:
@@ -216,6 +219,9 @@ class MemoryState:
             self._admissions[admission_id] = (expires_at_ms, copied)
             self._admissions_checked_until = min(self._admissions_checked_until, expires_at_ms)
             self._admissions_version += 1
+            if self._live_lease(self.clock_ms()) is not None:
+                for partition, keys in copied.items():
+                    self._barrier.setdefault(partition, set()).update(keys)
 
     def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
         with self._lock:
@@ -241,6 +247,12 @@ class MemoryState:
         with self._lock:
             self._prune(self.clock_ms())
             return {admission_id: rows for admission_id, (_, rows) in self._admissions.items()}
+
+    def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
+        with self._lock:
+            self._check_lease(lease)
+            barrier = self._barrier.get(partition, set())
+            return {key for key in keys if key in barrier}
 
     def admissions_version(self) -> int:
         with self._lock:

@@ -27,7 +27,15 @@ from tq_gc.sightings import Sightings
 from tq_gc.state import generations
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
-from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys, check_namespace
+from tq_gc.state.keys import (
+    AUDIT_MAXLEN,
+    AUDIT_PAGE,
+    GENERATION_ROWS,
+    RUNS_KEPT,
+    Keys,
+    barrier_member,
+    check_namespace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,8 @@ class RedisState:
         self._live_fences = register(scripts.LIVE_FENCES)
         self._release_lease = register(scripts.RELEASE_LEASE)
         self._lease_holder = register(scripts.LEASE_HOLDER)
+        self._acquire_lease = register(scripts.ACQUIRE_LEASE)
+        self._admitted_since_lease = register(scripts.ADMITTED_SINCE_LEASE)
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
@@ -212,10 +222,9 @@ class RedisState:
     def acquire_lease(self, holder: str, ttl_ms: int) -> Lease | None:
         token = secrets.token_hex(16)
         value = json.dumps({"token": token, "holder": holder})
-        with self._guard("acquire the lease"), self._client.pipeline(transaction=True) as pipe:
-            pipe.set(self._keys.lease, value, nx=True, px=ttl_ms)
-            pipe.time()  # inside MULTI: the clock reading that goes with the SET
-            taken, (seconds, microseconds) = pipe.execute()
+        keys = [self._keys.lease, self._keys.admission_barrier]
+        with self._guard("acquire the lease"):
+            taken, seconds, microseconds = self._acquire_lease(keys=keys, args=[value, ttl_ms])
         if not taken:
             return None
         return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
@@ -233,7 +242,7 @@ class RedisState:
 
     def release_lease(self, lease: Lease) -> None:
         with self._guard("release the lease"):
-            self._release_lease(keys=[self._keys.lease], args=[lease.token])
+            self._release_lease(keys=[self._keys.lease, self._keys.admission_barrier], args=[lease.token])
 
     def lease_holder(self) -> Lease | None:
         with self._guard("read the lease"):
@@ -326,7 +335,13 @@ class RedisState:
     # admissions and fences (expiry computed on the Redis clock, inside the scripts) -------------
 
     def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
-        keys = [self._keys.admission_expiry, self._keys.admission_rows, self._keys.admission_version]
+        keys = [
+            self._keys.admission_expiry,
+            self._keys.admission_rows,
+            self._keys.admission_version,
+            self._keys.lease,
+            self._keys.admission_barrier,
+        ]
         with self._guard(f"record admission {admission_id!r}"):
             self._admit(keys=keys, args=[admission_id, json.dumps(rows), ttl_ms])
 
@@ -358,6 +373,19 @@ class RedisState:
             )
         self._admissions_read = read
         return {admission_id: rows for admission_id, (_, rows) in read.items()}
+
+    def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
+        ordered = list(keys)
+        if not ordered:
+            return set()
+        members = [barrier_member(partition, key) for key in ordered]
+        with self._guard("read the admission barrier"):
+            answer = self._admitted_since_lease(
+                keys=[self._keys.lease, self._keys.admission_barrier], args=[lease.token, *members]
+            )
+        if answer == 0:
+            raise LeaseLost(self.namespace)
+        return {key for key, hit in zip(ordered, answer[1], strict=True) if hit}
 
     def admissions_version(self) -> int:
         with self._guard("read the admissions version"):

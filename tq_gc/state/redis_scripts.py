@@ -51,12 +51,48 @@ end
 
 
 # Lua numbers are doubles: %d keeps ms-since-epoch exact where tostring's %.14g could round.
+# While a sweeper holds the lease (KEYS[4]) the admitted keys also join the barrier (KEYS[5]), members
+# as keys.barrier_member builds them, in the same step: no admission made during a sweep goes unseen.
 ADMIT = _with_clock("""
 local expires_at_ms = now_ms() + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('INCR', KEYS[3])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local members = {}
+  for partition, keys in pairs(cjson.decode(ARGV[2])) do
+    local prefix = string.format('%d', #partition) .. ':' .. partition
+    for _, key in ipairs(keys) do
+      members[#members + 1] = prefix .. key
+      if #members == 1000 then
+        redis.call('SADD', KEYS[5], unpack(members))
+        members = {}
+      end
+    end
+  end
+  if #members > 0 then redis.call('SADD', KEYS[5], unpack(members)) end
+end
 return expires_at_ms
+""")
+
+# The lease (KEYS[1]) taken if free, for ARGV[3] ms, and the barrier (KEYS[2]) started afresh with it;
+# returns {taken, seconds, microseconds} (the clock reading that goes with the SET).
+ACQUIRE_LEASE = """
+local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if taken then redis.call('DEL', KEYS[2]) end
+local t = redis.call('TIME')
+return {taken and 1 or 0, t[1], t[2]}
+"""
+
+# Which of the members ARGV[2..] are in the barrier (KEYS[2]): 1 or 0 each, in order.
+ADMITTED_SINCE_LEASE = _lease_guarded("""
+local found = {}
+for i = 2, #ARGV, 1000 do
+  for _, hit in ipairs(redis.call('SMISMEMBER', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))) do
+    found[#found + 1] = hit
+  end
+end
+return {1, found}
 """)
 
 RENEW_ADMISSION = _with_clock("""
@@ -211,7 +247,7 @@ return out
 RELEASE_LEASE = """
 local value = redis.call('GET', KEYS[1])
 if value and cjson.decode(value).token == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
 end
 return 1
 """
