@@ -119,7 +119,7 @@ class Collector:
         report = sweep.report
         report.started_at = iso_now()
         self._take_request_stats()  # requests made before this sweep are not its own
-        keeper = LeaseKeeper(lambda: self._recheck(sweep), self.config.lease_ttl_seconds * RENEW_FRACTION)
+        keeper = LeaseKeeper(lambda: self._renew(sweep), self.config.lease_ttl_seconds * RENEW_FRACTION)
         try:
             self._stop_if_asked()
             with self._phase(report, "lease"):
@@ -392,12 +392,20 @@ class Collector:
     # -- the lease --------------------------------------------------------------------------------
 
     def _recheck(self, sweep: Sweep) -> Recheck:
-        """Renew the lease (LeaseLost if it is gone) and read fences and the admissions version."""
+        """Renew the lease (LeaseLost if it is gone) and read fences and the admissions version, on the
+        sweeping thread: what it reads here vouches for its next clear (_check_lease_fresh)."""
         started = time.monotonic()
+        check = self._renew(sweep)
+        sweep.renewed_at = started
+        return check
+
+    def _renew(self, sweep: Sweep) -> Recheck:
+        """Renew the lease, and with it a delete batch's in-flight mark (LeaseLost if it is gone). The
+        background keeper's renewals come here only: they vouch for nothing the sweeping thread read."""
         check = self.state.recheck(sweep.holds_lease, self._lease_ttl_ms)
         if check.lease is None:
             raise LeaseLost(self.config.namespace)
-        sweep.lease, sweep.renewed_at = check.lease, started
+        sweep.lease = check.lease
         return check
 
     def _check_lease_fresh(self, sweep: Sweep) -> None:

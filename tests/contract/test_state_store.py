@@ -334,6 +334,22 @@ def test_a_delete_is_in_flight_from_its_intent_to_its_confirmation(
     assert not state.delete_in_flight()
 
 
+def test_a_delete_in_flight_stays_marked_while_its_sweeper_renews(
+    state: StateStore, advance: Advance
+) -> None:
+    lease = take_lease(state)
+    epoch = state.recheck(lease, ttl_ms=60_000).fence_epoch
+    state.record_intent(lease, batch("slow", "a"), fence_epoch=epoch, ttl_ms=TTL_MS)
+    for _ in range(3):  # 3 x 0.6 TTL: past the TTL the intent set, renewed all along
+        advance(0.6 * TTL_MS / 1000)
+        assert state.recheck(lease, ttl_ms=TTL_MS).lease is not None
+        assert state.delete_in_flight(), "a clear still running was no longer marked"
+    other = Lease("not-ours", "other", 0)
+    state.recheck(other, ttl_ms=60_000)  # somebody else's renewal extends nothing of ours
+    advance(PAST_TTL_S)  # the sweeper stopped renewing: dead, its mark goes after the TTL
+    assert not state.delete_in_flight()
+
+
 def record(state: StateStore, intent: AuditBatch, deleted: Iterable[str] | None = None) -> None:
     """Intent, then confirmation (all of its rows deleted unless `deleted` says which)."""
     lease = take_lease(state)

@@ -17,6 +17,7 @@ import pytest
 from tq_gc.collector import Collector
 from tq_gc.errors import StoreUnavailable
 from tq_gc.model import Cause, Identity, Outcome
+from tq_gc.registry import AdmissionRegistry
 from tq_gc.state.memory import MemoryState, SteadyClock
 
 from support.world import DATA, GRACE_S, STAGING, World
@@ -263,3 +264,45 @@ def test_the_lease_outlives_a_listing_longer_than_its_ttl(tmp_path: Path) -> Non
     report = Collector(config, world.state, world.rows, holder="sidecar").sweep(dry_run=False)
     assert (report.outcome, report.counts.within_grace) == (Outcome.COMPLETED, 1), report.reason
     assert (contenders[0].outcome, contenders[0].cause) == (Outcome.SKIPPED, Cause.LEASE_HELD)
+
+
+# issue 24: the lease keeper, and a delete batch slower than the lease -------------------------------
+
+
+def test_a_sweeping_thread_stalled_between_its_recheck_and_its_clear_stops_though_the_lease_was_renewed(
+    world: World,
+) -> None:
+    """The background renewals keep the lease, but they must not vouch for the sweeping thread: a thread
+    stalled past half the TTL after its re-check acts on a stale one."""
+    old_row(world)
+    config = world.config.model_copy(update={"lease_ttl_seconds": 1.5})  # renewed every 0.5 s
+    world.state.before("record_intent", lambda: time.sleep(1.2))  # past half the TTL (0.75 s)
+    report = Collector(config, world.state, world.rows, holder="sidecar").sweep(dry_run=False)
+    assert (report.outcome, report.cause) == (Outcome.ABORTED, Cause.LEASE_LOST), report.reason
+    assert KEY in world.staging()
+
+
+def test_a_delete_batch_slower_than_the_lease_stays_in_flight_until_it_ends(tmp_path: Path) -> None:
+    """A checkpoint fence waits for the batch in flight: the mark must last as long as the clear, not
+    one lease TTL from the intent."""
+    world = World(tmp_path)
+    world.state = MemoryState("job-42")  # the real (steady) clock: the mark expires in real time
+    world.registry = AdmissionRegistry(world.state)
+    config = world.config.model_copy(update={"lease_ttl_seconds": 1.5, "grace_seconds": 1.0})
+    world.rows.put(STAGING, KEY)
+    for _ in range(2):  # seen unreferenced for 1.2 s by sweeps 0.6 s apart: due at the next one
+        Collector(config, world.state, world.rows).sweep(dry_run=False)
+        time.sleep(0.6)
+    seen_in_flight: list[bool] = []
+    clear = world.rows.delete_if_unchanged
+
+    def slow_clear(partition: str, identities: Mapping[str, Identity]) -> set[str]:
+        time.sleep(2.0)  # longer than the TTL, renewed every 0.5 s meanwhile
+        seen_in_flight.append(world.state.delete_in_flight())
+        return clear(partition, identities)
+
+    world.rows.delete_if_unchanged = slow_clear  # type: ignore[method-assign]
+    report = Collector(config, world.state, world.rows).sweep(dry_run=False)
+    assert (report.outcome, report.counts.deleted) == (Outcome.COMPLETED, 1), report.reason
+    assert seen_in_flight == [True], "the mark ran out while the batch was still clearing"
+    assert world.state.delete_in_flight() is False

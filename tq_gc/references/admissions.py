@@ -136,4 +136,3 @@ class AdmissionsSource:
             if current == self._last[0]:
                 return self._last[1]
         return self.read()
-

@@ -102,9 +102,10 @@ class StateStore(Protocol):
         ...
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        """Extend our lease if it is still ours (token check, atomically; lease None if it was lost), and
-        read live fences, the admissions version and the fence epoch: one round trip, before every
-        delete batch and through long listings."""
+        """Extend our lease if it is still ours (token check, atomically; lease None if it was lost),
+        and our delete in flight with it (a clear slower than the TTL stays marked while its sweeper
+        renews), and read live fences, the admissions version and the fence epoch: one round trip,
+        before every delete batch and through long listings."""
         ...
 
     # run summaries and the audit log

@@ -148,6 +148,8 @@ class MemoryState:
         renewed = self._renew_lease(lease, ttl_ms)
         fences = self.live_fences()
         with self._lock:
+            if renewed is not None and self._deleting is not None and self._deleting[0] == lease.token:
+                self._deleting = (lease.token, self.clock_ms() + ttl_ms)  # a slow clear stays in flight
             return Recheck(renewed, fences, self._admissions_version, self._fence_epoch)
 
     def _live_lease(self, now: int) -> Lease | None:

@@ -230,7 +230,13 @@ class RedisState:
         return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
 
     def recheck(self, lease: Lease, ttl_ms: int) -> Recheck:
-        keys = [self._keys.lease, self._keys.fences, self._keys.admission_version, self._keys.fence_epoch]
+        keys = [
+            self._keys.lease,
+            self._keys.fences,
+            self._keys.admission_version,
+            self._keys.fence_epoch,
+            self._keys.deleting,
+        ]
         with self._guard("re-check the lease, fences and admissions"):
             renewed, version, epoch, *fences = self._recheck(keys=keys, args=[lease.token, ttl_ms])
         return Recheck(

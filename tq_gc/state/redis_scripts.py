@@ -226,7 +226,8 @@ return 1
 """
 )
 
-# the lease renewed + live fences + admissions version + fence epoch:
+# the lease renewed (and our delete in flight, KEYS[5], with it: a clear slower than the TTL stays marked
+# for as long as its sweeper lives) + live fences + admissions version + fence epoch:
 # [expires_at_ms or '', version, epoch, fence, expiry, ...]
 RECHECK = _with_clock("""
 local now = now_ms()
@@ -235,6 +236,7 @@ local value = redis.call('GET', KEYS[1])
 if value and cjson.decode(value).token == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   renewed = string.format('%d', now + tonumber(ARGV[2]))
+  if redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('PEXPIRE', KEYS[5], ARGV[2]) end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
 local out = {renewed, redis.call('GET', KEYS[3]) or '0', redis.call('GET', KEYS[4]) or '0'}
