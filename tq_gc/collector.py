@@ -292,10 +292,11 @@ class Collector:
         """Each newly seen row's record with its identity as the store has it now (global index and
         tags digest), so that a key recreated later is not mistaken for it; only if it is still the row
         the listing saw (the same tags, or the same global index for a partition listed by its keys).
-        A row listed with its tags keeps them as its identity when it cannot be pinned; one listed by
-        its keys alone is not recorded (it is seen afresh by the next sweep)."""
+        A row that cannot be pinned (gone since the listing) is not recorded: a record without its
+        global index would match a row written later under the same key with the same tags, which would
+        then be deleted on its first sighting. It is seen afresh by the next sweep."""
         indexes = listed.indexes if isinstance(listed, ListedKeys) else None
-        pinned = dict(upserts) if indexes is None else {}
+        pinned: dict[str, FirstSeen] = {}
         keys = sorted(upserts)
         size = self.config.transfer_queue.request_batch
         for start in range(0, len(keys), size):

@@ -306,3 +306,23 @@ def test_a_delete_batch_slower_than_the_lease_stays_in_flight_until_it_ends(tmp_
     assert (report.outcome, report.counts.deleted) == (Outcome.COMPLETED, 1), report.reason
     assert seen_in_flight == [True], "the mark ran out while the batch was still clearing"
     assert world.state.delete_in_flight() is False
+
+
+def test_a_row_gone_before_it_was_pinned_is_not_recorded_so_its_successor_starts_afresh(
+    tmp_path: Path,
+) -> None:
+    """A partition swept and also read for tags keeps each row's tags from the listing. A row that goes
+    before the sweep pins its global index must leave no record: a row written later under the same
+    key, with the same tags, is another row and must wait out its own grace."""
+    world = World(
+        tmp_path,
+        tag_references=[{"partition": STAGING, "key_path": "plan.keys", "target_partition": STAGING}],
+    )
+    world.rows.put(STAGING, KEY, {"plan": {"keys": []}})
+    world.rows.before("identities", lambda: world.rows.delete(STAGING, [KEY]))  # the finalizer, mid-sweep
+    world.sweep()
+    world.rows.put(STAGING, KEY, {"plan": {"keys": []}})  # the same key and tags: a new row
+    world.age()
+    report = world.sweep()
+    assert KEY in world.staging(), f"a new row deleted on its first sighting: {report.counts}"
+    assert report.counts.within_grace == 1
