@@ -9,6 +9,10 @@ for N minutes:
   new reference exists before the old one is removed; renewing admissions, and re-admitting at once
   when `renew` says one is gone (Redis restarted empty); manifests change only while the job
   checkpoints (now and then), so that sweeps delete between checkpoints while the other moves go on;
+  every move follows the protocol (inside an admission of the row, unless it moves into one); hot
+  publishers flip a row admission <-> tag back to back, and hopping ones move a row between all three
+  every 0.2-0.5 s (manifests written by rename, removed by unlink or retire, no fence): many hops
+  within each sweep;
 - a leaker writes staging rows nothing references, and admissions it never renews;
 - three sweepers share one Redis: the sidecar (every second) and two `tq-gc sweep --execute --json`
   loops, one of them SIGKILLed at random moments; Redis is restarted empty at random moments;

@@ -99,13 +99,16 @@ class Timing:
 class Pace:
     """How a publisher behaves: one create, move or retire per `tick_s`; `rows_held` rows at a time,
     each moved `moves_per_row` times (a range) before it is retired; moves between `kinds`. With
-    `switch_kind` every move goes to another kind (a hot row flips admission <-> tag back to back)."""
+    `switch_kind` every move goes to another kind (a hot row flips admission <-> tag back to back).
+    With `fenced_manifests` manifests change only while the job checkpoints, under its fence; without,
+    at any time, each move inside the admission the protocol asks for."""
 
     tick_s: float
     rows_held: int
     moves_per_row: tuple[int, int]
     kinds: tuple[str, ...] = KINDS
     switch_kind: bool = False
+    fenced_manifests: bool = True
 
     def next_kind(self, rng: random.Random, current: str, manifests: bool = True) -> str:
         """The kind of a row's next reference; a manifest only when `manifests` (a checkpoint is on)."""
@@ -221,7 +224,7 @@ class Publisher(threading.Thread):
                 self._create()
                 return
             row = self._rng.choice(list(self._rows.values()))
-            if row.holders[0].kind == MANIFEST and not self._switches.checkpointing.is_set():
+            if row.holders[0].kind == MANIFEST and not self._manifests_writable():
                 return  # moved out of (or dropped from) its manifest at the next checkpoint
             if row.moves_left > 0:
                 self._move(row)
@@ -246,31 +249,45 @@ class Publisher(threading.Thread):
         self._rows[key] = _Row(key, [holder], self._rng.randint(*self._pace.moves_per_row))
         self.stats["created"] += 1
 
+    def _manifests_writable(self) -> bool:
+        return self._switches.checkpointing.is_set() or not self._pace.fenced_manifests
+
     def _move(self, row: _Row) -> None:
+        """Make-before-break by the protocol (`GcClient.holding`): inside an admission of the row, unless
+        the new reference is an admission itself (admitted before the old one goes)."""
         old = row.holders[0]
-        kind = self._pace.next_kind(self._rng, old.kind, self._switches.checkpointing.is_set())
-        new = self._add(row.key, kind)  # make ...
-        self._truth.add_holder(row.key, new)
-        row.holders.append(new)
-        self._truth.moved(row.key, old.kind, new.kind)
-        row.moves_left -= 1
-        self.stats["moved"] += 1
-        self._remove(row.key, old)  # ... before break
-        row.holders.remove(old)
-        self._truth.remove_holder(row.key, old)
+        kind = self._pace.next_kind(self._rng, old.kind, self._manifests_writable())
+        hop = self._add(row.key, ADMISSION) if kind != ADMISSION else None
+        if hop is not None:
+            self._truth.add_holder(row.key, hop)
+        try:
+            new = self._add(row.key, kind)  # make ...
+            self._truth.add_holder(row.key, new)
+            row.holders.append(new)
+            self._truth.moved(row.key, old.kind, new.kind)
+            row.moves_left -= 1
+            self.stats["moved"] += 1
+            self._remove(row.key, old)  # ... before break
+            row.holders.remove(old)
+            self._truth.remove_holder(row.key, old)
+        finally:
+            if hop is not None:  # the truth lets go first: it never claims more than Redis holds
+                self._truth.remove_holder(row.key, hop)
+                self._remove(row.key, hop)
 
     def _retire(self, row: _Row) -> None:
         while len(row.holders) > 1:  # a break that failed earlier
             self._remove(row.key, row.holders[0])
             self._truth.remove_holder(row.key, row.holders.pop(0))
         last = row.holders[0]
-        if last.kind == MANIFEST:
+        fenced = last.kind == MANIFEST and self._pace.fenced_manifests
+        if fenced:
             self._fence()  # before the check: a refused fence must leave the row referenced
         if not self._tq.exists(STAGING, row.key):  # about to drop its last reference: is it still there?
             self._truth.violation(row.key, "publisher, before dropping the last reference")
         self._truth.drop_last_holder(row.key, last)
         try:
-            expires_s = self._remove(row.key, last, fenced=last.kind == MANIFEST)
+            expires_s = self._remove(row.key, last, fenced=fenced)
         except Exception:
             self._truth.keep_last_holder(row.key, last)
             raise
@@ -316,14 +333,23 @@ class Publisher(threading.Thread):
         return None
 
     def _rewrite_manifest(self, path: str, keys: set[str], fenced: bool = False) -> None:
-        """A checkpoint: fence, write the manifest (tmp + rename), unfence."""
-        if not fenced:
+        """A checkpoint: fence, write the manifest (tmp + rename), unfence. A hot publisher writes
+        without a fence (each move is inside an admission), and removes an emptied manifest by unlink
+        or by retiring it."""
+        fence = self._pace.fenced_manifests and not fenced
+        if fence:
             self._fence()
         manifest_id = f"publisher-{self.number}-ckpt-{self._serial}"
-        write_manifest(Path(path), manifest_id, {STAGING: sorted(keys)})
+        if keys or self._pace.fenced_manifests:
+            write_manifest(Path(path), manifest_id, {STAGING: sorted(keys)})
+        elif self._rng.random() < 0.5:
+            Path(path).unlink(missing_ok=True)
+        else:
+            write_manifest(Path(path), manifest_id, {STAGING: []}, state="retired")
         self._manifests[path] = set(keys)
-        with contextlib.suppress(Exception):  # Redis down: the fence lapses after its TTL
-            self._registry.unfence(self._fence_name)
+        if fence:
+            with contextlib.suppress(Exception):  # Redis down: the fence lapses after its TTL
+                self._registry.unfence(self._fence_name)
 
     @property
     def _fence_name(self) -> str:

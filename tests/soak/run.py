@@ -56,6 +56,9 @@ OVERDUE_SHOWN = 20
 # admission <-> tag back to back, so that some move is in flight whenever a sweep reads its references.
 CALM = Pace(tick_s=0.4, rows_held=6, moves_per_row=(1, 6))
 HOT = Pace(tick_s=0.05, rows_held=1, moves_per_row=(40, 200), kinds=(ADMISSION, TAG), switch_kind=True)
+# Hot rows that hop between all three kinds every 0.2-0.5 s, manifests included (written by rename,
+# removed by unlink or retire, no fence), each move inside an admission: many hops per sweep.
+HOT_HOPS = Pace(tick_s=0.35, rows_held=1, moves_per_row=(30, 120), switch_kind=True, fenced_manifests=False)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class SoakSettings:
     calm_publishers: int = 3
     hot: Pace = HOT
     hot_publishers: int = 3
+    hopping: Pace = HOT_HOPS
+    hopping_publishers: int = 3
     cli_pause_s: tuple[float, float] = (1.0, 4.0)
     kill_chance: float = 0.6
     kill_after_s: tuple[float, float] = (1.0, 10.0)  # a CLI needs ~3-6 s to start: kills fall before and in
@@ -369,7 +374,7 @@ class Soak:
     def _start_actors(self, stack: contextlib.ExitStack) -> None:
         s = self.settings
         timing = Timing(s.admission_ttl_s, s.renew_every_s, s.fence_ttl_s, s.tick_s)
-        paces = [s.calm] * s.calm_publishers + [s.hot] * s.hot_publishers
+        paces = [s.calm] * s.calm_publishers + [s.hot] * s.hot_publishers + [s.hopping] * s.hopping_publishers
         self.publishers = [
             Publisher(
                 n,
