@@ -410,11 +410,24 @@ def test_audit_filter_pages_past_other_runs(state: StateStore) -> None:
 def test_audit_trims_whole_batches_and_keeps_the_newest_maxlen_rows(state: StateStore) -> None:
     size = AUDIT_MAXLEN // 50
     for i in range(60):
-        record(state, batch("run", *(f"b{i}/{j}" for j in range(size))))
+        record(state, batch(f"run-{i}", *(f"b{i}/{j}" for j in range(size))))
 
     kept = state.read_audit(None, limit=2 * AUDIT_MAXLEN)
     assert len(kept) == AUDIT_MAXLEN
     assert kept[0].key == f"b59/{size - 1}" and kept[-1].key == "b10/0"
+
+
+def test_a_run_never_trims_its_own_audit(state: StateStore) -> None:
+    """max_deletes_per_run may be above the cap: the log keeps a big run whole, older runs go first."""
+    size = AUDIT_MAXLEN // 4
+    record(state, batch("older", "x"))
+    for i in range(6):
+        record(state, batch("big", *(f"b{i}/{j}" for j in range(size))))
+
+    kept = state.read_audit(None, limit=2 * AUDIT_MAXLEN)
+    assert len(kept) == 6 * size and {row.run_id for row in kept} == {"big"}
+    record(state, batch("next", "y"))  # the next run may trim it down to the cap, whole batches
+    assert len(state.read_audit("big", limit=2 * AUDIT_MAXLEN)) == 4 * size  # b2..b5: the cap, with "y"
 
 
 def test_audit_never_trims_the_newest_batch(state: StateStore) -> None:

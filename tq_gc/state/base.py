@@ -127,7 +127,8 @@ class StateStore(Protocol):
         Refused, writing nothing, when the lease is not ours (LeaseLost) or when a fence is up or the
         fence epoch is no longer `fence_epoch` (FenceRaised): checked in the same atomic step, so a
         fence raised after this returns finds the delete in flight (delete_in_flight) and waits for it.
-        The log is capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows."""
+        The log is capped: the oldest batches go once the newer ones hold AUDIT_MAXLEN rows, never a
+        batch of the same run (a run may delete more rows than the cap)."""
         ...
 
     def confirm_deletes(

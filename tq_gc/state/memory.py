@@ -185,7 +185,10 @@ class MemoryState:
             intent_id = str(self._intents)
             self._audit.append((intent_id, batch))
             self._audit_rows += len(batch)
-            while self._audit_rows - len(self._audit[0][1]) >= AUDIT_MAXLEN:
+            # Never this run's own batches: a run may delete more rows than the cap.
+            while self._audit_rows - len(self._audit[0][1]) >= AUDIT_MAXLEN and (
+                self._audit[0][1].run_id != batch.run_id
+            ):
                 self._audit_rows -= len(self._audit.popleft()[1])
             self._deleting = (lease.token, now + ttl_ms)
             return intent_id

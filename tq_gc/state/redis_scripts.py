@@ -36,12 +36,15 @@ def _lease_guarded(body: str) -> str:
 
 # `total` of an audit stream entry: rows appended to the log up to and including it.
 _AUDIT_TOTAL_LUA = """
-local function total_of(entry)
+local function field_of(entry, name)
   local fields = entry[2]
   for i = 1, #fields, 2 do
-    if fields[i] == 'total' then return tonumber(fields[i + 1]) end
+    if fields[i] == name then return fields[i + 1] end
   end
-  return 0
+  return nil
+end
+local function total_of(entry)
+  return tonumber(field_of(entry, 'total') or '0')
 end
 local function newest_total()
   local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
@@ -172,7 +175,8 @@ return 1
 # fence epoch moved from the sweep's (ARGV[7]); it marks a delete in flight (KEYS[5], PX ARGV[8]) until its
 # confirmation. `total` counts every row appended so far, so the rows newer than an entry are
 # total(newest) - total(entry): the oldest entries are trimmed while the newer ones still hold ARGV[2]
-# rows, the newest never. Returns the entry's id.
+# rows, the newest never, nor any of this run's (ARGV[3]): a run may delete more rows than the cap.
+# Returns the entry's id.
 RECORD_INTENT = _with_clock(
     _lease_guarded(
         _AUDIT_TOTAL_LUA
@@ -189,7 +193,7 @@ redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[8])
 local start = '-'
 while true do
   local oldest = redis.call('XRANGE', KEYS[2], start, '+', 'COUNT', 1)[1]
-  if total - total_of(oldest) < maxlen then
+  if total - total_of(oldest) < maxlen or field_of(oldest, 'run_id') == ARGV[3] then
     redis.call('XTRIM', KEYS[2], 'MINID', oldest[1])
     return id
   end
