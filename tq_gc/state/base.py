@@ -16,6 +16,7 @@ another sweeper in between, and the stale sweeper would overwrite the new holder
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +25,11 @@ from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.sightings import Sightings
 
 AdmissionRows = dict[str, list[str]]
+
+
+def new_version() -> int:
+    """A fresh admissions version (StateStore.admissions_version): 62 random bits, never 0."""
+    return secrets.randbits(62) | 1
 
 
 def copied_admissions(live: dict[str, AdmissionRows]) -> dict[str, AdmissionRows]:
@@ -183,7 +189,9 @@ class StateStore(Protocol):
         ...
 
     def admissions_version(self) -> int:
-        """A counter that moves whenever an admission is recorded or replaced.
+        """A token that changes whenever an admission is recorded or replaced (0 before the first): a
+        random number, not a counter, so that a Redis that lost writes in a failover and took as many
+        new ones cannot show a version a reader already saw with other admissions behind it.
 
         While it stands still no row has gained protection (releases and expiries only take it away),
         so a reader may keep using a snapshot it read at the same version: that is how the collector

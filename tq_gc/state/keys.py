@@ -15,7 +15,7 @@ jobs sharing one Redis never touch each other's keys.
                                             before the clear, and a confirmation entry after; capped by rows
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
-    tqgc:{ns}:admissions:version    STRING  counter, INCR on every admit (see StateStore.admissions_version)
+    tqgc:{ns}:admissions:version    STRING  a random token, new on every admit (admissions_version)
     tqgc:{ns}:admissions:barrier    SET     `<len(partition)>:<partition><key>` of every key admitted while a
                                             sweeper holds the lease; emptied when a lease is taken or given
                                             back (see StateStore.admitted_since_lease)

@@ -13,7 +13,7 @@ from typing import Any
 from tq_gc.errors import FenceRaised, LeaseLost
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.sightings import Sightings
-from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
+from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions, new_version
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
 _NEVER = 2**63
@@ -223,7 +223,7 @@ class MemoryState:
             expires_at_ms = self.clock_ms() + ttl_ms
             self._admissions[admission_id] = (expires_at_ms, copied)
             self._admissions_checked_until = min(self._admissions_checked_until, expires_at_ms)
-            self._admissions_version += 1
+            self._admissions_version = new_version()
             if self._live_lease(self.clock_ms()) is not None:
                 for partition, keys in copied.items():
                     self._barrier.setdefault(partition, set()).update(keys)

@@ -12,7 +12,9 @@ import logging
 import secrets
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -26,7 +28,7 @@ from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
 from tq_gc.sightings import Sightings
 from tq_gc.state import generations
 from tq_gc.state import redis_scripts as scripts
-from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
+from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions, new_version
 from tq_gc.state.keys import (
     AUDIT_MAXLEN,
     AUDIT_PAGE,
@@ -42,6 +44,44 @@ log = logging.getLogger(__name__)
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 10.0
+# With a replicated Redis, `?wait_replicas=N` in the state URL: the writes a failover must not lose (an
+# admission, a fence, an audit intent) return only once N replicas have them (WAIT), or raise.
+WAIT_TIMEOUT_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """How many replicas must acknowledge a durable write, and how long to wait for them."""
+
+    replicas: int = 0
+    timeout_ms: int = WAIT_TIMEOUT_MS
+
+    @classmethod
+    def split_from(cls, url: str) -> tuple[str, Replication]:
+        """The URL without tq-gc's own options (redis-py refuses them), and those options."""
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {name: value for name, value in query if name.startswith("wait_")}
+        rest = urlencode([(name, value) for name, value in query if not name.startswith("wait_")])
+        unknown = sorted(set(ours) - {"wait_replicas", "wait_timeout_ms"})
+        if unknown:
+            raise ConfigError(f"unknown state_url option {unknown[0]!r}: use wait_replicas, wait_timeout_ms")
+        replicas = _whole(ours, "wait_replicas", 0, minimum=0)
+        timeout_ms = _whole(ours, "wait_timeout_ms", WAIT_TIMEOUT_MS, minimum=1)
+        if not ours:
+            return url, cls(replicas, timeout_ms)
+        return url.split("?", 1)[0] + (f"?{rest}" if rest else ""), cls(replicas, timeout_ms)
+
+
+def _whole(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    if name not in options:
+        return default
+    value = options[name]
+    if not value.isdigit() or int(value) < minimum:
+        raise ConfigError(f"state_url option {name}={value!r} must be a whole number of at least {minimum}")
+    return int(value)
+
+
 # Reads of a partition's records, or saves, before "kept changing" (only a lease holder writes them).
 LAYOUT_READS = 3
 
@@ -77,16 +117,23 @@ class RedisState:
         self._live_fences = register(scripts.LIVE_FENCES)
         self._release_lease = register(scripts.RELEASE_LEASE)
         self._lease_holder = register(scripts.LEASE_HOLDER)
+        self.replication = Replication()
         self._acquire_lease = register(scripts.ACQUIRE_LEASE)
         self._admitted_since_lease = register(scripts.ADMITTED_SINCE_LEASE)
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
-        """A store with its own client; close() closes it. No retries inside: a failure ends the sweep."""
+        """A store with its own client; close() closes it. No retries inside: a failure ends the sweep.
+        `?wait_replicas=N[&wait_timeout_ms=T]` makes admissions, fences and audit intents durable on N
+        replicas before they return (Replication)."""
         check_namespace(namespace)  # before opening a client we would otherwise leak
         try:
+            plain_url, replication = Replication.split_from(url)
+        except ConfigError as exc:
+            raise ConfigError(f"{redact_url(url)!r}: {exc}") from None
+        try:
             client = redis.Redis.from_url(
-                url,
+                plain_url,
                 decode_responses=True,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=SOCKET_TIMEOUT_S,
@@ -101,7 +148,9 @@ class RedisState:
                 f"{redact_url(url)!r} is not a valid Redis URL: use redis://[:password@]host:6379/0, "
                 "rediss://... or unix:///path/to/redis.sock"
             )
-        return cls(client, namespace, owns_client=True, url=url)
+        store = cls(client, namespace, owns_client=True, url=url)
+        store.replication = replication
+        return store
 
     def __repr__(self) -> str:
         return f"RedisState(url={self.url!r}, namespace={self.namespace!r})"
@@ -114,6 +163,19 @@ class RedisState:
             raise StoreUnavailable(
                 f"state store {self.url} failed to {action}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _replicated(self, action: str) -> None:
+        """After a write a failover must not lose: wait for the configured replicas to have it."""
+        wanted = self.replication.replicas
+        if wanted == 0:
+            return
+        with self._guard(f"wait for replicas to {action}"):
+            acknowledged = int(self._client.wait(wanted, self.replication.timeout_ms))
+        if acknowledged < wanted:
+            raise StoreUnavailable(
+                f"state store {self.url}: only {acknowledged} of {wanted} replicas acknowledged the write to "
+                f"{action} within {self.replication.timeout_ms} ms; a failover could lose it"
+            )
 
     def now_ms(self) -> int:
         with self._guard("read its clock"):
@@ -299,6 +361,7 @@ class RedisState:
             raise LeaseLost(self.namespace)
         if intent_id == -1:
             raise FenceRaised(self.namespace)
+        self._replicated("record the rows about to be deleted")
         return str(intent_id)
 
     def confirm_deletes(
@@ -349,7 +412,8 @@ class RedisState:
             self._keys.admission_barrier,
         ]
         with self._guard(f"record admission {admission_id!r}"):
-            self._admit(keys=keys, args=[admission_id, json.dumps(rows), ttl_ms])
+            self._admit(keys=keys, args=[admission_id, json.dumps(rows), ttl_ms, new_version()])
+        self._replicated(f"record admission {admission_id!r}")
 
     def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
         with self._guard(f"renew admission {admission_id!r}"):
@@ -400,6 +464,7 @@ class RedisState:
     def raise_fence(self, name: str, ttl_ms: int) -> None:
         with self._guard(f"raise fence {name!r}"):
             self._raise_fence(keys=[self._keys.fences, self._keys.fence_epoch], args=[name, ttl_ms])
+        self._replicated(f"raise fence {name!r}")
 
     def lower_fence(self, name: str) -> None:
         with self._guard(f"lower fence {name!r}"):

@@ -60,7 +60,7 @@ ADMIT = _with_clock("""
 local expires_at_ms = now_ms() + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[3], ARGV[4])
 if redis.call('EXISTS', KEYS[4]) == 1 then
   local members = {}
   for partition, keys in pairs(cjson.decode(ARGV[2])) do
