@@ -41,7 +41,7 @@ from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
 from tq_gc.manifest import NATIVE_FORMAT, NATIVE_STATES
 from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition, merge_keys
 from tq_gc.references import nemo_rl
-from tq_gc.references.globwalk import UnreadablePath, match_files, unreadable
+from tq_gc.references.globwalk import UnreadablePath, check_volume, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
 
 _FILE_TYPES = {
@@ -130,6 +130,7 @@ def _match(source: ManifestSource) -> MatchedFiles:
     """The files `source.glob` matches now, or ReferenceSourceError naming the path and the OS error.
     CheckpointInProgress if the format knows how a checkpoint being written looks, and one is there."""
     try:
+        check_volume(source.base, source.marker, source.mount_point)
         if source.format == "nemo_rl_recovery":
             writing = nemo_rl.in_progress_directories(source.glob)
             if writing:
