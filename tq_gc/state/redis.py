@@ -62,6 +62,7 @@ class RedisState:
         self._record_intent = register(scripts.RECORD_INTENT)
         self._confirm_deletes = register(scripts.CONFIRM_DELETES)
         self._record_run = register(scripts.RECORD_RUN)
+        self._record_source_counts = register(scripts.RECORD_SOURCE_COUNTS)
         self._recheck = register(scripts.RECHECK)
         self._renew_admission = register(scripts.RENEW_ADMISSION)
         self._live_admissions = register(scripts.LIVE_ADMISSIONS)
@@ -258,6 +259,18 @@ class RedisState:
         with self._guard("read recent runs"):
             documents = self._client.lrange(self._keys.runs, 0, limit - 1)
         return [json.loads(document) for document in documents]
+
+    def source_counts(self) -> dict[str, int]:
+        with self._guard("read the reference sources' counts"):
+            counts = cast(dict[str, str], self._client.hgetall(self._keys.source_counts))
+        return {source: int(count) for source, count in counts.items()}
+
+    def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
+        args: list[str | int] = [lease.token, *(item for pair in counts.items() for item in pair)]
+        with self._guard("record the reference sources' counts"):
+            done = self._record_source_counts(keys=[self._keys.lease, self._keys.source_counts], args=args)
+        if not done:
+            raise LeaseLost(self.namespace)
 
     def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         rows = json.dumps(
