@@ -88,25 +88,35 @@ def guard_emptied_sources(
     """Abort (ReferenceSourceError) if a source that yielded references at the last recorded sweep reads as
     empty now, unless it may become empty or is accepted; else record what every source yielded now."""
     last = state.source_counts()
-    configured = configured_sources(config)
-    emptied = [
-        source_id
-        for source_id, found in yields.items()
-        if found.reads_as_empty and last.get(source_id, 0) > 0 and source_id in configured
-    ]
-    refused = [
-        source_id
-        for source_id in emptied
-        if source_id not in accepted and not configured[source_id].may_become_empty
-    ]
-    if refused:
-        first, *others = refused
-        also = f" Empty too, for the same reason to check: {', '.join(map(repr, others))}." if others else ""
-        raise ReferenceSourceError(first, _explain(configured[first], last[first]) + also)
+    emptied = emptied_sources(last, yields)
+    refuse_emptied(config, last, [source_id for source_id in emptied if source_id not in accepted])
     for source_id in emptied:
         log.warning("reference source %r named %d rows at the last sweep and none now: accepted", source_id,
                     last[source_id])  # fmt: skip
     state.record_source_counts(lease, {source_id: found.references for source_id, found in yields.items()})
+
+
+def emptied_sources(last: Mapping[str, int], yields: Mapping[str, Yield]) -> list[str]:
+    """The sources that named rows at the last recorded sweep and read as empty now."""
+    return [
+        source_id
+        for source_id, found in yields.items()
+        if found.reads_as_empty and last.get(source_id, 0) > 0
+    ]
+
+
+def refuse_emptied(config: Config, last: Mapping[str, int], emptied: Collection[str]) -> None:
+    """ReferenceSourceError explaining the first of `emptied` that may not become empty, if any."""
+    configured = configured_sources(config)
+    refused = [
+        source_id
+        for source_id in emptied
+        if source_id in configured and not configured[source_id].may_become_empty
+    ]
+    if refused:
+        first, *others = refused
+        also = f" Empty too, for the same reasons to check: {', '.join(map(repr, others))}." if others else ""
+        raise ReferenceSourceError(first, _explain(configured[first], last[first]) + also)
 
 
 def _explain(source: ConfiguredSource, last_count: int) -> str:
