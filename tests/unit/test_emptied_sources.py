@@ -82,6 +82,24 @@ def test_the_message_says_where_the_volume_should_be(world: World) -> None:
     assert f"{world.tmp_path}/ckpt" in report.reason and "mount" in report.reason
 
 
+def test_a_volume_unmounted_between_a_sweeps_two_reads_stops_the_next_sweep(world: World) -> None:
+    """The sweep that saw the manifests in its first read keeps their rows; the next one stops."""
+    held_by_a_manifest(world)
+    world.age()
+    world.rows.before("list_keys", lambda: unmount(world))  # while listing: after the first read
+    during = world.sweep()
+    assert during.outcome is Outcome.COMPLETED and during.counts.referenced["manifests"] == 1
+    assert_stopped_by(world.sweep(), manifest_source(world))
+    assert world.staging() == {HELD}
+
+
+def test_a_manifest_written_between_a_sweeps_two_reads_is_no_empty_source(world: World) -> None:
+    held_by_a_manifest(world)
+    unmount(world)
+    world.rows.before("list_keys", lambda: world.write_manifest([HELD]))
+    assert world.sweep().outcome is Outcome.COMPLETED
+
+
 def test_accepting_the_empty_source_lets_this_sweep_on_and_the_next_ones(world: World) -> None:
     held_by_a_manifest(world)
     unmount(world)

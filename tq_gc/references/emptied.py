@@ -13,8 +13,12 @@ accept it: `tq-gc sweep --accept-empty SOURCE` for one sweep (which then records
 What reads as empty: a manifest source whose glob matches no file at all (files that are retired or name
 no rows are the publisher saying "release", and are believed); a tag or owner reference that names no
 row. The base directory's device (st_dev) is reported, not compared: a CronJob's pod mounts the volume
-afresh every run and a network file system's device number changes with each mount, so a change alone
-proves nothing; no file where files were is what an unmounted volume looks like.
+afresh every run, and the device number of the same volume can differ from one mount to the next
+(another node, another attach order), so a change alone proves nothing; no file where files were is what
+an unmounted volume looks like.
+
+Admissions are not guarded so: every admission released is a job between calls. Publishers on another
+namespace or Redis database than the sweeper's are what `tq-gc check` looks for instead.
 """
 
 from __future__ import annotations
@@ -85,14 +89,16 @@ def guard_emptied_sources(
     accepted: Collection[str],
     yields: Mapping[str, Yield],
 ) -> None:
-    """Abort (ReferenceSourceError) if a source that yielded references at the last recorded sweep reads as
-    empty now, unless it may become empty or is accepted; else record what every source yielded now."""
+    """Abort (ReferenceSourceError) if a source that yielded references at the last recorded sweep reads
+    as empty now, unless it may become empty or is accepted; else record what every source yielded now."""
     last = state.source_counts()
     emptied = emptied_sources(last, yields)
     refuse_emptied(config, last, [source_id for source_id in emptied if source_id not in accepted])
     for source_id in emptied:
-        log.warning("reference source %r named %d rows at the last sweep and none now: accepted", source_id,
-                    last[source_id])  # fmt: skip
+        count = last[source_id]
+        log.warning(
+            "reference source %r named %d rows at the last sweep and none now: accepted", source_id, count
+        )
     state.record_source_counts(lease, {source_id: found.references for source_id, found in yields.items()})
 
 
@@ -121,47 +127,36 @@ def refuse_emptied(config: Config, last: Mapping[str, int], emptied: Collection[
 
 def _explain(source: ConfiguredSource, last_count: int) -> str:
     rows = f"{last_count} row" + ("" if last_count == 1 else "s")
-    what = {
-        ManifestSource: lambda: f"and now matches no file: {_volume(source)}",
-        TagReference: lambda: f"and names none now: {_tags(source)}",
-        OwnerReference: lambda: f"and none of its rows has its owner now: {_owners(source)}",
-    }[type(source)]()
     return (
-        f"it named {rows} at the last sweep that read every source {what}. Nothing is "
+        f"it named {rows} at the last sweep that read every source {_what_to_check(source)}. Nothing is "
         "deleted while it reads as empty. If it is empty on purpose, accept it for one sweep with "
         f"`tq-gc sweep --accept-empty '{source.source_id}'`, or set `may_become_empty: true` on the source."
     )
 
 
-def _volume(source: ConfiguredSource) -> str:
-    assert isinstance(source, ManifestSource)
+def _what_to_check(source: ConfiguredSource) -> str:
+    if isinstance(source, ManifestSource):
+        return f"and now matches no file: {_volume(source)}"
+    if isinstance(source, TagReference):
+        return (
+            f"and names none now: do the rows of {source.partition!r} still carry {source.key_path!r} (a "
+            "renamed field?), and is this the job's TransferQueue?"
+        )
+    return (
+        f"and none of its rows has its owner now: does {source.owners_in!r} still hold the owner rows, "
+        "under the keys the rule computes, and is this the job's TransferQueue?"
+    )
+
+
+def _volume(source: ManifestSource) -> str:
     base = source.base
     try:
         device = f", device {os.stat(base).st_dev:#x}"
     except OSError:
         device = ""
-    hint = (
-        ""
-        if source.marker or source.mount_point
-        else " (a `marker` or `mount_point` on the source checks it)"
-    )
+    checked = source.marker or source.mount_point
+    hint = "" if checked else " (a `marker` or `mount_point` on the source makes tq-gc check it)"
     return (
         f"is the volume mounted? Its base directory {base} is on the file system mounted at "
         f"{enclosing_mount(base)}{device}{hint}"
-    )
-
-
-def _tags(source: ConfiguredSource) -> str:
-    assert isinstance(source, TagReference)
-    return (
-        f"do the rows of {source.partition!r} still carry {source.key_path!r} (a renamed field?), and is "
-        "this the job's TransferQueue?"
-    )
-
-
-def _owners(source: ConfiguredSource) -> str:
-    assert isinstance(source, OwnerReference)
-    return (
-        f"does {source.owners_in!r} still hold the owner rows, under keys the rule computes, and is this the "
-        "job's TransferQueue?"
     )
