@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 
 from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
@@ -183,3 +184,16 @@ def test_a_source_emptied_since_the_last_sweep_is_flagged(
     assert code == EXIT_USAGE and not check["ok"]
     assert f"manifests:{tmp_path}/ckpt/**/gc-manifest.json" in check["detail"] and "1 row" in check["detail"]
     assert world.state.source_counts() == recorded  # the check records nothing
+
+
+def test_a_database_the_user_may_not_select_is_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], redis_url: str
+) -> None:
+    publishers = AdmissionRegistry.connect(redis_url.rsplit("/", 1)[0] + "/3", namespace="job-24")
+    publishers.admit("adm-1", {STAGING: ["r1/c1"]}, ttl_seconds=600)
+    publishers.close()
+    admin = redis.Redis.from_url(redis_url)
+    admin.execute_command("ACL", "SETUSER", "sweeper", "on", ">pw", "~*", "&*", "+@all", "-select")
+    admin.close()
+    code, check = redis_check(tmp_path, capsys, redis_url.replace("redis://", "redis://sweeper:pw@"))
+    assert code == EXIT_OK and check["ok"], check
