@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
+from itertools import islice
 from typing import Any
 
-from tq_gc.config import Config, ManifestSource, OwnerReference
-from tq_gc.errors import TqGcError
+from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
+from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
 from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
+from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_emptied
+from tq_gc.references.keypath import split_key_path
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
+from tq_gc.state.redis import NamespaceSeen
 from tq_gc.stores import RowStore
 from tq_gc.stores.base import optional_method
 from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]
 NEMO_RL = "nemo_rl_recovery"
+# Rows with tags a tag key path is tried on: enough to tell a typo from a path some rows lack, and a
+# check stays quick on a partition of a million rows.
+KEY_PATH_SAMPLE_ROWS = 1000
+# Other namespaces, and tag names of the sampled rows, named in a check's detail.
+NAMESPACES_SHOWN = 10
+TAG_NAMES_SHOWN = 20
 
 
 def _check(name: str, probe: Callable[[], str]) -> CheckResult:
@@ -42,6 +53,7 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         results.append(_check("state store", _probe_state(state, config)))
         if isinstance(state, RedisState):
             results.append(_eviction_check(state))
+            results.append(_check("namespace", _probe_namespaces(state, config)))
         results.append(
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
@@ -57,7 +69,118 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
                 _check(f"owner reference {reference.partition}", _probe_owners(reference, rows))
                 for reference in config.owner_references
             ]
+            results += [
+                _check(
+                    f"tag key path {reference.key_path} in {reference.partition}",
+                    _probe_key_path(reference, rows),
+                )
+                for reference in config.tag_references
+            ]
+            results.append(_check("sources since the last sweep", _probe_emptied(config, state, rows)))
     return results
+
+
+def _probe_key_path(reference: TagReference, rows: RowStore) -> Callable[[], str]:
+    """Does the key path resolve in some rows of its partition that have tags? A typo resolves in none,
+    reads as "references nothing", and leaves only the blast-radius guard before mass deletion."""
+
+    def probe() -> str:
+        listed = rows.list_rows(reference.partition) if reference.partition in rows.partitions() else None
+        if listed is None:
+            raise ReferenceSourceError(
+                "tags", f"partition {reference.partition!r} does not exist in the row store"
+            )
+        sample = list(islice((tags for tags in listed.values() if tags), KEY_PATH_SAMPLE_ROWS))
+        if not sample:
+            return f"no row of {reference.partition!r} has tags yet: the key path cannot be checked"
+        segments = split_key_path(reference.key_path)
+        resolved = sum(1 for tags in sample if _reaches(tags, segments))
+        if resolved:
+            return f"{reference.key_path!r} resolves in {resolved} of {len(sample)} sampled rows with tags"
+        names = sorted({name for tags in sample for name in tags})
+        shown = ", ".join(names[:TAG_NAMES_SHOWN]) + (", ..." if len(names) > TAG_NAMES_SHOWN else "")
+        raise ReferenceSourceError(
+            "tags",
+            f"key path {reference.key_path!r} resolves in none of the {len(sample)} sampled rows of "
+            f"{reference.partition!r} that have tags (their tags: {shown}): a typo, or a field the job "
+            "renamed? It names no row, so every row it should protect reads as unreferenced",
+        )
+
+    return probe
+
+
+def _reaches(value: Any, segments: tuple[str, ...]) -> bool:
+    """Whether the path reaches a value (of any type, a list included) in `value`, decoding JSON strings
+    on the way as the tag reader does."""
+    if isinstance(value, str) and segments:
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return False
+    if not segments:
+        return value is not None
+    if isinstance(value, list | tuple):
+        return any(_reaches(item, segments) for item in value)
+    if isinstance(value, Mapping):
+        return segments[0] in value and _reaches(value[segments[0]], segments[1:])
+    return False
+
+
+def _probe_namespaces(state: RedisState, config: Config) -> Callable[[], str]:
+    """Publishers and sweepers on different namespaces or Redis databases each read as the other holding
+    no references: flag a namespace that never saw an admission while others on this Redis did."""
+
+    def probe() -> str:
+        seen = state.namespaces_in_use()
+        here = f"namespace {config.namespace!r} (db {state.database})"
+        own = next((n for n in seen if (n.database, n.namespace) == (state.database, config.namespace)), None)
+        others = [n for n in seen if n is not own]
+        if own is not None and own.admitted:
+            return f"{here}: admissions recorded; {len(others)} other tq-gc namespace(s) on this Redis"
+        swept = own is not None and own.swept
+        # Publishers nobody sweeps; before our first sweep, any namespace here may be the job's.
+        suspects = [n for n in others if n.admitted and not n.swept] or ([] if swept else others)
+        if not suspects:
+            return f"{here}: no admission recorded yet; no other tq-gc namespace here looks like the job's"
+        named = ", ".join(map(_describe_namespace, suspects[:NAMESPACES_SHOWN]))
+        raise TqGcError(
+            f"{here} has never recorded an admission{'' if swept else ' nor a sweep'}, while this Redis "
+            f"holds {named}: are the publishers and this config on the same namespace and Redis database "
+            "(the state_url's /<db>)? If the job has not started yet, check again once it has"
+        )
+
+    return probe
+
+
+def _describe_namespace(seen: NamespaceSeen) -> str:
+    admitted = "admissions" if seen.admitted else "no admissions"
+    return f"{seen.namespace!r} (db {seen.database}, {admitted}, {'swept' if seen.swept else 'never swept'})"
+
+
+def _probe_emptied(config: Config, state: StateStore, rows: RowStore) -> Callable[[], str]:
+    """What the next sweep would refuse: a source that named rows at the last sweep, reading as empty now."""
+
+    def probe() -> str:
+        last = state.source_counts()
+        if not last:
+            return "no sweep has recorded what its sources named yet"
+        manifests = ManifestsSource(config.manifests)
+        tags = TagsSource(config.tag_references, rows)
+        owners = OwnersSource(config.owner_references, rows)
+        try:
+            manifests.read()
+            tags.read()
+            owners.read()
+        except (ReferenceSourceError, CheckpointInProgress) as exc:
+            return f"not compared: a source does not read now ({exc})"
+        emptied = emptied_sources(last, collected_yields(manifests.yields(), tags.counts, owners.counts))
+        refuse_emptied(config, last, emptied)
+        named = sum(1 for count in last.values() if count)
+        return f"{named} source(s) named rows at the last sweep; none of those reads as empty now" + (
+            f" (may become empty: {', '.join(emptied)})" if emptied else ""
+        )
+
+    return probe
 
 
 def _nemo_rl_check(source: ManifestSource) -> CheckResult:

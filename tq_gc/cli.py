@@ -71,6 +71,13 @@ def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Conf
 @_json_option
 @click.option("--max-deletes", type=click.IntRange(min=0), help="Delete at most N rows this run.")
 @click.option("--pushgateway", metavar="URL", help="Push the sweep's metrics to a Prometheus Pushgateway.")
+@click.option(
+    "--accept-empty",
+    "accept_empty",
+    metavar="SOURCE",
+    multiple=True,
+    help="A reference source that named rows at the last sweep may read as empty this once (repeatable).",
+)
 @click.pass_context
 def sweep(
     ctx: click.Context,
@@ -79,6 +86,7 @@ def sweep(
     as_json: bool,
     max_deletes: int | None,
     pushgateway: str | None,
+    accept_empty: tuple[str, ...],
 ) -> None:
     """One sweep: lease, fence, list, references, plan, re-check, delete, report."""
     config = _load(ctx, config_path)
@@ -86,7 +94,7 @@ def sweep(
     with runtime.stores(config) as (state, rows), render.progress(enabled=not as_json) as progress:
         assert rows is not None
         report = Collector(config, state, rows).sweep(
-            dry_run=not execute, max_deletes=max_deletes, progress=progress
+            dry_run=not execute, max_deletes=max_deletes, progress=progress, accept_empty=accept_empty
         )
     if pushgateway:
         from tq_gc.metrics import push_report

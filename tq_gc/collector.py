@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 
 from tq_gc.config import Config
@@ -46,6 +46,7 @@ from tq_gc.plan import (
     unreferenced_rows,
 )
 from tq_gc.references.admissions import AdmissionsSource
+from tq_gc.references.emptied import accepted_sources, collected_yields, guard_emptied_sources
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
@@ -91,14 +92,24 @@ class Collector:
         self.owners = OwnersSource(config.owner_references, row_store)
         self._lease_ttl_ms = int(config.lease_ttl_seconds * 1000)
         self._stop = threading.Event()
+        self._accept_empty: frozenset[str] = frozenset()
 
     def sweep(
-        self, *, dry_run: bool = True, max_deletes: int | None = None, progress: Progress | None = None
+        self,
+        *,
+        dry_run: bool = True,
+        max_deletes: int | None = None,
+        progress: Progress | None = None,
+        accept_empty: Collection[str] = (),
     ) -> SweepReport:
         """One sweep. The report says how it ended; it raises only ConfigError (bad config or usage,
-        no TransferQueue to attach to), after recording the run, and BaseExceptions (interrupts)."""
+        no TransferQueue to attach to), after recording the run, and BaseExceptions (interrupts).
+
+        `accept_empty`: source ids (references/emptied.py) that may read as empty this sweep although
+        they named rows at the last one: the operator's word that it is on purpose."""
         if max_deletes is not None and max_deletes < 0:
             raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
+        self._accept_empty = accepted_sources(self.config, accept_empty)
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
         sweep = Sweep(report, PlanPolicy.from_config(self.config, max_deletes), progress)
         with without_cyclic_gc():
@@ -224,6 +235,8 @@ class Collector:
             owners = self.owners.read(listing, existing)
             admissions = merge_keys(admissions, self.admissions.reread())
             manifests = merge_keys(manifests, self.manifests.read())
+        yields = collected_yields(self.manifests.yields(), self.tags.counts, self.owners.counts)
+        guard_emptied_sources(self.state, sweep.holds_lease, self.config, self._accept_empty, yields)
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
 
     def _list(self) -> tuple[Listing, set[str]]:

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tq_gc.config.base import Frozen
+from tq_gc.references.globwalk import Pattern
 from tq_gc.references.keypath import split_key_path
 from tq_gc.references.keytemplate import KeyTemplate
 
@@ -32,6 +33,23 @@ class ManifestSource(Frozen):
     expect_nonempty: bool = False
     # A larger file fails the source: a runaway or wrong file must not exhaust the sweeper's memory.
     max_file_bytes: int = Field(default=64 * 2**20, gt=0)
+    # What a healthy source looks like: a file the volume carries under the glob's base (an empty mount
+    # point lacks it), and the mount point the base must be on (os.path.ismount).
+    marker: str | None = Field(default=None, min_length=1)
+    mount_point: str | None = Field(default=None, min_length=1)
+    # Off: a source that named rows at the last sweep and now matches no file aborts the sweep (an
+    # unmounted volume reads as no files). On: the job may really remove every manifest.
+    may_become_empty: bool = False
+
+    @property
+    def source_id(self) -> str:
+        """How sweeps, the state store and `--accept-empty` name this source."""
+        return f"manifests:{self.glob}"
+
+    @property
+    def base(self) -> str:
+        """The glob's literal directory prefix (`/ckpt` of `/ckpt/**/gc-manifest.json`)."""
+        return Pattern.parse(self.glob).base
 
     @field_validator("glob")
     @classmethod
@@ -66,7 +84,26 @@ class ManifestSource(Frozen):
                 )
         elif not (self.key_path and self.partition):
             raise ValueError(f"format {self.format!r} needs both key_path and partition")
+        self._check_health_options()
         return self
+
+    def _check_health_options(self) -> None:
+        if self.marker is not None:
+            parts = self.marker.split("/")
+            if os.path.isabs(self.marker) or ".." in parts or "" in parts:
+                raise ValueError(
+                    f"marker {self.marker!r}: name a file under the glob's base directory {self.base!r}, "
+                    "relative and without '..', such as .tq-gc-volume"
+                )
+        if self.mount_point is not None:
+            mount_point = os.path.normpath(self.mount_point)
+            if mount_point == "/":
+                raise ValueError("mount_point '/' is always mounted: name the volume's own mount point")
+            if not os.path.isabs(mount_point) or os.path.commonpath([mount_point, self.base]) != mount_point:
+                raise ValueError(
+                    f"mount_point {self.mount_point!r} must be the glob's base directory {self.base!r} or "
+                    "one of its parents (the volume the manifests are on)"
+                )
 
 
 class TagReference(Frozen):
@@ -76,6 +113,13 @@ class TagReference(Frozen):
     # A key path that resolves in none of the partition's rows fails the sweep instead of reading as
     # "references nothing".
     expect_nonempty: bool = False
+    # Off: a reference that named rows at the last sweep and names none now aborts the sweep.
+    may_become_empty: bool = False
+
+    @property
+    def source_id(self) -> str:
+        """How sweeps, the state store and `--accept-empty` name this source."""
+        return f"tag_references:{self.partition}:{self.key_path}:{self.target_partition}"
 
     @field_validator("key_path")
     @classmethod
@@ -99,6 +143,14 @@ class OwnerReference(Frozen):
     # A pattern (or tag) that matches no row of a non-empty partition fails the sweep instead of
     # reading as "owns nothing".
     expect_nonempty: bool = False
+    # Off: a reference whose rows had their owner at the last sweep and none now aborts the sweep.
+    may_become_empty: bool = False
+
+    @property
+    def source_id(self) -> str:
+        """How sweeps, the state store and `--accept-empty` name this source."""
+        rule = f"owner_tag={self.owner_tag}" if self.owner_tag is not None else self.key_pattern
+        return f"owner_references:{self.partition}:{rule}"
 
     @field_validator("key_pattern")
     @classmethod

@@ -132,6 +132,40 @@ class _Walk:
             raise UnreadablePath(directory, unreadable(exc)) from exc
 
 
+def check_volume(base: str, marker: str | None, mount_point: str | None) -> None:
+    """Raise UnreadablePath unless the volume under `base` looks healthy: `marker` (a path relative to
+    `base`) is a regular file, and `mount_point` (`base` or a parent of it) is a mount point.
+
+    An unmounted volume leaves its mount point behind, an empty directory: to a walk it reads as a
+    volume holding no manifests."""
+    if mount_point is not None and not os.path.ismount(mount_point):
+        raise UnreadablePath(
+            mount_point,
+            f"{mount_point} is not a mount point (mount_point says the manifests are on a volume mounted "
+            f"there; {base} is on the file system mounted at {enclosing_mount(mount_point)}): is the "
+            "volume mounted?",
+        )
+    if marker is not None:
+        path = os.path.join(base, marker)
+        found = _follow(path)
+        if found is None:
+            raise UnreadablePath(
+                path,
+                f"marker {marker!r} is missing under {base} (on the file system mounted at "
+                f"{enclosing_mount(base)}): is the volume mounted? A healthy volume carries this file",
+            )
+        if not stat.S_ISREG(found.st_mode):
+            raise UnreadablePath(path, f"marker {marker!r} is not a regular file")
+
+
+def enclosing_mount(path: str) -> str:
+    """The mount point of the file system `path` (or its nearest existing parent) is on."""
+    current = os.path.abspath(path)
+    while not os.path.exists(current) or not os.path.ismount(current):
+        current = os.path.dirname(current)
+    return current
+
+
 def _matches(name: str, part: str) -> bool:
     return fnmatchcase(name, part) and (not name.startswith(".") or part.startswith("."))
 

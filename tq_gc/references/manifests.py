@@ -31,6 +31,7 @@ import io
 import json
 import os
 import stat
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,12 @@ from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
 from tq_gc.manifest import NATIVE_FORMAT, NATIVE_STATES
 from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition, merge_keys
 from tq_gc.references import nemo_rl
-from tq_gc.references.globwalk import UnreadablePath, match_files, unreadable
+from tq_gc.references.emptied import Yield
+from tq_gc.references.globwalk import UnreadablePath, check_volume, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
+
+# A sweep reads the manifests twice, before and after its listing (collector.Collector._read_references).
+READS_PER_SWEEP = 2
 
 _FILE_TYPES = {
     stat.S_IFDIR: "a directory",
@@ -88,6 +93,8 @@ class ManifestsSource:
         self._sources = tuple(sources)
         self._parsed: dict[tuple[int, Path], ParsedFile] = {}  # (source index, path) -> as last read
         self._merged: tuple[tuple[tuple[int, Path, bytes], ...], KeysByPartition] | None = None
+        # {source_id: what it yielded} of each of the last reads: a sweep's two (collector.py)
+        self._yields: deque[dict[str, Yield]] = deque(maxlen=READS_PER_SWEEP)
 
     def files(self) -> list[MatchedFiles]:
         """The files each source matches, in config order, or ReferenceSourceError naming what failed."""
@@ -101,16 +108,29 @@ class ManifestsSource:
         in place with the same size and times is still read afresh. Reading the bytes is cheap; parsing
         them is not (at 1M rows, four native manifests naming 100,000 keys: ~140 ms, twice a sweep)."""
         read: dict[tuple[int, Path], ParsedFile] = {}
+        yields: dict[str, Yield] = {}
         for index, source in enumerate(self._sources):
             matched = _match(source)
             files = [self._parsed_file(index, path, source) for path in matched.files]
             read.update(((index, file.path), file) for file in files)
             _check_expected(matched, any(file.rows for file in files))
+            yields[source.source_id] = _yield_of(files)
         self._parsed = read
+        self._yields.append(yields)
         digests = tuple((index, path, file.digest) for (index, path), file in read.items())
         if self._merged is None or self._merged[0] != digests:
             self._merged = (digests, merge_keys(*(file.rows for file in read.values())))
         return self._merged[1]
+
+    def yields(self) -> dict[str, Yield]:
+        """What each source yielded over the last reads (a sweep's two): it reads as empty when its glob
+        matched no file in either."""
+        merged: dict[str, Yield] = {}
+        for read in self._yields:
+            for source_id, found in read.items():
+                kept = merged.get(source_id)
+                merged[source_id] = found if kept is None else kept.merged(found)
+        return merged
 
     def _parsed_file(self, index: int, path: Path, source: ManifestSource) -> ParsedFile:
         """The file's rows: kept from the last read if its bytes are the same, else parsed now."""
@@ -126,10 +146,15 @@ class ManifestsSource:
         return [_describe(source) for source in self._sources]
 
 
+def _yield_of(files: Sequence[ParsedFile]) -> Yield:
+    return Yield(sum(len(keys) for file in files for keys in file.rows.values()), reads_as_empty=not files)
+
+
 def _match(source: ManifestSource) -> MatchedFiles:
     """The files `source.glob` matches now, or ReferenceSourceError naming the path and the OS error.
     CheckpointInProgress if the format knows how a checkpoint being written looks, and one is there."""
     try:
+        check_volume(source.base, source.marker, source.mount_point)
         if source.format == "nemo_rl_recovery":
             writing = nemo_rl.in_progress_directories(source.glob)
             if writing:

@@ -63,6 +63,7 @@ class OwnersSource:
     def __init__(self, references: Sequence[OwnerReference], row_store: RowStore) -> None:
         self._rules = tuple(_Rule.of(reference) for reference in references)
         self._listed = ListedRows(Source.OWNERS, row_store)
+        self.counts: dict[str, int] = {}  # {reference's source_id: rows whose owner exists}, last read
 
     @property
     def partitions(self) -> list[str]:
@@ -76,7 +77,9 @@ class OwnersSource:
         listing a partition the caller listed this sweep; `existing` (the row store's partitions)
         replaces asking the store which partitions exist."""
         owned: dict[str, set[str]] = {}
+        self.counts = {}
         for rule, found in self._matched(listed, existing):
+            self.counts[rule.reference.source_id] = len(found.owned)
             owned.setdefault(rule.reference.partition, set()).update(found.owned)
         return {partition: frozenset(keys) for partition, keys in owned.items()}
 

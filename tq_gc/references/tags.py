@@ -35,6 +35,7 @@ class TagsSource:
         for reference in references:
             self._by_partition[reference.partition].append(reference)
         self._listed = ListedRows(Source.TAGS, row_store)
+        self.counts: dict[str, int] = {}  # {reference's source_id: rows it named}, as of the last read
 
     @property
     def partitions(self) -> list[str]:
@@ -44,6 +45,7 @@ class TagsSource:
     def read(self, listed: Listing | None = None, existing: Collection[str] | None = None) -> KeysByPartition:
         """`listed` ({partition: {key: tags}}) replaces listing a partition the caller listed this sweep;
         `existing` (the row store's partitions) replaces asking the store which partitions exist."""
+        self.counts = {}
         if not self._by_partition:
             return {}
         known = self._listed.existing(existing)
@@ -58,7 +60,9 @@ class TagsSource:
                 )
             tagged_rows = self._listed.rows(partition, listed)
             for reference in references:
-                rows.update(_checked_rows(reference, tagged_rows))
+                named = _checked_rows(reference, tagged_rows)
+                self.counts[reference.source_id] = len(named)
+                rows.update(named)
         return group_by_partition(rows)
 
 

@@ -126,6 +126,15 @@ class StateStore(Protocol):
         """The newest run summaries, newest first."""
         ...
 
+    def source_counts(self) -> dict[str, int]:
+        """{reference source id: references it yielded} as of the last sweep that read every source (and
+        recorded them); {} before any."""
+        ...
+
+    def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
+        """Replace the recorded counts with `counts`. Raises LeaseLost, writing nothing, if not ours."""
+        ...
+
     def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         """Append a batch about to be deleted to the audit log, unconfirmed, and mark a delete in flight
         (for ttl_ms, or until confirm_deletes); durable on return. Returns the intent's id.

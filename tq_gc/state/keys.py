@@ -23,6 +23,8 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:fences:epoch          STRING  counter, INCR on every raise_fence (see state.base.Recheck)
     tqgc:{ns}:deleting              STRING  the lease token of a sweeper between its intent and its
                                             confirmation (a delete batch in flight); PX = the lease TTL
+    tqgc:{ns}:source_counts         HASH    reference source id -> references it yielded at the last
+                                            sweep that read every source (references/emptied.py)
 
 The memory store keeps the same caps, so both backends pass one contract suite.
 """
@@ -77,6 +79,7 @@ class Keys:
         self.fence_epoch = f"{self.prefix}:fences:epoch"
         self.observed = f"{self.prefix}:observed"
         self.deleting = f"{self.prefix}:deleting"
+        self.source_counts = f"{self.prefix}:source_counts"
 
     def sightings(self, partition: str) -> str:
         return f"{self.prefix}:sightings:{partition}"

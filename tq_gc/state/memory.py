@@ -55,6 +55,7 @@ class MemoryState:
         self._observed: dict[str, int] = {}
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
+        self._source_counts: dict[str, int] = {}
         self._audit: deque[tuple[str, AuditBatch]] = deque()  # (intent id, batch), oldest first
         self._audit_rows = 0
         self._intents = 0
@@ -173,6 +174,15 @@ class MemoryState:
         with self._lock:
             documents = list(self._runs)[: max(limit, 0)]
         return [json.loads(document) for document in documents]
+
+    def source_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._source_counts)
+
+    def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            self._check_lease(lease)
+            self._source_counts = dict(counts)
 
     def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -110,6 +111,7 @@ class RedisState:
         self._record_intent = register(scripts.RECORD_INTENT)
         self._confirm_deletes = register(scripts.CONFIRM_DELETES)
         self._record_run = register(scripts.RECORD_RUN)
+        self._record_source_counts = register(scripts.RECORD_SOURCE_COUNTS)
         self._recheck = register(scripts.RECHECK)
         self._renew_admission = register(scripts.RENEW_ADMISSION)
         self._live_admissions = register(scripts.LIVE_ADMISSIONS)
@@ -336,6 +338,46 @@ class RedisState:
             documents = self._client.lrange(self._keys.runs, 0, limit - 1)
         return [json.loads(document) for document in documents]
 
+    def source_counts(self) -> dict[str, int]:
+        with self._guard("read the reference sources' counts"):
+            counts = cast(dict[str, str], self._client.hgetall(self._keys.source_counts))
+        return {source: int(count) for source, count in counts.items()}
+
+    def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
+        args: list[str | int] = [lease.token, *(item for pair in counts.items() for item in pair)]
+        with self._guard("record the reference sources' counts"):
+            done = self._record_source_counts(keys=[self._keys.lease, self._keys.source_counts], args=args)
+        if not done:
+            raise LeaseLost(self.namespace)
+
+    def namespaces_in_use(self) -> list[NamespaceSeen]:
+        """Every tq-gc namespace on this Redis server, in each database that has keys (INFO keyspace,
+        then SCAN), for `tq-gc check`: publishers and sweepers on different namespaces or databases
+        each read as the other having no references. A database that refuses SELECT is left out."""
+        current = self.database
+        with self._guard("list the tq-gc namespaces on this Redis"):
+            try:
+                keyspace = self._client.info("keyspace")
+            except RedisError:
+                keyspace = {}  # INFO refused (some managed services): this database alone
+            others = sorted({int(name[2:]) for name in keyspace if name[2:].isdigit()} - {current})
+            seen = _namespaces_in(self._client, current)
+            for database in others:
+                client = _client_for(self._client, database)
+                try:
+                    seen += _namespaces_in(client, database)
+                except RedisError:
+                    continue  # another database we may not select (ACLs, a cluster): not ours to judge
+                finally:
+                    client.close()
+                    client.connection_pool.disconnect()  # a pool handed in is not closed with its client
+        return seen
+
+    @property
+    def database(self) -> int:
+        """The database number this store's client selects."""
+        return int(self._client.connection_pool.connection_kwargs.get("db") or 0)
+
     def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         rows = json.dumps(
             {
@@ -491,6 +533,39 @@ class RedisState:
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSeen:
+    """A tq-gc namespace found on a Redis server: whether an admission was ever recorded there (its
+    admissions version, which nothing removes) and whether a sweeper recorded runs there."""
+
+    database: int
+    namespace: str
+    admitted: bool
+    swept: bool
+
+
+_NAMESPACE_KEY = re.compile(r"^tqgc:\{([^{}]+)\}:(.*)$")
+
+
+def _namespaces_in(client: redis.Redis, database: int) -> list[NamespaceSeen]:
+    suffixes: dict[str, set[str]] = {}
+    for key in client.scan_iter(match="tqgc:{*}:*", count=1000):
+        found = _NAMESPACE_KEY.match(key)
+        if found:
+            suffixes.setdefault(found[1], set()).add(found[2])
+    return [
+        NamespaceSeen(database, namespace, "admissions:version" in kinds, "runs" in kinds)
+        for namespace, kinds in sorted(suffixes.items())
+    ]
+
+
+def _client_for(client: redis.Redis, database: int) -> redis.Redis:
+    """A client like `client` (same server, credentials, TLS, decoding) on another database."""
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "db": database}
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
 
 
 def _describe(connection_kwargs: Mapping[str, Any]) -> str:

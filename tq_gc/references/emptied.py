@@ -1,0 +1,162 @@
+"""Sources that read as empty: a source that yielded references at the last sweep and reads as empty now
+stops the sweep (fail closed) until the operator accepts it.
+
+An unmounted volume leaves its mount point behind, an empty directory: a manifest glob then matches no
+file, every read succeeds, and the rows its manifests protected are released. A renamed tag field, or an
+owner partition misread, does the same to tag and owner references. Nothing else tells these apart from
+a job that really released everything, so the state store remembers how many references each source
+yielded at the last sweep that read every source, and a source that yielded some then and reads as
+empty now aborts the sweep (cause source_failed, exit 4), naming the source, what to check, and how to
+accept it: `tq-gc sweep --accept-empty SOURCE` for one sweep (which then records it empty), or
+`may_become_empty: true` on the source for good.
+
+What reads as empty: a manifest source whose glob matches no file at all (files that are retired or name
+no rows are the publisher saying "release", and are believed); a tag or owner reference that names no
+row. The base directory's device (st_dev) is reported, not compared: a CronJob's pod mounts the volume
+afresh every run, and the device number of the same volume can differ from one mount to the next
+(another node, another attach order), so a change alone proves nothing; no file where files were is what
+an unmounted volume looks like.
+
+Admissions are not guarded so: every admission released is a job between calls. Publishers on another
+namespace or Redis database than the sweeper's are what `tq-gc check` looks for instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
+from tq_gc.errors import ConfigError, ReferenceSourceError
+from tq_gc.references.globwalk import enclosing_mount
+from tq_gc.state.base import Lease, StateStore
+
+log = logging.getLogger(__name__)
+
+ConfiguredSource = ManifestSource | TagReference | OwnerReference
+
+
+@dataclass(frozen=True, slots=True)
+class Yield:
+    """What one source yielded in a sweep: how many references, and whether it read as empty."""
+
+    references: int
+    reads_as_empty: bool
+
+    def merged(self, other: Yield) -> Yield:
+        """Two reads of one sweep: empty only if both were, as many references as the larger."""
+        return Yield(max(self.references, other.references), self.reads_as_empty and other.reads_as_empty)
+
+    @classmethod
+    def counted(cls, references: int) -> Yield:
+        return cls(references, references == 0)
+
+
+def collected_yields(
+    manifests: Mapping[str, Yield], tags: Mapping[str, int], owners: Mapping[str, int]
+) -> dict[str, Yield]:
+    """{source_id: Yield} of every source a sweep read: the manifests' own, and the tag and owner
+    references' counts (such a reference reads as empty when it names no row)."""
+    counted = {source_id: Yield.counted(count) for source_id, count in {**tags, **owners}.items()}
+    return {**manifests, **counted}
+
+
+def configured_sources(config: Config) -> dict[str, ConfiguredSource]:
+    """{source_id: entry} of every manifest, tag and owner reference the config names."""
+    entries: list[ConfiguredSource] = [*config.manifests, *config.tag_references, *config.owner_references]
+    return {entry.source_id: entry for entry in entries}
+
+
+def accepted_sources(config: Config, accept_empty: Collection[str]) -> frozenset[str]:
+    """The source ids an operator accepts as empty for one sweep; ConfigError naming one that the config
+    does not have (a typo there would accept nothing, silently)."""
+    known = configured_sources(config)
+    unknown = [source_id for source_id in accept_empty if source_id not in known]
+    if unknown:
+        listed = ", ".join(repr(source_id) for source_id in known) or "none"
+        raise ConfigError(
+            f"--accept-empty {unknown[0]!r} is not a configured reference source (the sources: {listed})"
+        )
+    return frozenset(accept_empty)
+
+
+def guard_emptied_sources(
+    state: StateStore,
+    lease: Lease,
+    config: Config,
+    accepted: Collection[str],
+    yields: Mapping[str, Yield],
+) -> None:
+    """Abort (ReferenceSourceError) if a source that yielded references at the last recorded sweep reads
+    as empty now, unless it may become empty or is accepted; else record what every source yielded now."""
+    last = state.source_counts()
+    emptied = emptied_sources(last, yields)
+    refuse_emptied(config, last, [source_id for source_id in emptied if source_id not in accepted])
+    for source_id in emptied:
+        count = last[source_id]
+        log.warning(
+            "reference source %r named %d rows at the last sweep and none now: accepted", source_id, count
+        )
+    state.record_source_counts(lease, {source_id: found.references for source_id, found in yields.items()})
+
+
+def emptied_sources(last: Mapping[str, int], yields: Mapping[str, Yield]) -> list[str]:
+    """The sources that named rows at the last recorded sweep and read as empty now."""
+    return [
+        source_id
+        for source_id, found in yields.items()
+        if found.reads_as_empty and last.get(source_id, 0) > 0
+    ]
+
+
+def refuse_emptied(config: Config, last: Mapping[str, int], emptied: Collection[str]) -> None:
+    """ReferenceSourceError explaining the first of `emptied` that may not become empty, if any."""
+    configured = configured_sources(config)
+    refused = [
+        source_id
+        for source_id in emptied
+        if source_id in configured and not configured[source_id].may_become_empty
+    ]
+    if refused:
+        first, *others = refused
+        also = f" Empty too, for the same reasons to check: {', '.join(map(repr, others))}." if others else ""
+        raise ReferenceSourceError(first, _explain(configured[first], last[first]) + also)
+
+
+def _explain(source: ConfiguredSource, last_count: int) -> str:
+    rows = f"{last_count} row" + ("" if last_count == 1 else "s")
+    return (
+        f"it named {rows} at the last sweep that read every source {_what_to_check(source)}. Nothing is "
+        "deleted while it reads as empty. If it is empty on purpose, accept it for one sweep with "
+        f"`tq-gc sweep --accept-empty '{source.source_id}'`, or set `may_become_empty: true` on the source."
+    )
+
+
+def _what_to_check(source: ConfiguredSource) -> str:
+    if isinstance(source, ManifestSource):
+        return f"and now matches no file: {_volume(source)}"
+    if isinstance(source, TagReference):
+        return (
+            f"and names none now: do the rows of {source.partition!r} still carry {source.key_path!r} (a "
+            "renamed field?), and is this the job's TransferQueue?"
+        )
+    return (
+        f"and none of its rows has its owner now: does {source.owners_in!r} still hold the owner rows, "
+        "under the keys the rule computes, and is this the job's TransferQueue?"
+    )
+
+
+def _volume(source: ManifestSource) -> str:
+    base = source.base
+    try:
+        device = f", device {os.stat(base).st_dev:#x}"
+    except OSError:
+        device = ""
+    checked = source.marker or source.mount_point
+    hint = "" if checked else " (a `marker` or `mount_point` on the source makes tq-gc check it)"
+    return (
+        f"is the volume mounted? Its base directory {base} is on the file system mounted at "
+        f"{enclosing_mount(base)}{device}{hint}"
+    )
