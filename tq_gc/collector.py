@@ -76,8 +76,6 @@ RENEW_FRACTION = 1 / 3
 # Right before a clear, the last renewal must be younger than this fraction of the TTL (monotonic clock):
 # a sweeper paused between its re-check and its clear (SIGSTOP, a long GC pause) stops instead.
 CLEAR_WITHIN_TTL_FRACTION = 1 / 2
-# Keys per question to the admission barrier after the plan: one short Redis call each (a few ms).
-BARRIER_QUESTION_ROWS = 10_000
 
 
 class Collector:
@@ -287,14 +285,10 @@ class Collector:
         protocol at any time up to the save was admitted on the way, so no record claims it unreferenced
         while it was referenced, and its grace starts only once it really is unreferenced."""
         admitted: dict[str, set[str]] = {}
-        size = BARRIER_QUESTION_ROWS
         for partition, unreferenced in sorted(unreferenced_rows(result).items()):
-            ordered = sorted(unreferenced)
-            for start in range(0, len(ordered), size):
-                chunk = ordered[start : start + size]
-                hits = self.state.admitted_since_lease(sweep.holds_lease, partition, chunk)
-                if hits:
-                    admitted.setdefault(partition, set()).update(hits)
+            hits = self.state.admitted_since_lease(sweep.holds_lease, partition, unreferenced)
+            if hits:
+                admitted[partition] = hits
         for partition, keys in sorted(admitted.items()):
             self.state.save_first_seen(sweep.holds_lease, partition, {}, keys, result.now_ms)
         return admitted_meanwhile(result, admitted)

@@ -16,9 +16,9 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
     tqgc:{ns}:admissions:version    STRING  a random token, new on every admit (admissions_version)
-    tqgc:{ns}:admissions:barrier    SET     `<len(partition)>:<partition><key>` of every key admitted while a
-                                            sweeper holds the lease; emptied when a lease is taken or given
-                                            back (see StateStore.admitted_since_lease)
+    tqgc:{ns}:admissions:barrier    LIST    the rows document of every admit made while a sweeper holds the
+                                            lease, in order; emptied when a lease is taken or given back
+                                            (see StateStore.admitted_since_lease)
     tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
     tqgc:{ns}:fences:epoch          STRING  counter, INCR on every raise_fence (see state.base.Recheck)
     tqgc:{ns}:deleting              STRING  the lease token of a sweeper between its intent and its
@@ -90,8 +90,3 @@ class Keys:
     def legacy_first_seen(self, partition: str) -> str:
         return f"{self.prefix}:first_seen:{partition}"
 
-
-def barrier_member(partition: str, key: str) -> str:
-    """A row's member of the admission barrier set: its partition, length-prefixed (in UTF-8 bytes,
-    as the Lua script counts), then its key. Unambiguous whatever the two contain."""
-    return f"{len(partition.encode())}:{partition}{key}"

@@ -36,7 +36,6 @@ from tq_gc.state.keys import (
     GENERATION_ROWS,
     RUNS_KEPT,
     Keys,
-    barrier_member,
     check_namespace,
 )
 
@@ -121,7 +120,8 @@ class RedisState:
         self._lease_holder = register(scripts.LEASE_HOLDER)
         self.replication = Replication()
         self._acquire_lease = register(scripts.ACQUIRE_LEASE)
-        self._admitted_since_lease = register(scripts.ADMITTED_SINCE_LEASE)
+        self._admitted_since = register(scripts.ADMITTED_SINCE)
+        self._barrier = BarrierCopy()
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
@@ -487,17 +487,18 @@ class RedisState:
         return {admission_id: rows for admission_id, (_, rows) in read.items()}
 
     def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
-        ordered = list(keys)
-        if not ordered:
-            return set()
-        members = [barrier_member(partition, key) for key in ordered]
+        """Reads only the barrier's documents added since this store last read it for this lease (each
+        admission's rows are decoded once per sweep), then answers from its copy."""
+        copy = self._barrier.for_lease(lease.token)
         with self._guard("read the admission barrier"):
-            answer = self._admitted_since_lease(
-                keys=[self._keys.lease, self._keys.admission_barrier], args=[lease.token, *members]
+            answer = self._admitted_since(
+                keys=[self._keys.lease, self._keys.admission_barrier], args=[lease.token, copy.read]
             )
         if answer == 0:
             raise LeaseLost(self.namespace)
-        return {key for key, hit in zip(ordered, answer[1], strict=True) if hit}
+        copy.take(answer[1])
+        held = copy.keys.get(partition)
+        return set() if held is None else held.intersection(keys)
 
     def admissions_version(self) -> int:
         with self._guard("read the admissions version"):
@@ -591,6 +592,27 @@ def _decode_audit(fields: Mapping[str, str], saved: list[str] | None) -> list[De
     if saved is not None:
         batch = batch.confirm(set(batch.keys).difference(saved))
     return batch.rows()
+
+
+class BarrierCopy:
+    """This store's copy of the admission barrier of one lease: the documents read so far, decoded."""
+
+    def __init__(self, token: str = "") -> None:
+        self.token = token
+        self.read = 0  # documents taken so far: where the next read starts
+        self.keys: dict[str, set[str]] = {}
+
+    def for_lease(self, token: str) -> BarrierCopy:
+        """This copy, or a new empty one for another lease (a lease taken starts its barrier afresh)."""
+        if token != self.token:
+            self.token, self.read, self.keys = token, 0, {}
+        return self
+
+    def take(self, documents: list[str]) -> None:
+        for document in documents:
+            for partition, keys in decoded_rows(document).items():
+                self.keys.setdefault(partition, set()).update(keys)
+        self.read += len(documents)
 
 
 def decoded_rows(document: str) -> AdmissionRows:

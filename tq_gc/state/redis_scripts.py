@@ -54,27 +54,15 @@ end
 
 
 # Lua numbers are doubles: %d keeps ms-since-epoch exact where tostring's %.14g could round.
-# While a sweeper holds the lease (KEYS[4]) the admitted keys also join the barrier (KEYS[5]), members
-# as keys.barrier_member builds them, in the same step: no admission made during a sweep goes unseen.
+# While a sweeper holds the lease (KEYS[4]) the admission's rows also join the barrier (KEYS[5]), in the
+# same step: no admission made during a sweep goes unseen. The barrier is a list of the rows documents,
+# appended in order, so that a sweeper reads each once (ADMITTED_SINCE).
 ADMIT = _with_clock("""
 local expires_at_ms = now_ms() + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[4])
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  local members = {}
-  for partition, keys in pairs(cjson.decode(ARGV[2])) do
-    local prefix = string.format('%d', #partition) .. ':' .. partition
-    for _, key in ipairs(keys) do
-      members[#members + 1] = prefix .. key
-      if #members == 1000 then
-        redis.call('SADD', KEYS[5], unpack(members))
-        members = {}
-      end
-    end
-  end
-  if #members > 0 then redis.call('SADD', KEYS[5], unpack(members)) end
-end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RPUSH', KEYS[5], ARGV[2]) end
 return expires_at_ms
 """)
 
@@ -87,15 +75,9 @@ local t = redis.call('TIME')
 return {taken and 1 or 0, t[1], t[2]}
 """
 
-# Which of the members ARGV[2..] are in the barrier (KEYS[2]): 1 or 0 each, in order.
-ADMITTED_SINCE_LEASE = _lease_guarded("""
-local found = {}
-for i = 2, #ARGV, 1000 do
-  for _, hit in ipairs(redis.call('SMISMEMBER', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))) do
-    found[#found + 1] = hit
-  end
-end
-return {1, found}
+# The barrier's (KEYS[2]) rows documents from position ARGV[2] on, while the lease is ours.
+ADMITTED_SINCE = _lease_guarded("""
+return {1, redis.call('LRANGE', KEYS[2], ARGV[2], -1)}
 """)
 
 RENEW_ADMISSION = _with_clock("""
