@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,6 +29,18 @@ log = logging.getLogger(__name__)
 # that died mid-batch stops counting after its lease TTL, 60 s by default), and how often to look.
 DELETE_WAIT_SECONDS = 120.0
 DELETE_POLL_SECONDS = 0.02
+# A lease held by a block (checkpoint_fence here, GcClient.holding) is renewed at a third of its TTL, so
+# that two renewals can fail in a row before it lapses, and at least every RENEW_MAX_SECONDS, so that one a
+# restarted store lost is back well within the shortest grace a sweeper allows (60 s). A renewal that
+# failed (the store down) is retried every RETRY_SECONDS, so that it is back as soon as the store is.
+RENEW_FRACTION = 1 / 3
+RENEW_MAX_SECONDS = 10.0
+RETRY_SECONDS = 0.5
+
+
+def renew_period_seconds(ttl_seconds: float, at_most_seconds: float = RENEW_MAX_SECONDS) -> float:
+    """How often a lease of ttl_seconds held by a block is renewed: a third of it, at most at_most_seconds."""
+    return min(ttl_seconds * RENEW_FRACTION, at_most_seconds)
 
 
 class AdmissionBackend(Protocol):
@@ -127,14 +140,21 @@ class AdmissionRegistry:
         rows the checkpoint is recording. Sweepers mark a batch in flight in the same atomic step that
         checks the fences, so once the fence is up and no batch is marked, none can start until the
         fence comes down. Raises TimeoutError (fence lowered) if a batch is still in flight after
-        wait_seconds; a sweeper that died mid-batch stops counting after its lease's TTL."""
+        wait_seconds; a sweeper that died mid-batch stops counting after its lease's TTL.
+
+        The fence lasts as long as the block, however long: a daemon thread raises it again every
+        renew_period_seconds(ttl_seconds) while the block runs. A holder that crashes (its process
+        gone) stops renewing, and its fence expires ttl_seconds after the last renewal."""
         self.fence(name, ttl_seconds)
+        keeper = _FenceKeeper(self, name, ttl_seconds)
         try:
             self._wait_for_no_delete(wait_seconds)
             yield name
         except BaseException:
+            keeper.stop()
             self._unfence_keeping_error(name)
             raise
+        keeper.stop()
         self.unfence(name)
 
     def _wait_for_no_delete(self, wait_seconds: float) -> None:
@@ -164,6 +184,37 @@ class AdmissionRegistry:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class _FenceKeeper:
+    """Raises one fence again every renew period until stopped, from a daemon thread of its own (a
+    process that dies takes it along, and its fence expires by its TTL)."""
+
+    def __init__(self, registry: AdmissionRegistry, name: str, ttl_seconds: float) -> None:
+        self._registry = registry
+        self._name = name
+        self._ttl_seconds = ttl_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"tq-gc-fence:{name}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        period_seconds = renew_period_seconds(self._ttl_seconds)
+        wait_seconds = period_seconds
+        while not self._stop.wait(wait_seconds):
+            try:
+                self._registry.fence(self._name, self._ttl_seconds)
+            except StoreUnavailable as exc:
+                log.warning("could not renew fence %r (retrying): %s", self._name, exc)
+                wait_seconds = min(RETRY_SECONDS, period_seconds)
+            else:
+                wait_seconds = period_seconds
+
+    def stop(self) -> None:
+        """Stop renewing; returns once no renewal is under way (one landing after the fence is lowered
+        would raise it again until its TTL)."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _checked_name(what: str, value: object) -> str:
@@ -199,4 +250,10 @@ def _checked_rows(rows: object) -> AdmissionRows:
     return checked
 
 
-__all__ = ["DELETE_WAIT_SECONDS", "AdmissionBackend", "AdmissionRegistry"]
+__all__ = [
+    "DELETE_WAIT_SECONDS",
+    "RENEW_MAX_SECONDS",
+    "AdmissionBackend",
+    "AdmissionRegistry",
+    "renew_period_seconds",
+]

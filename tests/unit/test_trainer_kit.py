@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -13,7 +15,7 @@ import redis
 from tq_gc.collector import Collector
 from tq_gc.model import Cause, Identity, Outcome, SweepReport
 from tq_gc.registry import AdmissionRegistry
-from tq_gc.state import MemoryState, StateStore
+from tq_gc.state import MemoryState, RedisState, StateStore
 from tq_gc.trainer import GcClient
 
 from support.world import STAGING, World
@@ -117,3 +119,64 @@ def test_the_checkpoint_fence_waits_for_a_delete_batch_in_flight(tmp_path: Path)
     assert (report.outcome, report.counts.deleted) == (Outcome.SKIPPED, 1)
     assert report.cause in (Cause.FENCE_UP, Cause.FENCE_RAISED)
     assert len(world.staging()) == 1
+
+
+# A fence lasts as long as its block ------------------------------------------------------------------
+
+FENCE_TTL_S = 1.5  # renewed every 0.5 s: a busy 2-core machine may hold a renewal up for a second
+
+
+def test_a_checkpoint_longer_than_its_fence_ttl_stays_fenced_and_sweeps_skip(
+    tmp_path: Path, redis_url: str
+) -> None:
+    world = World(tmp_path)
+    world.rows.put(STAGING, "r1/c")
+    state = RedisState.from_url(redis_url, "job-42")
+    registry = AdmissionRegistry.connect(redis_url, "job-42")
+    with registry.checkpoint_fence("ckpt-7", ttl_seconds=FENCE_TTL_S):
+        ends = time.monotonic() + 3 * FENCE_TTL_S  # the checkpoint outlasts its fence's TTL three times
+        while time.monotonic() < ends:
+            assert "ckpt-7" in registry.fences(), "the fence lapsed while its checkpoint was running"
+            time.sleep(0.05)
+        report = Collector(world.config, state, world.rows).sweep(dry_run=False)
+        assert (report.outcome, report.cause) == (Outcome.SKIPPED, Cause.FENCE_UP)
+    assert registry.fences() == {}
+    registry.close()
+    state.close()
+
+
+def test_the_gc_clients_fence_is_renewed_too(redis_url: str) -> None:
+    with GcClient.connect(redis_url, "job-42") as gc, gc.checkpoint_fence("ckpt-8", ttl_seconds=FENCE_TTL_S):
+        reader = AdmissionRegistry.connect(redis_url, "job-42")
+        ends = time.monotonic() + 3 * FENCE_TTL_S
+        while time.monotonic() < ends:
+            assert "ckpt-8" in reader.fences()
+            time.sleep(0.05)
+        reader.close()
+
+
+HOLD_A_FENCE_FOREVER = """
+import sys, time
+from tq_gc.registry import AdmissionRegistry
+registry = AdmissionRegistry.connect(sys.argv[1], "job-42")
+with registry.checkpoint_fence("ckpt-crashed", ttl_seconds=float(sys.argv[2])):
+    print("fenced", flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_the_fence_of_a_holder_that_crashed_expires_after_its_ttl(redis_url: str) -> None:
+    registry = AdmissionRegistry.connect(redis_url, "job-42")
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_FENCE_FOREVER, redis_url, str(FENCE_TTL_S)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "fenced\n"
+            time.sleep(2 * FENCE_TTL_S)
+            assert "ckpt-crashed" in registry.fences(), "renewed while its holder lives"
+        finally:
+            holder.kill()  # SIGKILL: no exit handler lowers the fence
+    wait_until("the crashed holder's fence expired", lambda: registry.fences() == {})
+    registry.close()
