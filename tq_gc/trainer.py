@@ -13,31 +13,41 @@ it, so a reference handed to another source inside the block is in place before 
 background renewer keeps every held admission alive for as long as its block runs (long calls outlive
 any TTL), and admits it again if the registry lost it (a Redis restarted empty): the rows were
 protected until then by the collector's own bookkeeping, which a restarted Redis has lost as well.
+
+It renews every `renew_seconds`: by default a third of the TTL, at most RENEW_MAX_SECONDS (10 s), so
+that an admission a restarted Redis lost is back within 10 s whatever the TTL, well within the
+shortest grace a sweeper allows without `allow_short_grace` (60 s; its first-seen records went with
+the restart too). A sweeper with a shorter grace needs a shorter `renew_seconds`: a third of it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.registry import DELETE_WAIT_SECONDS, AdmissionRegistry
+from tq_gc.registry import DELETE_WAIT_SECONDS, AdmissionRegistry, renew_period_seconds
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL_SECONDS = 600.0
-# Renew at a third of the TTL: two renewals can fail in a row before an admission lapses.
-RENEW_FRACTION = 1 / 3
 
 
 class GcClient:
     """Admissions held for the duration of a block, renewed in the background, and checkpoint fences."""
 
-    def __init__(self, registry: AdmissionRegistry, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        registry: AdmissionRegistry,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        renew_seconds: float | None = None,
+    ) -> None:
         self._registry = registry
         self._ttl_seconds = ttl_seconds
+        self.renew_seconds = _checked_renew_seconds(renew_seconds, ttl_seconds)
         self._held: dict[str, dict[str, list[str]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -46,10 +56,15 @@ class GcClient:
 
     @classmethod
     def connect(
-        cls, url: str, namespace: str = "default", ttl_seconds: float = DEFAULT_TTL_SECONDS
+        cls,
+        url: str,
+        namespace: str = "default",
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        renew_seconds: float | None = None,
     ) -> GcClient:
         """A client on the shared state store at `url`; close() closes the connection it opened."""
-        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds)
+        renew_every = _checked_renew_seconds(renew_seconds, ttl_seconds)  # before connecting
+        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_every)
 
     @contextmanager
     def holding(self, admission_id: str, rows: Mapping[str, Sequence[str]]) -> Iterator[str]:
@@ -90,7 +105,7 @@ class GcClient:
             log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
 
     def _renew_forever(self) -> None:
-        while not self._stop.wait(self._ttl_seconds * RENEW_FRACTION):
+        while not self._stop.wait(self.renew_seconds):
             self.renew_all()
 
     def renew_all(self) -> None:
@@ -110,3 +125,18 @@ class GcClient:
         with self._lock:
             if admission_id in self._held:
                 self._registry.admit(admission_id, rows, self._ttl_seconds)
+
+
+def _checked_renew_seconds(renew_seconds: float | None, ttl_seconds: float) -> float:
+    """renew_seconds as given, or renew_period_seconds(ttl_seconds). Refused unless positive and at most
+    half the TTL: a renewal must be able to fail once before the admission lapses."""
+    if renew_seconds is None:
+        return renew_period_seconds(ttl_seconds)
+    if isinstance(renew_seconds, bool) or not isinstance(renew_seconds, int | float):
+        raise ValueError(f"renew_seconds must be a number of seconds, got {renew_seconds!r}")
+    if not math.isfinite(renew_seconds) or renew_seconds <= 0 or renew_seconds > ttl_seconds / 2:
+        raise ValueError(
+            f"renew_seconds must be positive and at most half of ttl_seconds ({ttl_seconds:g}), got "
+            f"{renew_seconds!r}: a third of the shortest grace of the sweepers is a good value"
+        )
+    return float(renew_seconds)

@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from tq_gc.collector import Collector
+from tq_gc.config.models import MIN_GRACE_SECONDS
 from tq_gc.model import Cause, Identity, Outcome, SweepReport
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.state import MemoryState, RedisState, StateStore
-from tq_gc.trainer import GcClient
+from tq_gc.trainer import DEFAULT_TTL_SECONDS, GcClient
 
 from support.world import STAGING, World
 
@@ -56,6 +57,42 @@ def test_an_admission_the_registry_lost_is_admitted_again(redis_url: str) -> Non
         wait_until("the renewer admitted the call again", lambda: reader.live() == {"call": {STAGING: ["k"]}})
     assert reader.live() == {}
     reader.close()
+
+
+def test_with_a_long_ttl_a_lost_admission_is_back_well_within_the_shortest_grace(redis_url: str) -> None:
+    """The default TTL (600 s) renewed at a third of it would leave a lost admission out for 200 s, more
+    than three times the shortest grace (60 s): renewals come at least every RENEW_MAX_SECONDS."""
+    assert RENEW_MAX_SECONDS * 3 <= MIN_GRACE_SECONDS and DEFAULT_TTL_SECONDS >= 3 * MIN_GRACE_SECONDS
+    reader = AdmissionRegistry.connect(redis_url, "job")
+    with GcClient.connect(redis_url, "job") as gc, gc.holding("call", {STAGING: ["k"]}):
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()  # Redis restarted empty
+        client.close()
+        wait_until(
+            "the renewer admitted the call again",
+            lambda: reader.live() == {"call": {STAGING: ["k"]}},
+            seconds=RENEW_MAX_SECONDS + WAIT_S,
+        )
+    reader.close()
+
+
+def test_a_shorter_renewal_period_can_be_asked_for(redis_url: str) -> None:
+    reader = AdmissionRegistry.connect(redis_url, "job")
+    with GcClient.connect(redis_url, "job", renew_seconds=0.2) as gc, gc.holding("call", {STAGING: ["k"]}):
+        assert gc.renew_seconds == 0.2
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()
+        client.close()
+        wait_until("the renewer admitted the call again", lambda: reader.live() == {"call": {STAGING: ["k"]}})
+    reader.close()
+
+
+@pytest.mark.parametrize("renew_seconds", [0, -1, float("inf"), float("nan"), 600.0])
+def test_a_renewal_period_that_cannot_keep_the_admissions_alive_is_refused(
+    redis_url: str, renew_seconds: float
+) -> None:
+    with pytest.raises(ValueError, match="renew_seconds"):
+        GcClient.connect(redis_url, "job", ttl_seconds=600, renew_seconds=renew_seconds)
 
 
 class SlowClearWorld(World):
@@ -157,7 +194,7 @@ def test_the_gc_clients_fence_is_renewed_too(redis_url: str) -> None:
 
 HOLD_A_FENCE_FOREVER = """
 import sys, time
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 registry = AdmissionRegistry.connect(sys.argv[1], "job-42")
 with registry.checkpoint_fence("ckpt-crashed", ttl_seconds=float(sys.argv[2])):
     print("fenced", flush=True)
