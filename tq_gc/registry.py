@@ -66,6 +66,8 @@ class AdmissionRegistry:
     def __init__(self, backend: AdmissionBackend) -> None:
         self._backend = backend
         self._owned: _Closeable | None = None  # set by connect(): close only what we opened
+        self._fences_up: set[str] = set()  # checkpoint_fence blocks running, by fence name
+        self._fences_lock = threading.Lock()
 
     @classmethod
     def connect(cls, url: str, namespace: str = "default") -> AdmissionRegistry:
@@ -144,18 +146,38 @@ class AdmissionRegistry:
 
         The fence lasts as long as the block, however long: a daemon thread raises it again every
         renew_period_seconds(ttl_seconds) while the block runs. A holder that crashes (its process
-        gone) stops renewing, and its fence expires ttl_seconds after the last renewal."""
-        self.fence(name, ttl_seconds)
-        keeper = _FenceKeeper(self, name, ttl_seconds)
-        try:
-            self._wait_for_no_delete(wait_seconds)
-            yield name
-        except BaseException:
+        gone) stops renewing, and its fence expires ttl_seconds after the last renewal.
+
+        Raises ValueError if a checkpoint_fence block of this registry already holds `name` up (nested,
+        another thread): the first block to end would lower the fence the other still needs."""
+        with self._claimed_fence(name):
+            self.fence(name, ttl_seconds)
+            keeper = _FenceKeeper(self, name, ttl_seconds)
+            try:
+                self._wait_for_no_delete(wait_seconds)
+                yield name
+            except BaseException:
+                keeper.stop()
+                self._unfence_keeping_error(name)
+                raise
             keeper.stop()
-            self._unfence_keeping_error(name)
-            raise
-        keeper.stop()
-        self.unfence(name)
+            self.unfence(name)
+
+    @contextmanager
+    def _claimed_fence(self, name: str) -> Iterator[None]:
+        name = _checked_name("fence name", name)
+        with self._fences_lock:
+            if name in self._fences_up:
+                raise ValueError(
+                    f"fence {name!r} is already up in a checkpoint_fence block of this registry: nested or "
+                    "concurrent checkpoints need fence names of their own (the step, the rank)"
+                )
+            self._fences_up.add(name)
+        try:
+            yield
+        finally:
+            with self._fences_lock:
+                self._fences_up.discard(name)
 
     def _wait_for_no_delete(self, wait_seconds: float) -> None:
         deadline = time.monotonic() + wait_seconds

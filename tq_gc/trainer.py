@@ -68,11 +68,25 @@ class GcClient:
 
     @contextmanager
     def holding(self, admission_id: str, rows: Mapping[str, Sequence[str]]) -> Iterator[str]:
-        """Admit `rows` ({partition: [keys]}) before the block and release them after it."""
+        """Admit `rows` ({partition: [keys]}) before the block and release them after it.
+
+        Raises ValueError if this client already holds `admission_id` (a nested block, another thread):
+        admitting it again would replace the rows of the block holding it, and the first to end would
+        release both. Give each block an id of its own."""
         copied = {partition: list(keys) for partition, keys in rows.items()}
-        self._registry.admit(admission_id, copied, self._ttl_seconds)
         with self._lock:
+            if admission_id in self._held:
+                raise ValueError(
+                    f"admission {admission_id!r} is already held by a block of this GcClient: nested or "
+                    "concurrent blocks need ids of their own (the call id, the rank)"
+                )
             self._held[admission_id] = copied
+        try:
+            self._registry.admit(admission_id, copied, self._ttl_seconds)
+        except BaseException:
+            with self._lock:
+                self._held.pop(admission_id, None)
+            raise
         try:
             yield admission_id
         finally:

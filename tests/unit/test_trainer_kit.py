@@ -95,6 +95,67 @@ def test_a_renewal_period_that_cannot_keep_the_admissions_alive_is_refused(
         GcClient.connect(redis_url, "job", ttl_seconds=600, renew_seconds=renew_seconds)
 
 
+# One id, one block ---------------------------------------------------------------------------------
+
+
+def test_a_nested_block_with_an_id_already_held_is_refused_and_the_outer_one_keeps_its_rows(
+    state: StateStore,
+) -> None:
+    registry = AdmissionRegistry(state)
+    with GcClient(registry) as gc:
+        with gc.holding("call-1", {STAGING: ["outer"]}):
+            with (
+                pytest.raises(ValueError, match="'call-1' is already held"),
+                gc.holding("call-1", {STAGING: ["inner"]}),
+            ):
+                pytest.fail("the nested block ran")
+            assert registry.live() == {"call-1": {STAGING: ["outer"]}}, "the outer block's rows stay held"
+            with gc.holding("call-2", {STAGING: ["inner"]}):  # another id nests as before
+                assert set(registry.live()) == {"call-1", "call-2"}
+            assert registry.live() == {"call-1": {STAGING: ["outer"]}}
+        assert registry.live() == {}
+        with gc.holding("call-1", {STAGING: ["again"]}):  # once released, the id may be held again
+            assert registry.live() == {"call-1": {STAGING: ["again"]}}
+
+
+def test_another_thread_cannot_hold_an_id_this_client_holds(state: StateStore) -> None:
+    registry = AdmissionRegistry(state)
+    errors: list[BaseException] = []
+
+    def hold_the_same_id() -> None:
+        try:
+            with gc.holding("call-1", {STAGING: ["other"]}):
+                pass
+        except ValueError as exc:
+            errors.append(exc)
+
+    with GcClient(registry) as gc, gc.holding("call-1", {STAGING: ["mine"]}):
+        other = threading.Thread(target=hold_the_same_id)
+        other.start()
+        other.join(WAIT_S)
+        assert [type(exc) for exc in errors] == [ValueError]
+        assert registry.live() == {"call-1": {STAGING: ["mine"]}}
+
+
+@pytest.mark.parametrize("through", ["registry", "gc client"])
+def test_a_nested_fence_with_a_name_already_up_is_refused_and_the_outer_one_stays(
+    state: StateStore, through: str
+) -> None:
+    registry = AdmissionRegistry(state)
+    with GcClient(registry) as gc:
+        fencer = registry if through == "registry" else gc
+        with fencer.checkpoint_fence("ckpt-7"):
+            with pytest.raises(ValueError, match="'ckpt-7' is already up"), fencer.checkpoint_fence("ckpt-7"):
+                pytest.fail("the nested block ran")
+            assert set(registry.fences()) == {"ckpt-7"}, "the outer checkpoint stays fenced"
+            with fencer.checkpoint_fence("ckpt-8"):
+                assert set(registry.fences()) == {"ckpt-7", "ckpt-8"}
+            assert set(registry.fences()) == {"ckpt-7"}
+        assert registry.fences() == {}
+        with fencer.checkpoint_fence("ckpt-7"):
+            assert set(registry.fences()) == {"ckpt-7"}
+
+
 class SlowClearWorld(World):
     """A world whose clear blocks until the test lets it finish, recording what happens when."""
 
