@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tq_gc.errors import ConfigError, StoreUnavailable
@@ -88,16 +88,16 @@ class AdmissionRegistry:
 
     def admit(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> None:
         """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it."""
-        name = _checked_name("admission_id", admission_id)
-        self._backend.admit(name, _checked_rows(rows), _ttl_ms(ttl_seconds))
+        name = checked_name("admission_id", admission_id)
+        self._backend.admit(name, checked_rows(rows), checked_ttl_ms(ttl_seconds))
 
     def renew(self, admission_id: str, ttl_seconds: float) -> bool:
         """Extend to ttl_seconds from now; False if the admission expired or is unknown (re-admit)."""
-        name = _checked_name("admission_id", admission_id)
-        return self._backend.renew_admission(name, _ttl_ms(ttl_seconds))
+        name = checked_name("admission_id", admission_id)
+        return self._backend.renew_admission(name, checked_ttl_ms(ttl_seconds))
 
     def release(self, admission_id: str) -> None:
-        self._backend.release_admission(_checked_name("admission_id", admission_id))
+        self._backend.release_admission(checked_name("admission_id", admission_id))
 
     @contextmanager
     def admission(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> Iterator[str]:
@@ -123,10 +123,10 @@ class AdmissionRegistry:
 
     def fence(self, name: str, ttl_seconds: float) -> None:
         """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint)."""
-        self._backend.raise_fence(_checked_name("fence name", name), _ttl_ms(ttl_seconds))
+        self._backend.raise_fence(checked_name("fence name", name), checked_ttl_ms(ttl_seconds))
 
     def unfence(self, name: str) -> None:
-        self._backend.lower_fence(_checked_name("fence name", name))
+        self._backend.lower_fence(checked_name("fence name", name))
 
     def fences(self) -> dict[str, int]:
         """Fences up now: {name: expires_at_ms on the store's clock}."""
@@ -134,7 +134,11 @@ class AdmissionRegistry:
 
     @contextmanager
     def checkpoint_fence(
-        self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
+        self,
+        name: str,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = DELETE_WAIT_SECONDS,
+        on_store_down: Literal["raise", "continue"] = "raise",
     ) -> Iterator[str]:
         """Fence for the duration of the block, which starts only once no delete batch is in flight.
 
@@ -149,23 +153,59 @@ class AdmissionRegistry:
         gone) stops renewing, and its fence expires ttl_seconds after the last renewal.
 
         Raises ValueError if a checkpoint_fence block of this registry already holds `name` up (nested,
-        another thread): the first block to end would lower the fence the other still needs."""
+        another thread): the first block to end would lower the fence the other still needs.
+
+        With on_store_down="continue" (GcClient's) a store that does not answer is logged and the block
+        runs all the same: the fence is raised again every RETRY_SECONDS until the store answers, and
+        the wait for a batch in flight is skipped (none can be marked in a store that is down; one
+        already clearing when it went down may end during the block). tq_gc/trainer.py says why no
+        delete slips in before the fence is up."""
+        go_on = _store_down_policy(on_store_down)
+        ttl_ms = checked_ttl_ms(ttl_seconds)
         with self._claimed_fence(name):
-            self.fence(name, ttl_seconds)
-            keeper = _FenceKeeper(self, name, ttl_seconds)
+            raised = self._raise_fence_first(name, ttl_ms, go_on)
+            keeper = _FenceKeeper(self, name, ttl_seconds, raised)
             try:
-                self._wait_for_no_delete(wait_seconds)
+                if raised:
+                    self._wait_for_no_delete_unless_down(wait_seconds, go_on)
                 yield name
             except BaseException:
                 keeper.stop()
                 self._unfence_keeping_error(name)
                 raise
             keeper.stop()
-            self.unfence(name)
+            if go_on:
+                self._unfence_keeping_error(name)
+            else:
+                self.unfence(name)
+
+    def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool) -> bool:
+        """Raise the fence; False (logged) if the store is down and the caller goes on regardless."""
+        try:
+            self._backend.raise_fence(name, ttl_ms)
+        except StoreUnavailable as exc:
+            if not go_on:
+                raise
+            log.warning(
+                "could not raise fence %r, the checkpoint goes on (the fence is retried every %g s): %s",
+                name,
+                RETRY_SECONDS,
+                exc,
+            )
+            return False
+        return True
+
+    def _wait_for_no_delete_unless_down(self, wait_seconds: float, go_on: bool) -> None:
+        try:
+            self._wait_for_no_delete(wait_seconds)
+        except StoreUnavailable as exc:
+            if not go_on:
+                raise
+            log.warning("could not ask whether a delete batch is in flight; the checkpoint goes on: %s", exc)
 
     @contextmanager
     def _claimed_fence(self, name: str) -> Iterator[None]:
-        name = _checked_name("fence name", name)
+        name = checked_name("fence name", name)
         with self._fences_lock:
             if name in self._fences_up:
                 raise ValueError(
@@ -209,28 +249,33 @@ class AdmissionRegistry:
 
 
 class _FenceKeeper:
-    """Raises one fence again every renew period until stopped, from a daemon thread of its own (a
-    process that dies takes it along, and its fence expires by its TTL)."""
+    """Raises one fence again every renew period until stopped (every RETRY_SECONDS while the store does
+    not answer), from a daemon thread of its own: a process that dies takes it along, and its fence
+    expires by its TTL."""
 
-    def __init__(self, registry: AdmissionRegistry, name: str, ttl_seconds: float) -> None:
+    def __init__(self, registry: AdmissionRegistry, name: str, ttl_seconds: float, raised: bool) -> None:
         self._registry = registry
         self._name = name
         self._ttl_seconds = ttl_seconds
+        self._raised = raised
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"tq-gc-fence:{name}", daemon=True)
         self._thread.start()
 
     def _renew(self) -> None:
         period_seconds = renew_period_seconds(self._ttl_seconds)
-        wait_seconds = period_seconds
-        while not self._stop.wait(wait_seconds):
+        retry_seconds = min(RETRY_SECONDS, period_seconds)
+        while not self._stop.wait(period_seconds if self._raised else retry_seconds):
             try:
                 self._registry.fence(self._name, self._ttl_seconds)
-            except StoreUnavailable as exc:
-                log.warning("could not renew fence %r (retrying): %s", self._name, exc)
-                wait_seconds = min(RETRY_SECONDS, period_seconds)
-            else:
-                wait_seconds = period_seconds
+            except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
+                if self._raised:
+                    log.warning("could not renew fence %r (retrying): %s", self._name, exc)
+                self._raised = False
+                continue
+            if not self._raised:
+                log.info("fence %r raised (it was pending)", self._name)
+            self._raised = True
 
     def stop(self) -> None:
         """Stop renewing; returns once no renewal is under way (one landing after the fence is lowered
@@ -239,13 +284,21 @@ class _FenceKeeper:
         self._thread.join()
 
 
-def _checked_name(what: str, value: object) -> str:
+def _store_down_policy(on_store_down: str) -> bool:
+    if on_store_down not in ("raise", "continue"):
+        raise ValueError(f'on_store_down must be "raise" or "continue", got {on_store_down!r}')
+    return on_store_down == "continue"
+
+
+def checked_name(what: str, value: object) -> str:
+    """`value` if it is a non-empty string; else ValueError naming `what`."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
     return value
 
 
-def _ttl_ms(ttl_seconds: float) -> int:
+def checked_ttl_ms(ttl_seconds: float) -> int:
+    """ttl_seconds in whole milliseconds (at least 1); ValueError unless a positive finite number."""
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
         raise ValueError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
     if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
@@ -253,7 +306,7 @@ def _ttl_ms(ttl_seconds: float) -> int:
     return max(1, math.ceil(ttl_seconds * 1000))
 
 
-def _checked_rows(rows: object) -> AdmissionRows:
+def checked_rows(rows: object) -> AdmissionRows:
     """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
     if not isinstance(rows, Mapping):
         raise ValueError(f"rows must be a mapping {{partition: [keys]}}, got {type(rows).__name__}")
@@ -275,7 +328,11 @@ def _checked_rows(rows: object) -> AdmissionRows:
 __all__ = [
     "DELETE_WAIT_SECONDS",
     "RENEW_MAX_SECONDS",
+    "RETRY_SECONDS",
     "AdmissionBackend",
     "AdmissionRegistry",
+    "checked_name",
+    "checked_rows",
+    "checked_ttl_ms",
     "renew_period_seconds",
 ]

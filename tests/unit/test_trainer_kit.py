@@ -14,11 +14,13 @@ import redis
 
 from tq_gc.collector import Collector
 from tq_gc.config.models import MIN_GRACE_SECONDS
+from tq_gc.errors import StoreUnavailable
 from tq_gc.model import Cause, Identity, Outcome, SweepReport
 from tq_gc.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.state import MemoryState, RedisState, StateStore
 from tq_gc.trainer import DEFAULT_TTL_SECONDS, GcClient
 
+from redis_server import RedisServer
 from support.world import STAGING, World
 
 WAIT_S = 10.0
@@ -154,6 +156,79 @@ def test_a_nested_fence_with_a_name_already_up_is_refused_and_the_outer_one_stay
         assert registry.fences() == {}
         with fencer.checkpoint_fence("ckpt-7"):
             assert set(registry.fences()) == {"ckpt-7"}
+
+
+# The store down: the job goes on, and what it holds is written as soon as the store is back ---------
+
+
+def test_holding_goes_on_while_redis_is_down_and_is_admitted_as_soon_as_it_is_back() -> None:
+    server = RedisServer().start()
+    port = server.port
+    gc = GcClient.connect(server.url, "job")
+    try:
+        server.stop()  # the collector's store is down: the job's calls go on
+        with gc.holding("call-1", {STAGING: ["k1"]}):
+            with gc.holding("call-2", {STAGING: ["k2"]}):
+                pass  # begun and ended while Redis is down: nothing to write, nothing raised
+            ran_while_down = True
+            server = RedisServer(port).start()  # back, empty
+            reader = AdmissionRegistry.connect(server.url, "job")
+            wait_until(
+                "the pending admission was written", lambda: reader.live() == {"call-1": {STAGING: ["k1"]}}
+            )
+        assert ran_while_down
+        assert reader.live() == {}, "released once its block ended"
+        reader.close()
+    finally:
+        gc.close()
+        server.stop()
+
+
+def test_a_checkpoint_goes_on_while_redis_is_down_and_is_fenced_as_soon_as_it_is_back(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.rows.put(STAGING, "r1/c")
+    server = RedisServer().start()
+    port = server.port
+    gc = GcClient.connect(server.url, "job-42")
+    try:
+        server.stop()
+        with gc.checkpoint_fence("ckpt-9"):
+            server = RedisServer(port).start()
+            reader = AdmissionRegistry.connect(server.url, "job-42")
+            wait_until("the pending fence was raised", lambda: "ckpt-9" in reader.fences())
+            state = RedisState.from_url(server.url, "job-42")
+            report = Collector(world.config, state, world.rows).sweep(dry_run=False)
+            assert (report.outcome, report.cause) == (Outcome.SKIPPED, Cause.FENCE_UP)
+            state.close()
+        assert reader.fences() == {}, "lowered once the checkpoint ended"
+        reader.close()
+    finally:
+        gc.close()
+        server.stop()
+
+
+def test_a_lost_admission_is_readmitted_while_other_blocks_begin_and_end(redis_url: str) -> None:
+    reader = AdmissionRegistry.connect(redis_url, "job")
+    with GcClient.connect(redis_url, "job", ttl_seconds=0.6) as gc, gc.holding("long", {STAGING: ["k"]}):
+        client = redis.Redis.from_url(redis_url)
+        for call in range(50):
+            if call % 10 == 0:
+                client.flushall()
+            with gc.holding(f"call-{call}", {STAGING: [f"c{call}"]}):
+                assert reader.live()[f"call-{call}"] == {STAGING: [f"c{call}"]}
+        client.close()
+        wait_until("the long call was admitted again", lambda: reader.live() == {"long": {STAGING: ["k"]}})
+    assert reader.live() == {}
+    reader.close()
+
+
+def test_the_registrys_own_fence_still_raises_when_the_store_is_down() -> None:
+    with RedisServer() as server:
+        registry = AdmissionRegistry.connect(server.url, "job")
+        server.stop()
+        with pytest.raises(StoreUnavailable), registry.checkpoint_fence("ckpt"):
+            pytest.fail("the checkpoint ran unfenced")
+        registry.close()
 
 
 class SlowClearWorld(World):
