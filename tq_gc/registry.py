@@ -306,6 +306,13 @@ def checked_ttl_ms(ttl_seconds: float) -> int:
     return max(1, math.ceil(ttl_seconds * 1000))
 
 
+def checked_whole_ms(ttl_ms: object) -> int:
+    """ttl_ms if it is a positive whole number of milliseconds (a backend's own unit); else ValueError."""
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be a positive whole number of milliseconds, got {ttl_ms!r}")
+    return ttl_ms
+
+
 def checked_rows(rows: object) -> AdmissionRows:
     """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
     if not isinstance(rows, Mapping):
@@ -334,5 +341,6 @@ __all__ = [
     "checked_name",
     "checked_rows",
     "checked_ttl_ms",
+    "checked_whole_ms",
     "renew_period_seconds",
 ]
