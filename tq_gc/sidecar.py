@@ -172,6 +172,10 @@ class SidecarActor:
 
     # -- control ---------------------------------------------------------------------------------
 
+    def started_with(self) -> Config:
+        """The config this sidecar was started with: start_sidecar compares it with its own."""
+        return self._config
+
     def status(self) -> dict[str, Any]:
         """Paused or not, next run, last reports (newest first), lease holder, metrics port."""
         job = None if self._closed else self._scheduler.get_job(SWEEP_JOB_ID)
