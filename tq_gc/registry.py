@@ -61,7 +61,9 @@ class _Closeable(Protocol):
 
 
 class AdmissionRegistry:
-    """The publisher API. Every write is durable on return; every method raises StoreUnavailable."""
+    """The publisher API. Every write is durable on return; every method raises StoreUnavailable (but
+    checkpoint_fence(on_store_down="continue"), which goes on and raises the fence once the store is back;
+    tq_gc.trainer.GcClient fails safe that way throughout)."""
 
     def __init__(self, backend: AdmissionBackend) -> None:
         self._backend = backend
