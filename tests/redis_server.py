@@ -27,10 +27,11 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """`with RedisServer() as server: server.url`, or start() / stop()."""
+    """`with RedisServer() as server: server.url`, or start() / stop(). RedisServer(port) starts on that
+    port (a Redis restarted where its clients expect it), else on a free one."""
 
-    def __init__(self) -> None:
-        self.port = 0
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -47,8 +48,10 @@ class RedisServer:
             )
         self._dir = tempfile.TemporaryDirectory(prefix="tqgc-redis-")
         try:
+            if self.port and self._spawn(binary, Path(self._dir.name)):
+                return self
             # The port may be taken between free_port() and the bind: try a few.
-            for _ in range(3):
+            for _ in range(0 if self.port else 3):
                 self.port = free_port()
                 if self._spawn(binary, Path(self._dir.name)):
                     return self

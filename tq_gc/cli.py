@@ -96,11 +96,13 @@ def sweep(
         report = Collector(config, state, rows).sweep(
             dry_run=not execute, max_deletes=max_deletes, progress=progress, accept_empty=accept_empty
         )
+    # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which
+    # logs its own failure and never changes the exit code.
+    _emit(report.to_dict(), as_json, render.sweep_report)
     if pushgateway:
         from tq_gc.metrics import push_report
 
         push_report(pushgateway, config.namespace, report)
-    _emit(report.to_dict(), as_json, render.sweep_report)
     ctx.exit(OUTCOME_EXIT[report.outcome])
 
 

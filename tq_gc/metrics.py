@@ -197,15 +197,17 @@ def kept_by_reason(report: SweepReport) -> dict[str, int]:
 def push_report(url: str, namespace: str, report: SweepReport) -> bool:
     """Push one sweep's metrics to the Pushgateway at `url` (job "tq-gc", grouping key namespace).
 
-    A push that fails is logged, not raised: the sweep itself is done, and a stale
-    tqgc_last_success_timestamp_seconds is what alerts on a CronJob that stopped reporting.
-    Returns whether the push went through."""
+    A push that fails, however it fails, is logged, not raised: the sweep itself is done (it may have
+    deleted rows), its report and exit code must stand, and a stale tqgc_last_success_timestamp_seconds
+    is what alerts on a CronJob that stopped reporting. Returns whether the push went through."""
     metrics = SweepMetrics()
     metrics.observe(report)
     try:
         metrics.push(url, namespace, succeeded=report.outcome in _SUCCESS)
-    except OSError as exc:  # URLError, refused, timeout, HTTP error status
-        log.warning("could not push metrics to the Pushgateway at %s: %s", url, exc)
+    # OSError (refused, timeout, an HTTP error status), http.client.HTTPException (a reply that is not
+    # HTTP), ValueError (a malformed URL), or whatever else the client meets.
+    except Exception as exc:
+        log.warning("could not push metrics to the Pushgateway at %s: %s: %s", url, type(exc).__name__, exc)
         return False
     return True
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tq_gc.errors import ConfigError, StoreUnavailable
@@ -28,6 +29,18 @@ log = logging.getLogger(__name__)
 # that died mid-batch stops counting after its lease TTL, 60 s by default), and how often to look.
 DELETE_WAIT_SECONDS = 120.0
 DELETE_POLL_SECONDS = 0.02
+# A lease held by a block (checkpoint_fence here, GcClient.holding) is renewed at a third of its TTL, so
+# that two renewals can fail in a row before it lapses, and at least every RENEW_MAX_SECONDS, so that one a
+# restarted store lost is back well within the shortest grace a sweeper allows (60 s). A renewal that
+# failed (the store down) is retried every RETRY_SECONDS, so that it is back as soon as the store is.
+RENEW_FRACTION = 1 / 3
+RENEW_MAX_SECONDS = 10.0
+RETRY_SECONDS = 0.5
+
+
+def renew_period_seconds(ttl_seconds: float, at_most_seconds: float = RENEW_MAX_SECONDS) -> float:
+    """How often a lease of ttl_seconds held by a block is renewed: a third of it, at most at_most_seconds."""
+    return min(ttl_seconds * RENEW_FRACTION, at_most_seconds)
 
 
 class AdmissionBackend(Protocol):
@@ -48,11 +61,15 @@ class _Closeable(Protocol):
 
 
 class AdmissionRegistry:
-    """The publisher API. Every write is durable on return; every method raises StoreUnavailable."""
+    """The publisher API. Every write is durable on return; every method raises StoreUnavailable (but
+    checkpoint_fence(on_store_down="continue"), which goes on and raises the fence once the store is back;
+    tq_gc.trainer.GcClient fails safe that way throughout)."""
 
     def __init__(self, backend: AdmissionBackend) -> None:
         self._backend = backend
         self._owned: _Closeable | None = None  # set by connect(): close only what we opened
+        self._fences_up: set[str] = set()  # checkpoint_fence blocks running, by fence name
+        self._fences_lock = threading.Lock()
 
     @classmethod
     def connect(cls, url: str, namespace: str = "default") -> AdmissionRegistry:
@@ -73,16 +90,16 @@ class AdmissionRegistry:
 
     def admit(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> None:
         """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it."""
-        name = _checked_name("admission_id", admission_id)
-        self._backend.admit(name, _checked_rows(rows), _ttl_ms(ttl_seconds))
+        name = checked_name("admission_id", admission_id)
+        self._backend.admit(name, checked_rows(rows), checked_ttl_ms(ttl_seconds))
 
     def renew(self, admission_id: str, ttl_seconds: float) -> bool:
         """Extend to ttl_seconds from now; False if the admission expired or is unknown (re-admit)."""
-        name = _checked_name("admission_id", admission_id)
-        return self._backend.renew_admission(name, _ttl_ms(ttl_seconds))
+        name = checked_name("admission_id", admission_id)
+        return self._backend.renew_admission(name, checked_ttl_ms(ttl_seconds))
 
     def release(self, admission_id: str) -> None:
-        self._backend.release_admission(_checked_name("admission_id", admission_id))
+        self._backend.release_admission(checked_name("admission_id", admission_id))
 
     @contextmanager
     def admission(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> Iterator[str]:
@@ -108,10 +125,10 @@ class AdmissionRegistry:
 
     def fence(self, name: str, ttl_seconds: float) -> None:
         """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint)."""
-        self._backend.raise_fence(_checked_name("fence name", name), _ttl_ms(ttl_seconds))
+        self._backend.raise_fence(checked_name("fence name", name), checked_ttl_ms(ttl_seconds))
 
     def unfence(self, name: str) -> None:
-        self._backend.lower_fence(_checked_name("fence name", name))
+        self._backend.lower_fence(checked_name("fence name", name))
 
     def fences(self) -> dict[str, int]:
         """Fences up now: {name: expires_at_ms on the store's clock}."""
@@ -119,7 +136,11 @@ class AdmissionRegistry:
 
     @contextmanager
     def checkpoint_fence(
-        self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
+        self,
+        name: str,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = DELETE_WAIT_SECONDS,
+        on_store_down: Literal["raise", "continue"] = "raise",
     ) -> Iterator[str]:
         """Fence for the duration of the block, which starts only once no delete batch is in flight.
 
@@ -127,15 +148,78 @@ class AdmissionRegistry:
         rows the checkpoint is recording. Sweepers mark a batch in flight in the same atomic step that
         checks the fences, so once the fence is up and no batch is marked, none can start until the
         fence comes down. Raises TimeoutError (fence lowered) if a batch is still in flight after
-        wait_seconds; a sweeper that died mid-batch stops counting after its lease's TTL."""
-        self.fence(name, ttl_seconds)
+        wait_seconds; a sweeper that died mid-batch stops counting after its lease's TTL.
+
+        The fence lasts as long as the block, however long: a daemon thread raises it again every
+        renew_period_seconds(ttl_seconds) while the block runs. A holder that crashes (its process
+        gone) stops renewing, and its fence expires ttl_seconds after the last renewal.
+
+        Raises ValueError if a checkpoint_fence block of this registry already holds `name` up (nested,
+        another thread): the first block to end would lower the fence the other still needs.
+
+        With on_store_down="continue" (GcClient's) a store that does not answer is logged and the block
+        runs all the same: the fence is raised again every RETRY_SECONDS until the store answers, and
+        the wait for a batch in flight is skipped (none can be marked in a store that is down; one
+        already clearing when it went down may end during the block). tq_gc/trainer.py says why no
+        delete slips in before the fence is up."""
+        go_on = _store_down_policy(on_store_down)
+        ttl_ms = checked_ttl_ms(ttl_seconds)
+        with self._claimed_fence(name):
+            raised = self._raise_fence_first(name, ttl_ms, go_on)
+            keeper = _FenceKeeper(self, name, ttl_seconds, raised)
+            try:
+                if raised:
+                    self._wait_for_no_delete_unless_down(wait_seconds, go_on)
+                yield name
+            except BaseException:
+                keeper.stop()
+                self._unfence_keeping_error(name)
+                raise
+            keeper.stop()
+            if go_on:
+                self._unfence_keeping_error(name)
+            else:
+                self.unfence(name)
+
+    def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool) -> bool:
+        """Raise the fence; False (logged) if the store is down and the caller goes on regardless."""
+        try:
+            self._backend.raise_fence(name, ttl_ms)
+        except StoreUnavailable as exc:
+            if not go_on:
+                raise
+            log.warning(
+                "could not raise fence %r, the checkpoint goes on (the fence is retried every %g s): %s",
+                name,
+                RETRY_SECONDS,
+                exc,
+            )
+            return False
+        return True
+
+    def _wait_for_no_delete_unless_down(self, wait_seconds: float, go_on: bool) -> None:
         try:
             self._wait_for_no_delete(wait_seconds)
-            yield name
-        except BaseException:
-            self._unfence_keeping_error(name)
-            raise
-        self.unfence(name)
+        except StoreUnavailable as exc:
+            if not go_on:
+                raise
+            log.warning("could not ask whether a delete batch is in flight; the checkpoint goes on: %s", exc)
+
+    @contextmanager
+    def _claimed_fence(self, name: str) -> Iterator[None]:
+        name = checked_name("fence name", name)
+        with self._fences_lock:
+            if name in self._fences_up:
+                raise ValueError(
+                    f"fence {name!r} is already up in a checkpoint_fence block of this registry: nested or "
+                    "concurrent checkpoints need fence names of their own (the step, the rank)"
+                )
+            self._fences_up.add(name)
+        try:
+            yield
+        finally:
+            with self._fences_lock:
+                self._fences_up.discard(name)
 
     def _wait_for_no_delete(self, wait_seconds: float) -> None:
         deadline = time.monotonic() + wait_seconds
@@ -166,13 +250,57 @@ class AdmissionRegistry:
         self.close()
 
 
-def _checked_name(what: str, value: object) -> str:
+class _FenceKeeper:
+    """Raises one fence again every renew period until stopped (every RETRY_SECONDS while the store does
+    not answer), from a daemon thread of its own: a process that dies takes it along, and its fence
+    expires by its TTL."""
+
+    def __init__(self, registry: AdmissionRegistry, name: str, ttl_seconds: float, raised: bool) -> None:
+        self._registry = registry
+        self._name = name
+        self._ttl_seconds = ttl_seconds
+        self._raised = raised
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"tq-gc-fence:{name}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        period_seconds = renew_period_seconds(self._ttl_seconds)
+        retry_seconds = min(RETRY_SECONDS, period_seconds)
+        while not self._stop.wait(period_seconds if self._raised else retry_seconds):
+            try:
+                self._registry.fence(self._name, self._ttl_seconds)
+            except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
+                if self._raised:
+                    log.warning("could not renew fence %r (retrying): %s", self._name, exc)
+                self._raised = False
+                continue
+            if not self._raised:
+                log.info("fence %r raised (it was pending)", self._name)
+            self._raised = True
+
+    def stop(self) -> None:
+        """Stop renewing; returns once no renewal is under way (one landing after the fence is lowered
+        would raise it again until its TTL)."""
+        self._stop.set()
+        self._thread.join()
+
+
+def _store_down_policy(on_store_down: str) -> bool:
+    if on_store_down not in ("raise", "continue"):
+        raise ValueError(f'on_store_down must be "raise" or "continue", got {on_store_down!r}')
+    return on_store_down == "continue"
+
+
+def checked_name(what: str, value: object) -> str:
+    """`value` if it is a non-empty string; else ValueError naming `what`."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
     return value
 
 
-def _ttl_ms(ttl_seconds: float) -> int:
+def checked_ttl_ms(ttl_seconds: float) -> int:
+    """ttl_seconds in whole milliseconds (at least 1); ValueError unless a positive finite number."""
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
         raise ValueError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
     if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
@@ -180,7 +308,14 @@ def _ttl_ms(ttl_seconds: float) -> int:
     return max(1, math.ceil(ttl_seconds * 1000))
 
 
-def _checked_rows(rows: object) -> AdmissionRows:
+def checked_whole_ms(ttl_ms: object) -> int:
+    """ttl_ms if it is a positive whole number of milliseconds (a backend's own unit); else ValueError."""
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be a positive whole number of milliseconds, got {ttl_ms!r}")
+    return ttl_ms
+
+
+def checked_rows(rows: object) -> AdmissionRows:
     """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
     if not isinstance(rows, Mapping):
         raise ValueError(f"rows must be a mapping {{partition: [keys]}}, got {type(rows).__name__}")
@@ -199,4 +334,15 @@ def _checked_rows(rows: object) -> AdmissionRows:
     return checked
 
 
-__all__ = ["DELETE_WAIT_SECONDS", "AdmissionBackend", "AdmissionRegistry"]
+__all__ = [
+    "DELETE_WAIT_SECONDS",
+    "RENEW_MAX_SECONDS",
+    "RETRY_SECONDS",
+    "AdmissionBackend",
+    "AdmissionRegistry",
+    "checked_name",
+    "checked_rows",
+    "checked_ttl_ms",
+    "checked_whole_ms",
+    "renew_period_seconds",
+]

@@ -43,6 +43,7 @@ from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.model import Cause, SweepReport
+from tq_gc.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.sweep import default_holder, iso_now
@@ -171,6 +172,10 @@ class SidecarActor:
 
     # -- control ---------------------------------------------------------------------------------
 
+    def started_with(self) -> Config:
+        """The config this sidecar was started with: start_sidecar compares it with its own."""
+        return self._config
+
     def status(self) -> dict[str, Any]:
         """Paused or not, next run, last reports (newest first), lease holder, metrics port."""
         job = None if self._closed else self._scheduler.get_job(SWEEP_JOB_ID)
@@ -221,24 +226,30 @@ class SidecarActor:
         log.info("tq-gc sidecar %r shut down", self._config.sidecar.name)
 
     # -- the admission registry, hosted here (with memory:// it is this actor's state) -------------
+    # Any process in the cluster can call these on the actor's handle, not only AdmissionRegistry: each
+    # checks its input as the registry does, so that a bad call is refused rather than recorded.
 
     def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
-        self._state.admit(admission_id, rows, ttl_ms)
+        self._state.admit(
+            checked_name("admission_id", admission_id), checked_rows(rows), checked_whole_ms(ttl_ms)
+        )
 
     def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
-        return self._state.renew_admission(admission_id, ttl_ms)
+        return self._state.renew_admission(
+            checked_name("admission_id", admission_id), checked_whole_ms(ttl_ms)
+        )
 
     def release_admission(self, admission_id: str) -> None:
-        self._state.release_admission(admission_id)
+        self._state.release_admission(checked_name("admission_id", admission_id))
 
     def live_admissions(self) -> dict[str, AdmissionRows]:
         return self._state.live_admissions()
 
     def raise_fence(self, name: str, ttl_ms: int) -> None:
-        self._state.raise_fence(name, ttl_ms)
+        self._state.raise_fence(checked_name("fence name", name), checked_whole_ms(ttl_ms))
 
     def lower_fence(self, name: str) -> None:
-        self._state.lower_fence(name)
+        self._state.lower_fence(checked_name("fence name", name))
 
     def live_fences(self) -> dict[str, int]:
         return self._state.live_fences()

@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from tq_gc.config import ConfigLike, as_config
+from tq_gc.config import Config, ConfigLike, as_config
 from tq_gc.errors import StoreUnavailable, TqGcError
 from tq_gc.ray_cluster import join_ray
 from tq_gc.registry import AdmissionRegistry
@@ -34,7 +34,10 @@ CALL_TIMEOUT_SECONDS = 30.0
 
 def start_sidecar(config: ConfigLike, row_store_factory: RowStoreFactory | None = None) -> Any:
     """Start the sidecar actor in this Ray cluster, or return the one already running under
-    `config.sidecar.name` in `config.sidecar.ray_namespace` (whatever config it was started with).
+    `config.sidecar.name` in `config.sidecar.ray_namespace` if it was started with this same config (a
+    retry, another driver of the same job). One running there with another config (another job, a
+    changed config beside a live sidecar) is refused with TqGcError naming the fields that differ: it
+    is not this job's sidecar, and with memory:// its registry and lease are its own.
 
     Joins the cluster at `config.transfer_queue.ray_address` if Ray is not initialized. Returns once the
     actor is up (its state store open, its schedule started); a failed start raises TqGcError. The actor
@@ -67,7 +70,26 @@ def start_sidecar(config: ConfigLike, row_store_factory: RowStoreFactory | None 
         raise TqGcError(
             f"the tq-gc sidecar {sidecar.name!r} did not start: {lines[-1] if lines else exc}"
         ) from exc
+    _check_same_config(handle, config)
     return handle
+
+
+def _check_same_config(handle: Any, config: Config) -> None:
+    """Refuse a running sidecar of this name that was started with another config."""
+    running: Config = ray.get(handle.started_with.remote(), timeout=CALL_TIMEOUT_SECONDS)
+    if running == config:
+        return
+    ours, theirs = config.model_dump(), running.model_dump()
+    differing = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
+    sidecar = config.sidecar
+    # Field names only: a value may be a state_url with its password.
+    raise TqGcError(
+        f"a tq-gc sidecar named {sidecar.name!r} already runs in Ray namespace {sidecar.ray_namespace!r}, "
+        f"started with another config (differing: {', '.join(differing)}; its namespace is "
+        f"{running.namespace!r}, this one's {config.namespace!r}). It is not this job's sidecar: give this "
+        "one another sidecar.name, or stop that one first. With state_url memory:// each sidecar holds a "
+        "registry and lease of its own, so a job needs exactly one sidecar"
+    )
 
 
 def stop_sidecar(handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from tq_gc.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.wiring import Runtime
 
+from support.not_http import not_http_server
 from support.scripted_store import ScriptedRowStore
 
 STAGING = "rollout_staging"
@@ -125,6 +127,34 @@ def test_unparsable_manifest_exits_4_and_deletes_nothing(cli: Cli) -> None:
     assert (code, doc["outcome"]) == (EXIT_ABORTED, "aborted")
     assert "gc-manifest.json" in doc["reason"]
     assert cli.rows.keys(STAGING) == {"r1/c1"} and cli.rows.count("delete") == 0
+
+
+@pytest.fixture
+def not_a_gateway() -> Iterator[str]:
+    with not_http_server() as url:
+        yield url
+
+
+def test_a_failed_push_after_deleting_still_prints_the_report_and_exits_by_the_sweep(
+    cli: Cli, not_a_gateway: str
+) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    cli.run("sweep")
+    cli.clock.advance(120)
+    code, out, _ = cli.run("sweep", "--execute", "--json", "--pushgateway", not_a_gateway)
+    doc = json.loads(out)
+    assert (code, doc["outcome"], doc["counts"]["deleted"]) == (EXIT_OK, "completed", 1)
+    assert cli.rows.keys(STAGING) == set()
+    code, out, _ = cli.run("sweep", "--execute", "--pushgateway", "http://[::1")
+    assert code == EXIT_OK and "completed" in out
+
+
+def test_a_failed_push_after_an_aborted_sweep_exits_4(cli: Cli, not_a_gateway: str) -> None:
+    bad = cli.manifest_dir / "step-3" / "gc-manifest.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{ not json")
+    code, out, _ = cli.run("sweep", "--execute", "--json", "--pushgateway", not_a_gateway)
+    assert (code, json.loads(out)["outcome"]) == (EXIT_ABORTED, "aborted")
 
 
 @pytest.mark.parametrize(

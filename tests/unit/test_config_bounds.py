@@ -93,6 +93,42 @@ def test_quiet_ms_0_is_accepted_and_never_waits() -> None:
     assert parse_config(config_with("transfer_queue: {quiet_ms: 0}")).transfer_queue.quiet_ms == 0
 
 
+@pytest.mark.parametrize(
+    ("yaml_text", "field", "bound"),
+    [
+        ("transfer_queue: {quiet_ms: 5001, quiet_wait_max_ms: 10000}", "transfer_queue.quiet_ms", "5000"),
+        ("transfer_queue: {quiet_ms: 1.0e9}", "transfer_queue.quiet_ms", "5000"),
+        ("transfer_queue: {quiet_wait_max_ms: 10000.5}", "transfer_queue.quiet_wait_max_ms", "10000"),
+        ("transfer_queue: {quiet_wait_max_ms: 86400000}", "transfer_queue.quiet_wait_max_ms", "10000"),
+        ("transfer_queue: {request_batch: 20001}", "transfer_queue.request_batch", "20000"),
+        ("transfer_queue: {request_batch: 1000000000}", "transfer_queue.request_batch", "20000"),
+    ],
+)
+def test_a_wait_or_request_too_long_for_the_jobs_controller_is_refused(
+    yaml_text: str, field: str, bound: str
+) -> None:
+    message = refusal(yaml_text)
+    assert f"{field}: " in message and bound in message, message
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "transfer_queue: {quiet_ms: 5000, quiet_wait_max_ms: 10000}",
+        "transfer_queue: {request_batch: 20000}",
+    ],
+)
+def test_the_upper_bounds_of_waits_and_requests_are_inclusive(yaml_text: str) -> None:
+    given = yaml.safe_load(yaml_text)["transfer_queue"]
+    loaded = parse_config(config_with(yaml_text)).transfer_queue
+    assert {name: getattr(loaded, name) for name in given} == given
+
+
+def test_a_quiet_time_longer_than_the_longest_wait_for_it_is_refused() -> None:
+    message = refusal("transfer_queue: {quiet_ms: 300, quiet_wait_max_ms: 250}")
+    assert "transfer_queue.quiet_ms" in message and "quiet_wait_max_ms" in message, message
+
+
 # lease TTL ---------------------------------------------------------------------------------------
 
 

@@ -157,3 +157,30 @@ def test_keys_placed_at_a_random_path_are_all_found(case: tuple[Any, str, list[s
 def test_keys_placed_in_serialized_documents_are_all_found(case: tuple[Any, str, list[str]]) -> None:
     document, path, keys = case
     assert extract_keys(document, path, decode_json_strings=True) == keys
+
+
+def nested_lists(depth: int, innermost: Any = "k") -> Any:
+    value = innermost
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("document", "decode"),
+    [
+        ({"keys": "[" * 100_000}, True),  # a JSON bomb: json.loads itself recurses too deep
+        ({"keys": json.dumps(nested_lists(900))}, True),  # decodes, then too deep to walk
+        ({"keys": nested_lists(5_000)}, False),  # already decoded (TQ tags are Python objects)
+        ({"keys": json.dumps({"keys": nested_lists(900)})}, True),  # deep inside a string on the way
+    ],
+    ids=["json-bomb", "deep-json-string", "deep-object", "deep-under-a-serialized-object"],
+)
+def test_a_document_nested_too_deeply_is_refused_as_malformed(document: Any, decode: bool) -> None:
+    path = "keys.keys" if isinstance(document["keys"], str) and document["keys"].startswith("{") else "keys"
+    with pytest.raises(ValueError, match="nested too deeply"):
+        extract_keys(document, path, decode_json_strings=decode)
+
+
+def test_nesting_within_the_limit_is_flattened() -> None:
+    assert extract_keys({"keys": json.dumps(nested_lists(40))}, "keys", decode_json_strings=True) == ["k"]

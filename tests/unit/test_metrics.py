@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry
 from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
 from tq_gc.model import Cause, Counts, Outcome, SweepReport
 
+from support.not_http import not_http_server
+
 FINISHED_AT = "2024-05-01T12:00:00.000+00:00"
 FINISHED_TS = 1714564800.0
 
@@ -217,6 +219,27 @@ def test_an_unreachable_gateway_is_logged_not_raised(caplog: pytest.LogCaptureFi
     finally:
         logger.removeHandler(caplog.handler)
     assert "could not push metrics" in caplog.text
+
+
+@pytest.fixture
+def not_a_gateway() -> Iterator[str]:
+    with not_http_server() as url:
+        yield url
+
+
+@pytest.mark.parametrize("outcome", [Outcome.COMPLETED, Outcome.ABORTED])
+def test_a_reply_that_is_not_http_or_a_malformed_url_is_logged_not_raised(
+    not_a_gateway: str, outcome: Outcome, caplog: pytest.LogCaptureFixture
+) -> None:
+    logger = logging.getLogger("tq_gc.metrics")
+    logger.addHandler(caplog.handler)
+    try:
+        assert not push_report(not_a_gateway, "job-42", report(outcome, deleted=3))  # BadStatusLine
+        assert not push_report("http://[::1", "job-42", report(outcome, deleted=3))  # ValueError
+    finally:
+        logger.removeHandler(caplog.handler)
+    pushes = [line for line in caplog.text.splitlines() if "could not push metrics" in line]
+    assert any("BadStatusLine" in line for line in pushes) and any("ValueError" in line for line in pushes)
 
 
 def test_each_tq_request_of_a_sweep_is_observed_under_its_operation() -> None:

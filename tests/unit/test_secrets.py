@@ -21,7 +21,7 @@ import redis
 import yaml
 
 from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
-from tq_gc.config import parse_config, redact_url
+from tq_gc.config import load_config, parse_config, redact_url
 from tq_gc.errors import ConfigError
 from tq_gc.state import RedisState
 from tq_gc.stores import MemoryRowStore
@@ -292,3 +292,40 @@ def test_redis_py_refusing_a_url_leaves_no_secret_in_the_error_chain() -> None:
     with pytest.raises(ConfigError, match="not a valid Redis URL") as caught:
         RedisState.from_url(f"redis://:{MARKER}/x@127.0.0.1:1/0", "job")
     assert all(MARKER not in f"{exc!s} {exc!r}" for exc in exception_chain(caught.value))
+
+
+# a config file that is not valid YAML: the error names the place, never quotes the line -----------------
+
+BROKEN_YAML = [
+    f'state_url: "redis://:{PASSWORD}@redis:6379/0\nnamespace: job\n',  # an unclosed quote
+    f"namespace: job\nstate_url: redis://:{PASSWORD}@redis:6379/0\n  grace_seconds: 900\n",  # bad indent
+    f"state_url: [redis://:{PASSWORD}@redis:6379/0\n",  # an unclosed flow sequence
+    f"state_url: redis://:{PASSWORD}@redis:6379/0\n\tnamespace: job\n",  # a tab
+    f"state_url: @redis://:{PASSWORD}@redis:6379/0\n",  # a reserved indicator
+    f"{{state_url: redis://:{PASSWORD}@h/0, namespace: job\n",  # an unclosed flow mapping
+]
+
+
+@pytest.mark.parametrize("text", BROKEN_YAML)
+def test_a_yaml_error_names_the_line_but_never_quotes_it(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "gc.yaml"
+    path.write_text(text)
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(text)  # each example really is malformed
+    with pytest.raises(ConfigError, match="not valid YAML") as caught:
+        load_config(path, env={})
+    message = str(caught.value)
+    assert "line " in message, message
+    for exc in exception_chain(caught.value):
+        assert MARKER not in f"{exc!s} {exc!r}"
+
+
+def test_the_cli_prints_no_secret_for_a_file_that_is_not_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gc.yaml"
+    path.write_text(BROKEN_YAML[0])
+    assert main(["check", "--config", str(path)]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert "not valid YAML" in captured.err
+    assert MARKER not in captured.out + captured.err

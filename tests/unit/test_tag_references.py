@@ -186,8 +186,19 @@ def test_a_store_failure_fails_the_source(store: MemoryRowStore, message: str) -
         ({"route_assembly_plan": "not json"}, r"\$\.route_assembly_plan is a string that is not valid JSON"),
         ({"route_assembly_plan": 7}, r"\$\.route_assembly_plan is int 7, expected an object"),
         ({"route_assembly_plan": {"cleanup_staging_keys": "[truncated"}}, r"not valid JSON"),
+        ({"route_assembly_plan": {"cleanup_staging_keys": "[" * 100_000}}, r"nested too deeply"),
+        ({"route_assembly_plan": "[" * 900 + '"k"' + "]" * 900}, r"nested too deeply"),
     ],
-    ids=["number", "object-in-list", "object", "plan-not-json", "plan-number", "keys-truncated-json"],
+    ids=[
+        "number",
+        "object-in-list",
+        "object",
+        "plan-not-json",
+        "plan-number",
+        "keys-truncated-json",
+        "keys-json-bomb",
+        "plan-deep-json",
+    ],
 )
 def test_a_malformed_tag_fails_the_source_naming_the_row(tags: Tags, message: str) -> None:
     store = store_with({DATA: {"g1_g0": plan("ok"), "g9_g3": tags}})

@@ -93,12 +93,36 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        problem = yaml_error_place(exc)
+    else:
+        return _top_mapping(path, data)
+    # Raised outside the handler: the YAMLError quotes the offending line, which may hold a password.
+    raise ConfigError(f"config file {str(path)!r} is not valid YAML: {problem}")
+
+
+def _top_mapping(path: Path, data: object) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
     return data
+
+
+def yaml_error_place(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong and where (line, column), without the snippet of the line it quotes: that
+    line may be `state_url: redis://:password@...`."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+    parts = [
+        f"{text} ({_place(mark)})" if mark is not None else text
+        for text, mark in ((exc.context, exc.context_mark), (exc.problem, exc.problem_mark))
+        if text
+    ]
+    return "; ".join(parts) or "malformed"
+
+
+def _place(mark: yaml.Mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,14 @@ MIN_LEASE_TTL_SECONDS = 5.0
 
 MAX_LEASE_TTL_SECONDS = 3600.0
 
+# Upper bounds of what tq-gc may ask of the job's TransferQueue controller in one go. The quiet wait runs
+# on the controller's actor thread (tq_gc/stores/tq_quiet.py), so its longest wait is how long the job's
+# own calls to that thread may queue behind it; a request of request_batch keys holds the controller's
+# request thread for its whole length (tens of ms at the default 2,000, seconds at a million).
+MAX_QUIET_MS = 5_000.0
+MAX_QUIET_WAIT_MAX_MS = 10_000.0
+MAX_REQUEST_BATCH = 20_000
+
 # The canonical samples: protected even when protected_partitions leaves them out.
 CANONICAL_PARTITION = "rollout_data"
 
@@ -110,6 +118,48 @@ class TransferQueueConfig(Frozen):
     # 10 ms). 0: never wait (and delete batches of limits.delete_batch).
     quiet_ms: float = Field(default=20.0, ge=0.0, allow_inf_nan=False)
     quiet_wait_max_ms: float = Field(default=250.0, gt=0.0, allow_inf_nan=False)
+
+    @field_validator("request_batch")
+    @classmethod
+    def _request_fits_the_controller(cls, request_batch: int) -> int:
+        if request_batch > MAX_REQUEST_BATCH:
+            raise ValueError(
+                f"{request_batch} is above {MAX_REQUEST_BATCH}: one request of that many keys holds the "
+                "job's TransferQueue controller, which serves one request at a time, for seconds. Pacing "
+                "already adapts each request's size below this; keep it near the default 2000"
+            )
+        return request_batch
+
+    @field_validator("quiet_ms")
+    @classmethod
+    def _quiet_time_can_happen(cls, quiet_ms: float) -> float:
+        if quiet_ms > MAX_QUIET_MS:
+            raise ValueError(
+                f"{quiet_ms:g} ms is above {MAX_QUIET_MS:g} ms: a busy job's controller is never idle that "
+                "long, so every wait would run to quiet_wait_max_ms. The default is 20; 0 never waits"
+            )
+        return quiet_ms
+
+    @field_validator("quiet_wait_max_ms")
+    @classmethod
+    def _wait_fits_the_controller(cls, quiet_wait_max_ms: float) -> float:
+        if quiet_wait_max_ms > MAX_QUIET_WAIT_MAX_MS:
+            raise ValueError(
+                f"{quiet_wait_max_ms:g} ms is above {MAX_QUIET_WAIT_MAX_MS:g} ms: the wait runs on the job's "
+                "TransferQueue controller's actor thread, and the job's own calls to it queue behind it. "
+                "The default is 250"
+            )
+        return quiet_wait_max_ms
+
+    @model_validator(mode="after")
+    def _quiet_time_within_the_wait(self) -> TransferQueueConfig:
+        if self.quiet_ms > self.quiet_wait_max_ms:
+            raise ValueError(
+                f"transfer_queue.quiet_ms ({self.quiet_ms:g}) is longer than "
+                f"transfer_queue.quiet_wait_max_ms ({self.quiet_wait_max_ms:g}): no wait could ever find "
+                "that much quiet. Lower quiet_ms or raise quiet_wait_max_ms"
+            )
+        return self
 
 
 class AdmissionsConfig(Frozen):
