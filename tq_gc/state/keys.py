@@ -89,4 +89,3 @@ class Keys:
 
     def legacy_first_seen(self, partition: str) -> str:
         return f"{self.prefix}:first_seen:{partition}"
-
