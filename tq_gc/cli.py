@@ -93,7 +93,7 @@ def sweep(
     runtime: Runtime = ctx.obj
     with runtime.stores(config) as (state, rows), render.progress(enabled=not as_json) as progress:
         assert rows is not None
-        report = Collector(config, state, rows).sweep(
+        report = Collector(config, state, rows, pause_cyclic_gc=True).sweep(
             dry_run=not execute, max_deletes=max_deletes, progress=progress, accept_empty=accept_empty
         )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from tq_gc.config import Config
 from tq_gc.errors import (
@@ -79,7 +79,18 @@ CLEAR_WITHIN_TTL_FRACTION = 1 / 2
 
 
 class Collector:
-    def __init__(self, config: Config, state: StateStore, row_store: RowStore, holder: str | None = None):
+    def __init__(
+        self,
+        config: Config,
+        state: StateStore,
+        row_store: RowStore,
+        holder: str | None = None,
+        *,
+        pause_cyclic_gc: bool = False,
+    ):
+        """`pause_cyclic_gc`: the process is tq-gc's own (the sidecar's actor, the CLI), so a sweep may
+        switch the cyclic garbage collector off while it runs (sweep.without_cyclic_gc). Embedded in a
+        trainer's process, leave it False: the trainer's own objects are that collector's too."""
         self.config = config
         self.state = state
         self.row_store = row_store
@@ -90,6 +101,7 @@ class Collector:
         self.owners = OwnersSource(config.owner_references, row_store)
         self._lease_ttl_ms = int(config.lease_ttl_seconds * 1000)
         self._stop = threading.Event()
+        self._pause_cyclic_gc = pause_cyclic_gc
         self._accept_empty: frozenset[str] = frozenset()
 
     def sweep(
@@ -110,7 +122,7 @@ class Collector:
         self._accept_empty = accepted_sources(self.config, accept_empty)
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
         sweep = Sweep(report, PlanPolicy.from_config(self.config, max_deletes), progress)
-        with without_cyclic_gc():
+        with without_cyclic_gc() if self._pause_cyclic_gc else nullcontext():
             self._run(sweep, dry_run)
         return report
 

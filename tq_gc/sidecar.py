@@ -84,7 +84,7 @@ class SidecarActor:
         )
         assert rows is not None
         holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
-        self._collector = Collector(config, self._state, rows, holder=holder)
+        self._collector = Collector(config, self._state, rows, holder=holder, pause_cyclic_gc=True)
         self._metrics = SweepMetrics()
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)

@@ -1,8 +1,10 @@
-"""A sweep runs with the cyclic garbage collector off (it allocates millions of objects and makes no
-cycles). What it leaves alive, the first-seen records it keeps above all, must not then wait in the
-young generation for the next collection to walk them all: that collection holds the interpreter lock of
-the sidecar's process (the registry's callers with `memory://` state) for as long as it walks. Beside a
-job at 1M rows one such collection held the sidecar for 554 ms (bench/gc_log.py)."""
+"""A sweep in a process tq-gc owns (the sidecar's actor, the CLI) runs with the cyclic garbage
+collector off (it allocates millions of objects and makes no cycles); embedded in someone else's process
+(a trainer calling Collector.sweep) it leaves the process's collector alone. What an owned sweep leaves
+alive, the first-seen records it keeps above all, must not then wait in the young generation for the
+next collection to walk them all: that collection holds the interpreter lock of the sidecar's process
+(the registry's callers with `memory://` state) for as long as it walks. Beside a job at 1M rows one
+such collection held the sidecar for 554 ms (bench/gc_log.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
+from tq_gc.model import SweepReport
 from tq_gc.state import RedisState
 
 from support.scripted_store import ScriptedRowStore
@@ -58,15 +61,21 @@ def put_staging(put: Callable[[str, str], object]) -> None:
         put(STAGING, f"r{i // 8}/call-{i}")
 
 
+def owned_sweep(world: World) -> SweepReport:
+    """A sweep as the sidecar and the CLI run it: in a process of tq-gc's own."""
+    collector = Collector(world.config, world.state, world.rows, holder="test", pause_cyclic_gc=True)
+    return collector.sweep(dry_run=False)
+
+
 @pytest.mark.parametrize("sweeps", [1, 2])
 def test_a_sweep_leaves_no_young_generation_for_the_next_collection(tmp_path: Path, sweeps: int) -> None:
     world = World(tmp_path)
     put_staging(world.rows.put)
     for _ in range(sweeps - 1):
-        world.sweep()
+        owned_sweep(world)
         world.age()
     with young_generation_walks() as walked:
-        report = world.sweep()
+        report = owned_sweep(world)
     assert report.counts.in_scope == ROWS
     assert_no_long_walk(walked)
 
@@ -82,7 +91,8 @@ def test_a_sweep_with_redis_state_leaves_no_young_generation(redis_url: str) -> 
             "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
         }
     )
-    collector = Collector(config, RedisState.from_url(redis_url, "job-gc"), rows, holder="test")
+    state = RedisState.from_url(redis_url, "job-gc")
+    collector = Collector(config, state, rows, holder="test", pause_cyclic_gc=True)
     with young_generation_walks() as walked:
         report = collector.sweep(dry_run=False)
     assert report.counts.in_scope == ROWS
@@ -96,7 +106,19 @@ def test_a_sweep_leaves_what_its_process_froze_frozen(tmp_path: Path) -> None:
     gc.freeze()  # a process may freeze its imports (fork-friendly servers do)
     try:
         frozen = gc.get_freeze_count()
-        world.sweep()
+        owned_sweep(world)
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_an_embedded_sweep_leaves_the_processs_collector_on(tmp_path: Path) -> None:
+    """Collector.sweep called from a trainer's process: switching the collector off for minutes would
+    let the trainer's own cyclic garbage pile up meanwhile."""
+    world = World(tmp_path)
+    put_staging(world.rows.put)
+    enabled_while_listing: list[bool] = []
+    world.rows.before("list_keys", lambda: enabled_while_listing.append(gc.isenabled()))
+    world.sweep()
+    assert enabled_while_listing == [True]
+    assert gc.isenabled()
