@@ -326,3 +326,22 @@ def test_a_row_gone_before_it_was_pinned_is_not_recorded_so_its_successor_starts
     report = world.sweep()
     assert KEY in world.staging(), f"a new row deleted on its first sighting: {report.counts}"
     assert report.counts.within_grace == 1
+
+
+def test_rows_saved_by_the_recheck_start_their_grace_again(world: World) -> None:
+    """A batch whose every row was admitted after the plan: the rows were referenced, so their old
+    records go. Released right after the sweep, they wait a full grace again, not seconds."""
+    old_row(world)
+    world.state.before("recheck", lambda: world.registry.admit("late", {STAGING: [KEY]}, 600), after_calls=1)
+    report = world.sweep()
+    assert (report.counts.deleted, report.counts.recheck_saved) == (0, 1), report.reason
+    world.registry.release("late")
+    world.age(GRACE_S / 2)
+    world.sweep()
+    assert KEY in world.staging(), "deleted half a grace after its admission was released"
+    world.age(GRACE_S / 2)
+    world.sweep()
+    assert KEY in world.staging()  # first seen unreferenced again half a grace ago
+    world.age(GRACE_S / 2)
+    world.sweep()
+    assert KEY not in world.staging()  # a full grace of sweeps seeing it unreferenced
