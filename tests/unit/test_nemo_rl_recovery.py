@@ -302,6 +302,16 @@ def test_bootstrap_snapshots_count_and_a_trashed_one_releases_its_rows(ckpt: Pat
     assert read(ckpt) == set()  # NeMo renames a pruned snapshot to trash_ before removing it
 
 
+def test_the_glob_names_the_checkpoint_directory_and_nemos_layout_says_where_points_are(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g1": STEP3}))
+    write_gym_snapshot(ckpt / "step_3", 1)
+    write_checkpoint(ckpt / "copies" / "step_1", inventory({"g0": ["elsewhere/1"]}))  # not a NeMo point
+    legacy = ManifestSource(glob=f"{ckpt}/step_*/rollout_recovery.pt", format="nemo_rl_recovery")
+    assert rows_of(ManifestsSource([legacy]).read()) == read(ckpt)  # the old glob covers snapshots too
+    assert RowId(STAGING, "gym/tok1") in read(ckpt)
+    assert RowId(STAGING, "elsewhere/1") not in read(ckpt)
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -475,6 +485,16 @@ def test_a_data_pickle_that_would_expand_past_the_file_is_refused(ckpt: Path) ->
         archive.writestr("archive/data.pkl", pickle.dumps([""] * 1_000_000, protocol=2))
     write_checkpoint(ckpt / "step_3", None, payload=buffer.getvalue())
     with pytest.raises(ReferenceSourceError, match="would expand"):
+        read(ckpt)
+
+
+@pytest.mark.parametrize("pickled", [b"garbage", b"\x80\x02h\x07.", pickle.dumps({1: 2}, protocol=2)[:-1]])
+def test_a_broken_pickle_in_a_torch_zip_fails_the_source(ckpt: Path, pickled: bytes) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", pickled)
+    write_checkpoint(ckpt / "step_3", None, payload=buffer.getvalue())
+    with pytest.raises(ReferenceSourceError, match="its pickle is broken"):
         read(ckpt)
 
 

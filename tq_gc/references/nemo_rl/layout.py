@@ -4,7 +4,7 @@
     tmp_step_N/, old_step_N/                    a save in progress, a step being replaced
     step_N/rollout_snapshots/snapshot_NNNNNN/   a periodic rollout snapshot of step_N's lineage
     step_N/rollout_snapshots/tmp_snapshot_NNNNNN/    being written (renamed to snapshot_ when done)
-    step_N/rollout_snapshots/trash_snapshot_NNNNNN/  pruned (renamed, then removed)
+    step_N/rollout_snapshots/trash_snapshot_NNNNNN/  pruned (renamed, then removed): not read
     bootstrap/rollout_snapshots/...             the same, before the first trainer checkpoint
 
 Each committed directory is a recovery point: NeMo's restore starts from the newest, but any may become
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tq_gc.errors import CheckpointInProgress
-from tq_gc.references.globwalk import Pattern, UnreadablePath, match_files, unreadable
+from tq_gc.references.globwalk import Pattern, UnreadablePath, unreadable
 
 INVENTORY = "rollout_recovery.pt"
 SNAPSHOTS = "rollout_snapshots"
@@ -31,7 +31,6 @@ _STEP = re.compile(r"step_\d+")
 _STEP_WRITING = re.compile(r"(?:tmp|old)_step_\d+")
 SNAPSHOT = re.compile(r"snapshot_\d+")
 _SNAPSHOT_WRITING = re.compile(r"tmp_snapshot_\d+")
-_PRUNED = re.compile(r"trash_.*")
 
 
 @dataclass(slots=True)
@@ -44,16 +43,14 @@ class Layout:
 
 def recovery_files(glob: str) -> tuple[Path, ...]:
     """The `rollout_recovery.pt` path of every committed recovery point under the glob's base directory
-    (NeMo's checkpoint_dir), whether or not the file exists, and every other file the glob matches
-    outside pruned and unfinished directories. CheckpointInProgress while one is being written; raises
-    UnreadablePath (or ValueError for a bad glob) when a directory cannot be listed."""
-    pattern = Pattern.parse(glob)
-    root = Path(pattern.base)
-    layout = scan(root)
+    (NeMo's checkpoint_dir), whether or not the file exists: NeMo's layout, not the rest of the glob,
+    says where they are (a `**` walk would list every weight shard, twice a sweep). CheckpointInProgress
+    while one is being written; raises UnreadablePath (or ValueError for a bad glob) when a directory
+    cannot be listed."""
+    layout = scan(Path(Pattern.parse(glob).base))
     if layout.writing:
         raise CheckpointInProgress(glob, [str(path) for path in layout.writing])
-    matched = {path for path in match_files(glob) if not _unfinished_or_pruned(path, root)}
-    return tuple(sorted(matched | {point / INVENTORY for point in layout.points}))
+    return tuple(sorted(point / INVENTORY for point in layout.points))
 
 
 def scan(root: Path) -> Layout:
@@ -95,8 +92,3 @@ def _directories(path: Path, *, required: bool) -> list[str]:
         return []
     except OSError as exc:
         raise UnreadablePath(str(path), unreadable(exc)) from exc
-
-
-def _unfinished_or_pruned(path: Path, root: Path) -> bool:
-    parts = path.relative_to(root).parts[:-1]
-    return any(_PRUNED.fullmatch(part) or part.startswith(("tmp_", "old_")) for part in parts)

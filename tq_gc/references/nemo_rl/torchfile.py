@@ -119,10 +119,10 @@ def load(content: bytes) -> Any:
         return _Unpickler(io.BytesIO(pickled)).load()
     except InventoryError:
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise InventoryError(f"is not a readable torch file (its pickle is broken: {exc})") from None
     except RecursionError:
         raise InventoryError("is nested too deeply to read") from None
+    except Exception as exc:  # a broken pickle raises whatever its bad opcode meets (EOF, KeyError, ...)
+        raise InventoryError(f"is not a readable torch file (its pickle is broken: {exc!r})") from None
 
 
 def _data_pickle(content: bytes) -> bytes:
