@@ -239,6 +239,18 @@ def test_schema_3_of_the_branch_with_finalized_attempts_keeps_only_sealed_ones(c
     assert read(ckpt) == staging("s/1")
 
 
+def test_files_staging_rows_in_another_partition_than_the_sources_fail_it(ckpt: Path) -> None:
+    write_point(ckpt / "step_5", {"schema_version": 3, "staging_partition": "gym_staging", "groups": []})
+    with pytest.raises(ReferenceSourceError, match="stage rows in partition 'gym_staging'"):
+        read(ckpt)
+    assert read(ckpt, partition="gym_staging") == set()
+    write_point(
+        ckpt / "step_5", ledger_v3([]), replay=replay_index({"g1": ["r/1"]})
+    )  # plans say rollout_staging
+    with pytest.raises(ReferenceSourceError, match="stage rows in partition 'rollout_staging'"):
+        read(ckpt, partition="gym_staging")
+
+
 @pytest.mark.parametrize("version", [1, 5, "3", 2.0, True, None])
 def test_an_unknown_schema_version_fails_naming_the_version_and_the_file(ckpt: Path, version: Any) -> None:
     write_checkpoint(ckpt / "step_3", inventory({"g1": STEP3}, schema_version=version), digest=None)

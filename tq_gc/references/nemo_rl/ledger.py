@@ -27,10 +27,12 @@ VERSION_4_REFUSAL = (
 
 @dataclass(slots=True)
 class LedgerRows:
-    """What one ledger makes a restore keep: staging keys, and canonical rows by partition."""
+    """What one file makes a restore keep: staging keys, canonical rows by partition, and the staging
+    partitions the file says its keys are in (when it says)."""
 
     staging_keys: set[str] = field(default_factory=set)
     canonical: dict[str, set[str]] = field(default_factory=dict)
+    named_partitions: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)

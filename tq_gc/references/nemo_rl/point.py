@@ -97,6 +97,12 @@ def restore_rows(point: PointFiles, staging_partition: str) -> list[RowId]:
     if metadata is not None and metadata.get("replay_manifest_digest") is not None:
         _merge(found, _replay_rows(point.get(replay.FILE), metadata, budget))
     _merge(found, LedgerRows(staging_keys=_gym_keys(point, budget)))
+    elsewhere = sorted(found.named_partitions - {staging_partition})
+    if elsewhere:
+        raise InventoryError(
+            f"its files stage rows in partition {', '.join(map(repr, elsewhere))}, but the source's "
+            f"partition is {staging_partition!r}: set it to NeMo's token_capture.staging_partition"
+        )
     rows = [RowId(staging_partition, key) for key in sorted(found.staging_keys)]
     for partition, keys in sorted(found.canonical.items()):
         rows.extend(RowId(partition, key) for key in sorted(keys))
@@ -191,6 +197,7 @@ def _user_metadata(content: bytes | None) -> dict[str, Any] | None:
 
 def _merge(into: LedgerRows, more: LedgerRows) -> None:
     into.staging_keys |= more.staging_keys
+    into.named_partitions |= more.named_partitions
     for partition, keys in more.canonical.items():
         into.canonical.setdefault(partition, set()).update(keys)
 

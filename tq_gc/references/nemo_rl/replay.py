@@ -68,6 +68,8 @@ def _add_group(meta: KVBatchMetaRecord, found: LedgerRows, budget: KeyBudget, wh
             continue
         if not isinstance(plan, dict):
             raise InventoryError(f"{where}.tags[{index}].{ROUTE_PLAN_TAG} is not a route plan")
+        if isinstance(plan.get("staging_partition"), str):
+            found.named_partitions.add(plan["staging_partition"])
         cleanup = plan.get("cleanup_staging_keys")
         found.staging_keys.update(
             budget.take(cleanup, f"{where}.tags[{index}].{ROUTE_PLAN_TAG}.cleanup_staging_keys")

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tq_gc.references.nemo_rl.budget import KeyBudget
+from tq_gc.references.nemo_rl.errors import InventoryError
 from tq_gc.references.nemo_rl.ledger import AttemptRules, LedgerRows, current_sealed_keys
 
 VERSION = 3
@@ -26,4 +27,10 @@ RULES = AttemptRules(
 
 
 def rows(state: Mapping[str, Any], budget: KeyBudget) -> LedgerRows:
-    return LedgerRows(staging_keys=current_sealed_keys(state, RULES, budget))
+    found = LedgerRows(staging_keys=current_sealed_keys(state, RULES, budget))
+    partition = state.get("staging_partition")  # the branch layout binds its ledger to one partition
+    if partition is not None:
+        if not isinstance(partition, str):
+            raise InventoryError(f"staging_partition is {partition!r}, not a partition name")
+        found.named_partitions.add(partition)
+    return found
