@@ -218,7 +218,10 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
     ledger1 = ledger_v3(
         [group_v3("g1", [[attempt_v3(0, "sealed", sealed, "g1_g0")], [attempt_v3(0, "abandoned")]])]
     )
-    job.save(ckpt / "step_1", lambda point: write_point(point, ledger1, replay=replay_index({"g0": route})))
+    job.save(
+        ckpt / "step_1",
+        lambda point: write_point(point, ledger1, replay=replay_index({"g0": route}, job.staging)),
+    )
     report = job.past_grace()
     assert {row.key for row in report.deleted_sample} == set(abandoned)  # an abandoned attempt's rows
     assert set(boot_gym + boot_proof) <= job.keys()  # the bootstrap snapshot is a restore point still

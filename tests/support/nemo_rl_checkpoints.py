@@ -244,10 +244,10 @@ def sibling_history_v3(group_id: str, sibling: int, kept: Sequence[str]) -> list
 # ---- the replay index, NeMo Gym's state, snapshot manifests ---------------------------------------------
 
 
-def route_plan(cleanup: Sequence[str]) -> dict[str, Any]:
+def route_plan(cleanup: Sequence[str], staging: str = STAGING) -> dict[str, Any]:
     return {
         "schema_version": 1,
-        "staging_partition": STAGING,
+        "staging_partition": staging,
         "spans": [
             {
                 "staging_key": key,
@@ -264,7 +264,7 @@ def route_plan(cleanup: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def replay_index(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+def replay_index(groups: Mapping[str, Sequence[str]], staging: str = STAGING) -> dict[str, Any]:
     """A replay index: per group id, one canonical row whose route plan cleans up the given staging keys."""
     entries = [
         {
@@ -272,7 +272,7 @@ def replay_index(groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
                 partition_id=CANONICAL,
                 task_name="train",
                 sample_ids=[f"{group_id}_g0"],
-                tags=[{"route_assembly_plan": route_plan(cleanup), "weight_version": 4}],
+                tags=[{"route_assembly_plan": route_plan(cleanup, staging), "weight_version": 4}],
             ),
             "start_weight": 4,
             "end_weight": 4,
