@@ -1,20 +1,28 @@
-"""NeMo RL's recovery inventory on a real TransferQueue: generation-cut chunk rows
-(`__generation_cut__/{checkpoint_id}/{rollout_id}/{model_call_id}/{seq}`) of checkpoints, protected by
-the `rollout_recovery.pt` of each committed checkpoint directory (written with torch.save, as NeMo RL's
-data-plane branch does), reclaimed once the checkpoint that listed them is pruned; a checkpoint being
-written skips the sweep. tq-gc sweeps in-process through its TransferQueue row store, with
-deploy/examples/nemo_rl.yaml (its partition and checkpoint directory made the test's own) and the state
-store on a manual clock.
+"""NeMo RL's recovery points on a real TransferQueue, across a run: trainer checkpoints and periodic
+rollout snapshots saved the way NeMo RL saves them (written into tmp_ directories, renamed when done,
+older ones pruned: trash_ then removed, keep_top_k, the bootstrap lineage dropped at the first
+checkpoint), with generation-cut rows in TQ's staging partition referenced by every mechanism a restore
+keeps (sealed ledger attempts of schema 2 and 3, Gym storage references, generation-cut proofs,
+route-plan cleanup keys) and orphans no point keeps.
+
+After every sweep, no row that NeMo RL's restore from any committed point would keep is gone, checked
+against an oracle written here from NeMo's rules (it loads the files in full with torch, as NeMo does,
+and shares no code with the reader). Rows no point keeps are reclaimed after grace. Every adversarial
+file aborts the sweep or skips it, deleting nothing. tq-gc sweeps in-process through its TransferQueue
+row store, with deploy/examples/nemo_rl.yaml (its partition and checkpoint directory made the test's
+own) and the state store on a manual clock.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from tq_gc.collector import Collector
@@ -23,13 +31,82 @@ from tq_gc.model import Cause, Outcome, SweepReport
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
-from support.nemo_rl_checkpoints import cut_key, inventory, write_checkpoint
+from support.nemo_rl_checkpoints import (
+    INVENTORY,
+    REPLAY,
+    RunsCode,
+    attempt,
+    attempt_v3,
+    cut_key,
+    cut_proofs,
+    expanding_ledger,
+    finalized_group,
+    group,
+    group_v3,
+    gym_checkpoint,
+    inventory,
+    ledger_v3,
+    nemo_modules,
+    replay_index,
+    saved,
+    sibling_history_v3,
+    snapshot_dir,
+    snapshot_manifest,
+    write_point,
+    write_truncated,
+)
 
 pytestmark = pytest.mark.ray
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "nemo_rl.yaml"
 GRACE_S = 900  # the example's
 PutRows = Any
+
+
+# ---- the oracle: NeMo RL's restore rules, applied to the files on their own -----------------------------
+
+
+def committed_points(ckpt: Path) -> Iterator[Path]:
+    """Every directory a restore may start from (tmp_ and trash_ ones are not)."""
+    for step in sorted(ckpt.glob("step_*")):
+        yield step
+        yield from sorted((step / "rollout_snapshots").glob("snapshot_*"))
+    yield from sorted((ckpt / "bootstrap" / "rollout_snapshots").glob("snapshot_*"))
+
+
+def restore_keeps(ckpt: Path) -> set[str]:
+    return {key for point in committed_points(ckpt) for key in point_keeps(point)}
+
+
+def point_keeps(point: Path) -> set[str]:
+    keys: set[str] = set()
+    with nemo_modules():  # the test trusts its own files: loaded in full, as NeMo loads them
+        if (point / INVENTORY).exists():
+            ledger = torch.load(point / INVENTORY, weights_only=False)
+            for group_state in ledger["groups"]:
+                for sibling in group_state["siblings"]:
+                    if sibling["attempts"][-1]["status"] == "sealed":
+                        keys.update(sibling["attempts"][-1]["staging_keys"])
+        if (point / REPLAY).exists():
+            for replay_group in torch.load(point / REPLAY, weights_only=False)["groups"]:
+                for tag in replay_group["meta"].tags or []:
+                    if "route_assembly_plan" in tag:
+                        keys.update(tag["route_assembly_plan"]["cleanup_staging_keys"])
+    if (point / "manifest.json").exists():
+        manifest = json.loads((point / "manifest.json").read_text())
+        for participant in (manifest.get("gym_checkpoint") or {}).get("participants", []):
+            if participant["participant"]["component"] == "responses_api_models":
+                index = point / participant["payload"]["storage_reference_index"]["relative_path"]
+                keys.update(json.loads(line)["key"] for line in index.read_text().splitlines() if line)
+        for proof in manifest.get("gym_generation_cut_proofs", []):
+            for worker in proof.get("workers", []):
+                for prefix in (worker.get("generation_cut_receipt") or {}).get("prefixes", []):
+                    if prefix["disposition"] == "durable_prefix":
+                        keys.update(prefix["staging_keys"])
+    return keys
+
+
+# ---- NeMo RL's saves, and tq-gc ------------------------------------------------------------------------
 
 
 def example_config(ray_address: str, staging: str, ckpt: Path) -> dict[str, Any]:
@@ -42,21 +119,62 @@ def example_config(ray_address: str, staging: str, ckpt: Path) -> dict[str, Any]
     return values
 
 
-class Sweeper:
-    def __init__(self, ray_address: str, store: TransferQueueRowStore, staging: str, ckpt: Path) -> None:
+class Job:
+    """A NeMo RL job's checkpoint directory and staging partition, and tq-gc sweeping them. Every
+    sweep checks the invariant: each row a restore from a committed point keeps is still in TQ."""
+
+    def __init__(
+        self, ray_address: str, store: TransferQueueRowStore, tq: Any, staging: str, ckpt: Path
+    ) -> None:
         self.clock = ManualClock()
         self.state = MemoryState("nemo-job", clock_ms=self.clock)
-        self.store = store
+        self.store, self.tq, self.staging, self.ckpt = store, tq, staging, ckpt
         self.config = parse_config(example_config(ray_address, staging, ckpt))
         assert self.config.grace_seconds == GRACE_S
+        self.sweeps = 0
 
-    def sweep(self, execute: bool = True) -> SweepReport:
-        return Collector(self.config, self.state, self.store, holder="test").sweep(dry_run=not execute)
+    def keys(self) -> set[str]:
+        return set(self.tq.kv_list(self.staging).get(self.staging, {}))
 
-    def observe_past_grace(self) -> None:
+    def sweep(self, execute: bool = True, oracle: bool = True) -> SweepReport:
+        """One sweep; then the oracle's check, unless the files are adversarial (the oracle loads them
+        in full, as NeMo does: it would run their code)."""
+        report = Collector(self.config, self.state, self.store, holder="test").sweep(dry_run=not execute)
+        self.sweeps += 1
+        if not oracle:
+            return report
+        kept = restore_keeps(self.ckpt)
+        assert kept <= self.keys(), f"sweep {self.sweeps} deleted rows a restore keeps: {kept - self.keys()}"
+        return report
+
+    def past_grace(self) -> SweepReport:
+        """First sight, the grace passing under dry runs, then the deleting sweep."""
+        self.sweep()
         for _ in range(2):
             self.clock.advance(GRACE_S * 0.55)
             assert self.sweep(execute=False).outcome is Outcome.DRY_RUN
+        return self.sweep()
+
+    def save(self, final: Path, write: Callable[[Path], None]) -> None:
+        """A NeMo save: written into tmp_<name>, a sweep meanwhile skips and deletes nothing, renamed."""
+        tmp = final.with_name(f"tmp_{final.name}")
+        tmp.mkdir(parents=True)
+        write(tmp)
+        before = self.keys()
+        self.clock.advance(GRACE_S * 2)  # even long past every grace
+        skipped = self.sweep()
+        assert (skipped.outcome, skipped.cause) == (Outcome.SKIPPED, Cause.CHECKPOINT_IN_PROGRESS)
+        assert self.keys() == before
+        tmp.rename(final)
+
+    def prune_snapshots(self, anchor: Path, keep_latest_k: int) -> None:
+        """commit_snapshot's retention: older snapshots renamed trash_ (a sweep then), then removed."""
+        root = anchor / "rollout_snapshots"
+        for stale in sorted(root.glob("snapshot_*"), reverse=True)[keep_latest_k:]:
+            trash = stale.with_name(f"trash_{stale.name}")
+            stale.rename(trash)
+            self.sweep(execute=False)
+            shutil.rmtree(trash)
 
 
 @pytest.fixture
@@ -66,45 +184,150 @@ def ckpt(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def sweeper(ray_cluster: Any, tq: Any, tq_partition: str, ckpt: Path) -> Iterator[Sweeper]:
+def job(ray_cluster: Any, tq: Any, tq_partition: str, ckpt: Path) -> Iterator[Job]:
     with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as store:
-        yield Sweeper(ray_cluster.address, store, tq_partition, ckpt)
+        yield Job(ray_cluster.address, store, tq, tq_partition, ckpt)
 
 
-def cut_rows(checkpoint: str, rollout: str, chunks: int = 2) -> list[str]:
+def cuts(checkpoint: str, rollout: str, chunks: int = 2) -> list[str]:
     return [cut_key(checkpoint, rollout, "call3", seq) for seq in range(chunks)]
 
 
-def test_cut_rows_of_an_older_checkpoint_reclaimed_those_the_newest_inventory_lists_kept(
-    tq: Any, tq_partition: str, put_rows: PutRows, ckpt: Path, sweeper: Sweeper
+def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaimed(
+    job: Job, put_rows: PutRows, ckpt: Path
 ) -> None:
-    staging = tq_partition
-    older = cut_rows("step_3", "g1_g0_a1f2e")
-    newest = cut_rows("step_4", "g2_g1_a77c0")
-    live_call = ["g2_g1_a77c0/call4"]  # a model call's own staging row: out of this scope
-    put_rows(
-        staging,
-        older + newest + live_call,
-        [{"rollout_id": key.split("/")[2]} for key in older + newest] + [{}],
+    out_of_scope = ["g2_g1_a77c0/call4"]  # a model call's own staging row: not a cut row
+    put_rows(job.staging, out_of_scope)
+
+    # Bootstrap: a snapshot before the first trainer checkpoint (schema 5: Gym state and cut proofs).
+    boot_gym, boot_proof, lost = cuts("boot", "r1"), cuts("boot", "r2"), cuts("boot", "forest", 3)
+    put_rows(job.staging, boot_gym + boot_proof + lost)  # `lost`: forest-lane chunks no point names
+
+    def bootstrap_snapshot(point: Path) -> None:
+        gym = gym_checkpoint(point, {"token_capture_staging": boot_gym})
+        manifest = snapshot_manifest(5, gym, cut_proofs("boot", {"r2": boot_proof}, failed=["r3"]))
+        write_point(point, ledger_v3([]), manifest=manifest)
+
+    job.save(snapshot_dir(ckpt / "bootstrap", 1), bootstrap_snapshot)
+    report = job.past_grace()
+    assert report.outcome is Outcome.COMPLETED and {row.key for row in report.deleted_sample} == set(lost)
+
+    # step_1: a trainer checkpoint (schema 3 ledger, replay index with route plans); bootstrap pruned.
+    sealed, route, abandoned = cuts("step_1", "g1_g0"), cuts("step_1", "route1"), cuts("step_1", "g1_g1-a0")
+    put_rows(job.staging, sealed + route + abandoned)
+    ledger1 = ledger_v3(
+        [group_v3("g1", [[attempt_v3(0, "sealed", sealed, "g1_g0")], [attempt_v3(0, "abandoned")]])]
     )
-    write_checkpoint(ckpt / "step_3", inventory({"g1": older}))
-    write_checkpoint(ckpt / "step_4", inventory({"g2": newest}))
+    job.save(
+        ckpt / "step_1",
+        lambda point: write_point(point, ledger1, replay=replay_index({"g0": route}, job.staging)),
+    )
+    report = job.past_grace()
+    assert {row.key for row in report.deleted_sample} == set(abandoned)  # an abandoned attempt's rows
+    assert set(boot_gym + boot_proof) <= job.keys()  # the bootstrap snapshot is a restore point still
+    shutil.rmtree(ckpt / "bootstrap" / "rollout_snapshots")  # prune_bootstrap_snapshots
+    report = job.past_grace()
+    assert {row.key for row in report.deleted_sample} == set(boot_gym + boot_proof)
 
-    sweeper.sweep()
-    sweeper.observe_past_grace()
-    report = sweeper.sweep()  # both committed checkpoints hold their rows: a restore may use either
-    assert (report.counts.deleted, report.counts.referenced["manifests"]) == (0, 4)
+    # step_1's periodic snapshots (schema 6: cuts in the Gym lineage), keep_latest_k=1.
+    first, second = cuts("snap1", "g2_g0"), cuts("snap2", "g2_g0-a1")
+    put_rows(job.staging, first)
+    job.save(
+        snapshot_dir(ckpt / "step_1", 1),
+        lambda point: write_point(
+            point,
+            ledger_v3([group_v3("g2", [sibling_history_v3("g2", 0, first)])]),
+            manifest=snapshot_manifest(
+                6, gym_checkpoint(point, {"generation_prefix_cut": first}), base_train_step=1
+            ),
+        ),
+    )
+    put_rows(job.staging, second)
+    job.save(
+        snapshot_dir(ckpt / "step_1", 2),
+        lambda point: write_point(
+            point,
+            ledger_v3([]),
+            manifest=snapshot_manifest(
+                6, gym_checkpoint(point, {"generation_prefix_cut": second}), base_train_step=1
+            ),
+        ),
+    )
+    job.prune_snapshots(ckpt / "step_1", keep_latest_k=1)
+    report = job.past_grace()
+    assert {row.key for row in report.deleted_sample} == set(first)
 
-    # NeMo RL saves step_5 (tmp_step_5, then renamed) and prunes step_3 (keep_top_k)
-    write_checkpoint(ckpt / "tmp_step_5", inventory({"g2": newest}))
-    skipped = sweeper.sweep()
-    assert (skipped.outcome, skipped.cause) == (Outcome.SKIPPED, Cause.CHECKPOINT_IN_PROGRESS)
-    (ckpt / "tmp_step_5").rename(ckpt / "step_5")
-    shutil.rmtree(ckpt / "step_3")
-    assert sweeper.sweep().counts.within_grace == 2
-    sweeper.observe_past_grace()
-    report = sweeper.sweep()
+    # step_2: schema 2 (a finalized group, its canonical_meta a KVBatchMeta) keeping one of step_1's
+    # sealed rows; keep_top_k=1 prunes step_1 and its snapshots.
+    finalized = cuts("step_2", "g3_g0")
+    put_rows(job.staging, finalized)
+    ledger2 = {
+        "schema_version": 2,
+        "groups": [
+            finalized_group("g3", [finalized]),
+            group("g1", [[attempt("sealed", sealed[:1], "g1_g0")], [attempt("dispatched")]]),
+        ],
+        "open_train_step": None,
+    }
+    job.save(ckpt / "step_2", lambda point: write_point(point, ledger2))
+    shutil.rmtree(ckpt / "step_1")
+    report = job.past_grace()
 
     assert report.outcome is Outcome.COMPLETED
-    assert {row.key for row in report.deleted_sample} == set(older)
-    assert set(tq.kv_list(staging)[staging]) == set(newest + live_call)
+    assert restore_keeps(ckpt) == {*finalized, sealed[0]}
+    assert job.keys() == {*finalized, sealed[0], *out_of_scope}  # everything else reclaimed after grace
+
+
+ADVERSARIAL: dict[str, tuple[Callable[[Path], None], Cause]] = {
+    "truncated ledger": (lambda step: write_truncated(step, inventory({"g9": ["x"]})), Cause.SOURCE_FAILED),
+    "wrong digest": (lambda step: write_point(step, inventory({}), digest="0" * 64), Cause.SOURCE_FAILED),
+    "advertised ledger missing": (
+        lambda step: (write_point(step, inventory({})), (step / INVENTORY).unlink()),
+        Cause.SOURCE_FAILED,
+    ),
+    "advertised replay index missing": (
+        lambda step: (
+            write_point(step, ledger_v3([]), replay=replay_index({"g": []})),
+            (step / REPLAY).unlink(),
+        ),
+        Cause.SOURCE_FAILED,
+    ),
+    "expanding pickle": (lambda step: write_point(step, expanding_ledger()), Cause.SOURCE_FAILED),
+    "code in the pickle": (
+        lambda step: write_point(step, payload=saved({"schema_version": 3, "x": RunsCode(step / "ran")})),
+        Cause.SOURCE_FAILED,
+    ),
+    "schema 4": (lambda step: write_point(step, inventory({}, schema_version=4)), Cause.SOURCE_FAILED),
+    "snapshot without manifest": (
+        lambda step: write_point(snapshot_dir(step.parent / "step_1", 1), ledger_v3([])),
+        Cause.SOURCE_FAILED,
+    ),
+    "snapshot being written": (
+        lambda step: snapshot_dir(step, 4, "tmp_").mkdir(parents=True),
+        Cause.CHECKPOINT_IN_PROGRESS,
+    ),
+    "ledger without its metadata": (
+        lambda step: write_point(step, inventory({}), metadata=False),
+        Cause.CHECKPOINT_IN_PROGRESS,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
+def test_every_adversarial_file_fails_closed_or_skips_deleting_nothing(
+    job: Job, put_rows: PutRows, ckpt: Path, case: str
+) -> None:
+    kept, orphan = cuts("step_1", "g1_g0"), cuts("step_0", "lost")
+    put_rows(job.staging, kept + orphan)
+    write_point(ckpt / "step_1", ledger_v3([group_v3("g1", [[attempt_v3(0, "sealed", kept, "g1_g0")]])]))
+    job.sweep()
+    for _ in range(2):
+        job.clock.advance(GRACE_S * 0.55)
+        job.sweep(execute=False)
+    damage, cause = ADVERSARIAL[case]
+    damage(ckpt / "step_2")
+    report = job.sweep(oracle=False)
+    expected = Outcome.SKIPPED if cause is Cause.CHECKPOINT_IN_PROGRESS else Outcome.ABORTED
+    assert (report.outcome, report.cause, report.counts.deleted) == (expected, cause, 0)
+    assert job.keys() == set(kept + orphan)
+    assert not (ckpt / "step_2" / "ran").exists()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
 from tq_gc.manifest import NATIVE_FORMAT
-from tq_gc.model import KeysByPartition
+from tq_gc.model import KeysByPartition, RowId
 from tq_gc.references import manifests as manifests_module
 from tq_gc.references import nemo_rl
 from tq_gc.references.manifests import ManifestsSource
@@ -70,13 +70,13 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     for name, parse in list(manifests_module._PARSERS.items()):
         monkeypatch.setitem(manifests_module._PARSERS, name, counted(parse))
-    staging_keys = nemo_rl.staging_keys
+    restore_rows = nemo_rl.restore_rows
 
-    def staging_keys_counted(content: bytes, metadata: bytes | None) -> list[str]:
+    def restore_rows_counted(point: nemo_rl.PointFiles, partition: str) -> list[RowId]:
         seen.append("rollout_recovery.pt")
-        return staging_keys(content, metadata)
+        return restore_rows(point, partition)
 
-    monkeypatch.setattr(nemo_rl, "staging_keys", staging_keys_counted)
+    monkeypatch.setattr(nemo_rl, "restore_rows", restore_rows_counted)
     return seen
 
 
@@ -117,7 +117,7 @@ def test_a_recovery_inventory_is_parsed_again_when_its_metadata_changes(
     step = tmp_path / "ckpt" / "step_3"
     write_checkpoint(step, inventory({"g1": ["k1"]}))
     source = ManifestsSource(
-        [ManifestSource(glob=f"{tmp_path}/ckpt/step_*/rollout_recovery.pt", format="nemo_rl_recovery")]
+        [ManifestSource(glob=f"{tmp_path}/ckpt/**/rollout_recovery.pt", format="nemo_rl_recovery")]
     )
     assert source.read() == {STAGING: frozenset({"k1"})}
     assert source.read() == {STAGING: frozenset({"k1"})}

@@ -13,8 +13,9 @@ from tq_gc.references.globwalk import Pattern
 from tq_gc.references.keypath import split_key_path
 from tq_gc.references.keytemplate import KeyTemplate
 
-# Where NeMo RL's data plane stages rows (the rows its recovery inventory names).
+# Where NeMo RL's data plane stages rows (the rows its recovery points name), and the file naming a point.
 NEMO_RL_STAGING_PARTITION = "rollout_staging"
+NEMO_RL_INVENTORY = "rollout_recovery.pt"
 
 
 def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
@@ -71,8 +72,13 @@ class ManifestSource(Frozen):
         if self.format == "nemo_rl_recovery":
             if self.key_path:
                 raise ValueError(
-                    "a nemo_rl_recovery inventory names its rows itself (each attempt's staging_keys): "
+                    "a nemo_rl_recovery source names its rows itself (what NeMo RL's restore keeps): "
                     "drop key_path"
+                )
+            if self.glob.rsplit("/", 1)[-1] != NEMO_RL_INVENTORY:
+                raise ValueError(
+                    f"a nemo_rl_recovery glob names the {NEMO_RL_INVENTORY} of each recovery point under "
+                    f"NeMo RL's checkpoint_dir, such as /checkpoints/**/{NEMO_RL_INVENTORY}"
                 )
             if self.partition is None:
                 object.__setattr__(self, "partition", NEMO_RL_STAGING_PARTITION)

@@ -7,12 +7,12 @@ Formats (DESIGN.md, "Native manifest format"):
 | native           | a tq-gc/manifest/v1 JSON document  | `rows` {partition: [keys]}, none once `retired` |
 | json             | one JSON document                  | keys at `key_path`, in the source's `partition` |
 | jsonl            | JSON lines (blank lines ignored)   | keys at `key_path` of each line                 |
-| nemo_rl_recovery | NeMo RL's `rollout_recovery.pt`    | every attempt's `staging_keys`, in `partition`  |
+| nemo_rl_recovery | a NeMo RL recovery point's files    | what NeMo RL's restore from it keeps            |
 
-The nemo_rl_recovery reader (schema 2, in its own module: nemo_rl.py) also looks for checkpoint
-directories being written beside the ones its glob covers (`tmp_step_N`, `old_step_N`, `*.tmp`, `*.old`):
-while one is there the sweep skips (CheckpointInProgress), since the references it will hold cannot be
-read yet.
+The nemo_rl_recovery reader (its own package: nemo_rl/) reads every trainer checkpoint and rollout
+snapshot under the glob's base directory (NeMo's checkpoint_dir), one recovery point per
+`rollout_recovery.pt` path; while a save is being written (`tmp_step_N`, `old_step_N`,
+`tmp_snapshot_N`, a ledger without its metadata) the sweep skips (CheckpointInProgress).
 
 Files are found by `globwalk.match_files` (fail closed: a missing base directory, a directory that cannot
 be listed, a dangling symlink on the way all fail the source; symlink loops end). Only regular files of at
@@ -103,7 +103,7 @@ class ManifestsSource:
     def read(self) -> KeysByPartition:
         """{partition: keys} every matched manifest references, or ReferenceSourceError.
 
-        A file whose bytes (and, for a NeMo RL inventory, its metadata's) are those it had at the last
+        A file whose bytes (for a NeMo RL recovery point, all its files') are those it had at the last
         read is not parsed again: its rows are kept by the digest of those bytes, so a file rewritten
         in place with the same size and times is still read afresh. Reading the bytes is cheap; parsing
         them is not (at 1M rows, four native manifests naming 100,000 keys: ~140 ms, twice a sweep)."""
@@ -156,9 +156,7 @@ def _match(source: ManifestSource) -> MatchedFiles:
     try:
         check_volume(source.base, source.marker, source.mount_point)
         if source.format == "nemo_rl_recovery":
-            writing = nemo_rl.in_progress_directories(source.glob)
-            if writing:
-                raise CheckpointInProgress(source.glob, [str(path) for path in writing])
+            return MatchedFiles(source, nemo_rl.recovery_files(source.glob))
         return MatchedFiles(source, match_files(source.glob))
     except (UnreadablePath, ValueError) as exc:
         raise ReferenceSourceError(Source.MANIFESTS.value, f"glob {source.glob!r}: {exc}") from exc
@@ -199,17 +197,15 @@ def _check_expected(matched: MatchedFiles, found_rows: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class FileBytes:
-    """What one manifest's rows are parsed from: its bytes, and for a NeMo RL inventory its metadata's
-    (None: it has none). `vanished`: the file was deleted since the walk (it then holds no rows)."""
+    """What one manifest's rows are parsed from: its bytes (a NeMo RL recovery point: nemo_rl.PointFiles).
+    `vanished`: the file was deleted since the walk (it then holds no rows)."""
 
     content: bytes = b""
-    metadata: bytes | None = None
     vanished: bool = False
 
     def digest(self) -> bytes:
         digest = hashlib.blake2b(self.content, digest_size=32)
-        digest.update(b"vanished" if self.vanished else b"metadata" if self.metadata is not None else b"none")
-        digest.update(self.metadata or b"")
+        digest.update(b"vanished" if self.vanished else b"read")
         return digest.digest()
 
 
@@ -227,29 +223,30 @@ def read_manifest(path: Path, source: ManifestSource) -> list[RowId]:
     return _parse(path, _file_bytes(path, source), source)
 
 
-def _file_bytes(path: Path, source: ManifestSource) -> FileBytes:
+def _file_bytes(path: Path, source: ManifestSource) -> FileBytes | nemo_rl.PointFiles:
+    if source.format == "nemo_rl_recovery":
+        return _recovery_point_bytes(path, source)
     try:
         content = _read_regular_file(path, source.max_file_bytes)
     except FileNotFoundError:
         return FileBytes(vanished=True)  # deleted since the walk: deleting a manifest releases its rows
     except OSError as exc:
         raise _file_error(path, unreadable(exc)) from exc
-    if source.format != "nemo_rl_recovery":
-        return FileBytes(content)
-    metadata_path = nemo_rl.metadata_path(path)
+    return FileBytes(content)
+
+
+def _recovery_point_bytes(path: Path, source: ManifestSource) -> nemo_rl.PointFiles:
     try:
-        return FileBytes(content, _read_regular_file(metadata_path, source.max_file_bytes))
-    except FileNotFoundError:
-        return FileBytes(content)  # no metadata, no digest to check against (the checkpoint's own rule)
+        return nemo_rl.read_point(path, lambda file: _read_regular_file(file, source.max_file_bytes))
     except OSError as exc:
-        raise _file_error(metadata_path, unreadable(exc)) from exc
+        raise _file_error(Path(exc.filename) if exc.filename else path.parent, unreadable(exc)) from exc
 
 
-def _parse(path: Path, found: FileBytes, source: ManifestSource) -> list[RowId]:
+def _parse(path: Path, found: FileBytes | nemo_rl.PointFiles, source: ManifestSource) -> list[RowId]:
     if found.vanished:
         return []
-    if source.format == "nemo_rl_recovery":
-        return _parse_nemo_rl_inventory(path, found, source)
+    if isinstance(found, nemo_rl.PointFiles):
+        return _parse_nemo_rl_point(found, source)
     parse = _PARSERS[source.format]
     try:
         return parse(io.TextIOWrapper(io.BytesIO(found.content), encoding="utf-8"), path, source)
@@ -257,13 +254,14 @@ def _parse(path: Path, found: FileBytes, source: ManifestSource) -> list[RowId]:
         raise _file_error(path, f"is not UTF-8 text ({exc.reason})") from exc
 
 
-def _parse_nemo_rl_inventory(path: Path, found: FileBytes, source: ManifestSource) -> list[RowId]:
+def _parse_nemo_rl_point(found: nemo_rl.PointFiles, source: ManifestSource) -> list[RowId]:
     assert source.partition is not None, "the config defaults it"
     try:
-        keys = nemo_rl.staging_keys(found.content, found.metadata)
+        return nemo_rl.restore_rows(found, source.partition)
+    except nemo_rl.SaveInProgress as exc:
+        raise CheckpointInProgress(source.glob, [str(found.directory)]) from exc
     except nemo_rl.InventoryError as exc:
-        raise _file_error(path, str(exc)) from None
-    return [RowId(source.partition, key) for key in keys]
+        raise _file_error(found.directory, str(exc)) from None
 
 
 def _read_regular_file(path: Path, max_bytes: int) -> bytes:

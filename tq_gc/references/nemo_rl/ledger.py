@@ -1,0 +1,118 @@
+"""What a recovery ledger (`rollout_recovery.pt`) makes NeMo RL's restore keep, by schema version.
+
+NeMo RL's restore keeps, of the ledger, each sibling's current (last) attempt's `staging_keys` when that
+attempt is `sealed` (`RolloutRecoveryLedger.expected_staging_keys`), in every schema version that has
+attempts. Each version has its own reader (schema2.py, schema3.py) for what differs: the statuses, what a
+sealed attempt must carry, and (schema 2) the canonical rows of finalized groups. A NeMo build reads
+exactly its own version, so an unknown version fails, naming itself; version 4 is refused on purpose
+(VERSION_4_REFUSAL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tq_gc.references.nemo_rl.budget import KeyBudget
+from tq_gc.references.nemo_rl.errors import InventoryError
+
+VERSION_4_REFUSAL = (
+    "NeMo RL's published branches write two different formats under schema version 4 (one keeps sibling "
+    "attempts with Gym episodes, the other keeps prompt references only), and nothing in the file says "
+    "which: this reader refuses it rather than guess. Pin the NeMo RL build to schema 2 or 3, or upgrade "
+    "tq-gc once version 4 is settled"
+)
+
+
+@dataclass(slots=True)
+class LedgerRows:
+    """What one file makes a restore keep: staging keys, canonical rows by partition, and the staging
+    partitions the file says its keys are in (when it says)."""
+
+    staging_keys: set[str] = field(default_factory=set)
+    canonical: dict[str, set[str]] = field(default_factory=dict)
+    named_partitions: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRules:
+    """What one schema version allows of an attempt."""
+
+    statuses: frozenset[str]
+    keyed_statuses: frozenset[str]  # besides "sealed", statuses whose attempts may keep keys
+    sealed_needs_receipt: bool
+
+
+def schema_version(state: Any) -> int:
+    if not isinstance(state, dict):
+        raise InventoryError(f"holds {type(state).__name__}, not the ledger's dict")
+    version = state.get("schema_version")
+    if type(version) is not int:
+        raise InventoryError(f"schema_version is {version!r}, not an integer")
+    return version
+
+
+def current_sealed_keys(
+    state: Mapping[str, Any],
+    rules: AttemptRules,
+    budget: KeyBudget,
+    on_group: Callable[[Mapping[str, Any], str], None] | None = None,
+) -> set[str]:
+    """Every group's siblings' last attempts' keys, if sealed; every attempt checked against `rules`."""
+    keys: set[str] = set()
+    for where, group in _dicts(state.get("groups"), "groups"):
+        if on_group is not None:
+            on_group(group, where)
+        for place, sibling in _dicts(group.get("siblings"), f"{where}.siblings"):
+            attempts = list(_dicts(sibling.get("attempts"), f"{place}.attempts"))
+            if not attempts:
+                raise InventoryError(
+                    f"{place}.attempts is empty: NeMo RL's restore refuses a sibling without one"
+                )
+            for at, attempt in attempts:
+                _check_attempt(attempt, rules, budget, at)
+            last_at, last = attempts[-1]
+            if last["status"] == "sealed":
+                keys.update(budget.take(last["staging_keys"], f"{last_at}.staging_keys"))
+    return keys
+
+
+def _check_attempt(attempt: Mapping[str, Any], rules: AttemptRules, budget: KeyBudget, where: str) -> None:
+    status = attempt.get("status")
+    if status not in rules.statuses:
+        raise InventoryError(f"{where}.status is {status!r}, not one of {', '.join(sorted(rules.statuses))}")
+    keys = attempt.get("staging_keys")
+    if not isinstance(keys, list):
+        raise InventoryError(f"{where}.staging_keys is {type(keys).__name__}, not a list of keys")
+    receipt = attempt.get("receipt")
+    if status == "sealed":
+        if receipt is None and not rules.sealed_needs_receipt and not keys:
+            return
+        if not isinstance(receipt, dict):
+            raise InventoryError(f"{where} is sealed without a receipt: NeMo RL's restore refuses it")
+        entries = _list(receipt.get("manifest"), f"{where}.receipt.manifest")
+        budget.count(len(entries), f"{where}.receipt.manifest")
+        manifest = [entry.get("staging_key") if isinstance(entry, dict) else None for entry in entries]
+        if manifest != keys:
+            raise InventoryError(
+                f"{where}.staging_keys differ from its receipt's manifest: NeMo RL's restore refuses it"
+            )
+    elif keys and status not in rules.keyed_statuses:
+        raise InventoryError(
+            f"{where} is {status} yet keeps staging keys (only sealed attempts may): NeMo RL's restore "
+            "refuses it"
+        )
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InventoryError(f"{where} is {type(value).__name__}, not a list")
+    return value
+
+
+def _dicts(value: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for index, item in enumerate(_list(value, where)):
+        if not isinstance(item, dict):
+            raise InventoryError(f"{where}[{index}] is {type(item).__name__}, not a dict")
+        yield f"{where}[{index}]", item

@@ -1,0 +1,76 @@
+"""The rows a replay index (`replay_buffer_metadata.pt`, schema 1) makes NeMo RL's restore keep.
+
+Written beside `rollout_recovery.pt` when the data-plane checkpoint is authoritative (its metadata then
+records `replay_manifest_digest` and `replay_group_count`): `{schema_version, storage, partition_id,
+saved_capacity, manifest_digest, groups: [{meta: KVBatchMeta, start_weight, end_weight, target_step,
+group_id}]}`. A restore requires every group's canonical rows (`meta.sample_ids` in `meta.partition_id`)
+and keeps, in staging, each row tag's route plan's `cleanup_staging_keys` (tag `route_assembly_plan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tq_gc.references.nemo_rl.budget import KeyBudget
+from tq_gc.references.nemo_rl.errors import InventoryError
+from tq_gc.references.nemo_rl.ledger import LedgerRows
+from tq_gc.references.nemo_rl.torchfile import KVBatchMetaRecord
+
+FILE = "replay_buffer_metadata.pt"
+VERSION = 1
+ROUTE_PLAN_TAG = "route_assembly_plan"
+
+
+def rows(state: Any, metadata: Mapping[str, Any], budget: KeyBudget) -> LedgerRows:
+    """The replay index's rows, after checking it is the one the data-plane metadata recorded."""
+    if not isinstance(state, dict):
+        raise InventoryError(f"{FILE} holds {type(state).__name__}, not the replay index's dict")
+    version = state.get("schema_version")
+    if type(version) is not int or version != VERSION:
+        raise InventoryError(f"{FILE}: schema_version is {version!r}; this reader knows version {VERSION}")
+    recorded = metadata.get("replay_manifest_digest")
+    if state.get("manifest_digest") != recorded:
+        raise InventoryError(
+            f"{FILE}: manifest_digest is {state.get('manifest_digest')!r}, but data_plane/metadata.json "
+            f"records {recorded!r}: not the replay index this checkpoint committed"
+        )
+    groups = state.get("groups")
+    if not isinstance(groups, list):
+        raise InventoryError(f"{FILE}: groups is {type(groups).__name__}, not a list")
+    count = metadata.get("replay_group_count")
+    if count is not None and count != len(groups):
+        raise InventoryError(f"{FILE} holds {len(groups)} groups, data_plane/metadata.json records {count}")
+    found = LedgerRows()
+    for index, group in enumerate(groups):
+        meta = group.get("meta") if isinstance(group, dict) else None
+        if not isinstance(meta, KVBatchMetaRecord):
+            raise InventoryError(f"{FILE}: groups[{index}].meta is not a KVBatchMeta")
+        _add_group(meta, found, budget, f"{FILE} groups[{index}].meta")
+    return found
+
+
+def _add_group(meta: KVBatchMetaRecord, found: LedgerRows, budget: KeyBudget, where: str) -> None:
+    partition = meta.get("partition_id")
+    if not isinstance(partition, str) or not partition:
+        raise InventoryError(f"{where}.partition_id is {partition!r}, not a partition name")
+    found.canonical.setdefault(partition, set()).update(
+        budget.take(meta.get("sample_ids"), f"{where}.sample_ids")
+    )
+    tags = meta.get("tags")
+    if tags is None:
+        return
+    if not isinstance(tags, list):
+        raise InventoryError(f"{where}.tags is {type(tags).__name__}, not a list")
+    for index, tag in enumerate(tags):
+        plan = tag.get(ROUTE_PLAN_TAG) if isinstance(tag, dict) else None
+        if plan is None:
+            continue
+        if not isinstance(plan, dict):
+            raise InventoryError(f"{where}.tags[{index}].{ROUTE_PLAN_TAG} is not a route plan")
+        if isinstance(plan.get("staging_partition"), str):
+            found.named_partitions.add(plan["staging_partition"])
+        cleanup = plan.get("cleanup_staging_keys")
+        found.staging_keys.update(
+            budget.take(cleanup, f"{where}.tags[{index}].{ROUTE_PLAN_TAG}.cleanup_staging_keys")
+        )
