@@ -148,12 +148,13 @@ class _Rule:
         """The keys of `rows` whose owner is a key of `owners`, and how many rows have an owner key."""
         owned: list[str] = []
         matched = 0
+        counts = _counts_as_owner(self.reference.owner_has_tag)
         for key, tags in rows.items():
             owner = self.owner_of(key, tags)
             if owner is None:
                 continue
             matched += 1
-            if owner in owners:
+            if owner in owners and counts(owners[owner]):
                 owned.append(key)
         if self.reference.expect_nonempty and rows and not matched:
             raise ReferenceSourceError(
@@ -163,6 +164,13 @@ class _Rule:
                 "against the job's keys",
             )
         return _Found(len(rows), matched, owned)
+
+
+def _counts_as_owner(required_tag: str | None) -> Callable[[Tags | None], bool]:
+    """Whether an owner row with these tags counts (owner_has_tag)."""
+    if required_tag is None:
+        return lambda _tags: True
+    return lambda tags: bool(tags and tags.get(required_tag))
 
 
 def _by_key(
