@@ -22,7 +22,7 @@ import yaml
 from tq_gc.checks import run_checks
 from tq_gc.collector import Collector
 from tq_gc.config import Config, TransferQueueConfig, parse_config
-from tq_gc.integrations.verl import TqGcTrainerMixin
+from tq_gc.integrations.verl import TqGcTrainerMixin, wrap_registered_trainers
 from tq_gc.model import Outcome, SweepReport
 from tq_gc.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock, MemoryState
@@ -98,14 +98,18 @@ def sidecar(ray_cluster: Any, tq: Any, tq_partition: str, val_partition: str) ->
 
 
 def gc_trainer(sidecar: Sidecar, tq: Any, train: str, val: str, tmp_path: Path) -> VerlShapedTrainer:
-    """The README's trainer lines, on the verl-shaped trainer: the mixin first, its client overridden to
-    reach this test's registry (the README's goes through TQGC_CONFIG to the sidecar's)."""
+    """The README's trainer line on a registry of the verl-shaped trainer, the client overridden to reach
+    this test's registry (the README's goes through TQGC_CONFIG to the sidecar's: scripts/soak-verl)."""
+    registry: dict[str, type] = {"colocate_async": VerlShapedTrainer}
+    wrap_registered_trainers(registry)
 
-    class Trainer(TqGcTrainerMixin, VerlShapedTrainer):
+    class Trainer(registry["colocate_async"]):  # type: ignore[misc,valid-type]
         def tq_gc_client(self) -> GcClient:
             return sidecar.client()
 
-    return Trainer(tq, train, val, tmp_path / "ckpt")
+    trainer = Trainer(tq, train, val, tmp_path / "ckpt")
+    assert isinstance(trainer, TqGcTrainerMixin)
+    return trainer
 
 
 def keys(tq: Any, partition: str) -> set[str]:

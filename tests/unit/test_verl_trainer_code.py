@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tq_gc.integrations.verl import TqGcTrainerMixin
+from tq_gc.errors import ConfigError
+from tq_gc.integrations.verl import CONFIG_ENV, TqGcTrainerMixin, wrap_registered_trainers
 
 from support.verl_job import VerlShapedTrainer, verl_source
 
@@ -115,3 +116,23 @@ def test_the_mixin_overrides_verl_methods_taking_what_verl_passes(name: str) -> 
 def test_the_mixin_overrides_nothing_else() -> None:
     own = {name for name, value in vars(TqGcTrainerMixin).items() if inspect.isfunction(value)}
     assert own - {"tq_gc_client", "_tq_gc"} == OVERRIDDEN
+
+
+def test_wrapping_verl_registry_puts_the_mixin_first_in_every_trainer_once() -> None:
+    class Async(VerlShapedTrainer):
+        pass
+
+    registry: dict[str, type] = {"colocate_async": Async, "separate_async": VerlShapedTrainer}
+    wrap_registered_trainers(registry)
+    wrapped = dict(registry)
+    for mode, original in (("colocate_async", Async), ("separate_async", VerlShapedTrainer)):
+        assert registry[mode].__mro__[1:3] == (TqGcTrainerMixin, original)
+        assert registry[mode].__name__ == original.__name__
+    wrap_registered_trainers(registry)
+    assert registry == wrapped
+
+
+def test_a_trainer_with_no_config_says_how_to_give_it_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    with pytest.raises(ConfigError, match="TQGC_CONFIG"):
+        TqGcTrainerMixin().tq_gc_client()

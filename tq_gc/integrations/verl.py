@@ -1,10 +1,10 @@
 """verl (`verl/trainer/ppo/v1`, 0.9.x): the rows in the trainer's hands stay admitted until the step's clear.
 
-    from tq_gc.integrations.verl import TqGcTrainerMixin
-    from verl.trainer.ppo.v1 import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1 import trainer_base
+    from tq_gc.integrations.verl import wrap_registered_trainers
+    wrap_registered_trainers(trainer_base.TRAINER_REGISTRY)  # TqGcTrainerMixin before each verl trainer
 
-    class Trainer(TqGcTrainerMixin, PPOTrainerColocateAsync):  # the mixin first
-        tq_gc_config = "verl.yaml"  # or env TQGC_CONFIG: the file the sidecar runs with
+with env TQGC_CONFIG naming the file the sidecar runs with (README, "verl").
 
 verl's lifecycle, and what the mixin does at each point (verl 0.9.1's code):
 - `ReplayBuffer.sample()` -> `_materialize_batch()` clears the sampled groups' prompt rows, the owner
@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -206,6 +206,14 @@ class TqGcTrainerMixin:
             self._tq_gc_holder = None
 
 
+def wrap_registered_trainers(registry: MutableMapping[str, type]) -> None:
+    """Put the mixin in front of every trainer in verl's `TRAINER_REGISTRY` (mode -> class), in place:
+    verl's TaskRunner builds `get_trainer_cls(trainer.v1.trainer_mode)`. Idempotent."""
+    for mode, trainer_cls in list(registry.items()):
+        if not issubclass(trainer_cls, TqGcTrainerMixin):
+            registry[mode] = type(trainer_cls.__name__, (TqGcTrainerMixin, trainer_cls), {})
+
+
 def _verl(trainer: TqGcTrainerMixin, name: str) -> Callable[..., Any]:
     """verl's own `name` on `trainer`: the next class after the mixin in the MRO."""
     method: Callable[..., Any] = getattr(super(TqGcTrainerMixin, trainer), name)
@@ -221,4 +229,5 @@ __all__ = [
     "hold_sampled_batches",
     "presence_admission",
     "protection",
+    "wrap_registered_trainers",
 ]
