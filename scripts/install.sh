@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs tq-gc into a virtualenv. The one install recipe: the README, CI and the Dockerfile all run it.
 #   scripts/install.sh              runtime only
-#   scripts/install.sh --dev        plus what the tests, linters and benchmarks need
+#   scripts/install.sh --dev        plus what the tests, linters and benchmarks need (verl 0.9.1 --no-deps too)
 #   scripts/install.sh --torch-only the venv and torch alone: the Dockerfile's first layer, which then stays
 #                                   cached while the source changes
 # Env:
@@ -25,7 +25,7 @@ extras=""
 torch_only=0
 case "${1:-}" in
   "") ;;
-  --dev) extras="[test]" ;;
+  --dev) extras="[test,verl-test]" ;;
   --torch-only) torch_only=1 ;;
   *) echo "usage: scripts/install.sh [--dev | --torch-only]" >&2; exit 2 ;;
 esac
@@ -36,6 +36,9 @@ esac
 torch_spec="torch==2.13.0"
 # [client]: the CronJob joins the training cluster through Ray Client (ray://), which needs grpcio.
 ray_spec="ray[client]${RAY_VERSION:+==$RAY_VERSION}"
+# --dev: the verl the verl tests drive, without its dependencies (a GPU stack; the extra verl-test has
+# what its replay buffer needs), so it cannot change torch, ray or transferqueue.
+verl_spec="verl==0.9.1"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 
 install_torch() {
@@ -65,5 +68,10 @@ if [ "$editable" = "0" ]; then
   "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec"
 else
   "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec"
+fi
+if [ -n "$extras" ]; then
+  "${pip[@]}" --no-deps "$verl_spec"
+fi
+if [ "$editable" != "0" ]; then
   echo "$want" > "$stamp"
 fi

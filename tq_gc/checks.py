@@ -9,6 +9,7 @@ from typing import Any
 
 from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
 from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
+from tq_gc.integrations import verl
 from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_emptied
@@ -57,6 +58,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         results.append(
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
+        if config.owner_references:
+            results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
         files = tuple(source for source in config.manifests if source.format != NEMO_RL)

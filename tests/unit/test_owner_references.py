@@ -1,5 +1,6 @@
 """Owner references: a row is referenced while its owner row exists (verl's prompt row `{uid}` owns its
-trajectories `{uid}_{session_id}_{index}`). Config refusals, the source on the memory store, and sweeps."""
+group's trajectories `{uid}_{session_id}_{index}` until the replay buffer samples the group). Config
+refusals, the source on the memory store, sweeps, and the verl example's rule and fail-safe."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tq_gc.wiring import Runtime
 TRAIN, VAL = "train", "val"
 VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"
 VERL = OwnerReference(partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}")
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
 GRACE_S = 60
 
 
@@ -330,7 +332,7 @@ def test_trajectories_of_a_cleared_group_are_reclaimed_after_grace_live_groups_k
     cleared = verl.group(TRAIN, "u2")
     validating = verl.group(VAL, "v1")
     verl.rows.put(TRAIN, "u3", prompt("pending"))  # a prompt row with no trajectories yet
-    verl.rows.delete(TRAIN, ["u2"])  # the replay buffer cleared the prompt row, then crashed
+    verl.rows.delete(TRAIN, ["u2"])  # the owner row is gone, nothing else holds its rows
     first = verl.sweep()
     assert first.outcome is Outcome.COMPLETED
     assert (first.counts.in_scope, first.counts.referenced["owners"], first.counts.within_grace) == (6, 4, 2)
@@ -394,9 +396,16 @@ def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.Ca
     code, checks = check()  # the job has not written val yet
     assert code == 2 and not checks["owner reference val"]["ok"]
     assert "partition 'val'" in checks["owner reference val"]["detail"]
+    assert not checks["verl in-flight protection"]["ok"]
+    assert "NOT fail-safe" in checks["verl in-flight protection"]["detail"]
     verl.rows.put(VAL, "v1", prompt())
+    verl.state.admit("verl/run-1/trainer", {}, ttl_ms=600_000)
+    verl.state.admit("verl/run-1/step/1", {TRAIN: ["u1_0_0", "u1_1_0"]}, ttl_ms=600_000)
     code, checks = check()
     assert code == 0
+    assert checks["verl in-flight protection"]["detail"] == (
+        "active: trainer integration live (verl/run-1/trainer), 2 rows of its batches held"
+    )
     assert checks["owner reference train"] == {
         "name": "owner reference train",
         "ok": True,
@@ -407,13 +416,58 @@ def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.Ca
     assert checks["owner reference val"]["detail"].startswith("1 rows in val, 0 with an owner key")
 
 
-def test_the_verl_example_scopes_trajectories_and_never_prompt_rows() -> None:
-    example = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
-    config = load_config(example, env={})
-    uid = uuid.uuid4().hex  # verl's uid
-    keys = [uid, f"{uid}_0_0", f"{uid}_7_12", f"{uid}_0"]
+def test_the_verl_example_scopes_trajectories_and_padding_never_prompt_rows() -> None:
+    config = load_config(EXAMPLE, env={})
+    uid, pad = str(uuid.uuid4()), f"pad{uuid.uuid4().hex}"  # verl's uid and padding uid
+    trajectories = [f"{uid}_0_0", f"{uid}_7_12", f"{pad}_0_0", f"{pad}_3_0"]
+    keys = [uid, *trajectories, f"{uid}_0", uuid.uuid4().hex + "_0_0", "pad_0_0", f"{uid}_x_0"]
     policy = PlanPolicy.from_config(config)
     for partition in (TRAIN, VAL):
-        assert policy.scoped_keys(partition, keys) == {f"{uid}_0_0", f"{uid}_7_12"}
-    store = store_with({TRAIN: {uid: prompt(), f"{uid}_0_0": trajectory()}, VAL: {"v": prompt()}})
+        assert policy.scoped_keys(partition, keys) == set(trajectories)
+    store = store_with(
+        {
+            TRAIN: {uid: prompt(), f"{uid}_0_0": trajectory(), f"{pad}_0_0": {"is_padding": True}},
+            VAL: {str(uuid.uuid4()): prompt()},
+        }
+    )
     assert read(list(config.owner_references), store) == owned(f"{uid}_0_0")
+
+
+def test_an_owner_without_the_required_tag_owns_nothing() -> None:
+    """verl: a status put (kv_put creates a missing key) after a group's prompt row was cleared brings the
+    key `{uid}` back as a row tagged only {status}: not a prompt row, so it must not pin the group."""
+    reference = OwnerReference(
+        partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}", owner_has_tag="is_prompt"
+    )
+    store = store_with(
+        {
+            TRAIN: {
+                "u1": prompt(),
+                "u1_0_0": trajectory(),
+                "u2": {"status": "finished"},  # recreated by a status put
+                "u2_0_0": trajectory(),
+                "u3": None,  # a row without tags
+                "u3_0_0": trajectory(),
+            }
+        }
+    )
+    assert read([reference], store) == owned("u1_0_0")
+    assert read([VERL], store) == owned("u1_0_0", "u2_0_0", "u3_0_0")  # without it, any row owns
+
+
+def test_the_verl_example_aborts_every_sweep_while_no_trainer_integration_is_live() -> None:
+    """The fail-safe: a sampled batch has no prompt row, so without the integration's admissions an
+    owner rule alone would delete it mid-step. The example makes sweeps abort instead."""
+    clock = ManualClock()
+    state = MemoryState("verl-job", clock_ms=clock)
+    uid = str(uuid.uuid4())
+    rows = store_with({TRAIN: {f"{uid}_0_0": trajectory()}, VAL: {str(uuid.uuid4()): prompt()}})  # in use
+    config = load_config(EXAMPLE, env={})
+    for _ in range(3):
+        report = Collector(config, state, rows, holder="test").sweep(dry_run=False)
+        assert (report.outcome, report.cause) == (Outcome.ABORTED, "source_failed")
+        assert "expect_nonempty" in (report.reason or "")
+        clock.advance(config.grace_seconds)
+    assert rows.keys(TRAIN) == {f"{uid}_0_0"}
+    state.admit("verl/run-1/trainer", {}, ttl_ms=600_000)  # the integration's presence admission
+    assert Collector(config, state, rows, holder="test").sweep(dry_run=False).outcome is Outcome.COMPLETED

@@ -146,6 +146,9 @@ class OwnerReference(Frozen):
     owner_key: str | None = None
     owner_tag: str | None = Field(default=None, min_length=1)
     owner_partition: str | None = Field(default=None, min_length=1)
+    # The owner row counts only while this tag is true on it: verl's prompt rows carry is_prompt, and a
+    # status put (kv_put creates a missing key) can bring a cleared prompt row back as a row without it.
+    owner_has_tag: str | None = Field(default=None, min_length=1)
     # A pattern (or tag) that matches no row of a non-empty partition fails the sweep instead of
     # reading as "owns nothing".
     expect_nonempty: bool = False

@@ -1,19 +1,21 @@
 """Owner references: a row is referenced while its owner row exists (Kubernetes' ownerReferences).
 
 verl keeps one prompt row per group, keyed `{uid}`, beside the group's trajectory rows keyed
-`{uid}_{session_id}_{index}`, and clears a group's prompt row and trajectories together. A crash between
-the two clears, or a clear that failed halfway, leaves trajectories whose prompt row is gone: nothing
-else points to them. With
+`{uid}_{session_id}_{index}`, until its replay buffer samples the group: then the prompt row goes at
+once and the trajectories stay in the trainer's hands for the whole step, held by the trainer
+integration's admissions (tq_gc.integrations.verl), not by this rule. With
 
     owner_references:
       - partition: train
         key_pattern: '^(?P<uid>[^_]+)_[^_]+_\\d+$'
         owner_key: '{uid}'
+        owner_has_tag: is_prompt
 
-a trajectory is referenced while `train` holds the row `{uid}`. The owner's key comes from the row's key
-(a pattern the whole key must match, whose named groups fill the `owner_key` template) or from a tag
-(`owner_tag`: the tag's value is the owner's key). A row the pattern does not match, or without the tag,
-is left to the other rules; a row whose owner is absent is unreferenced, and its grace runs as always.
+a trajectory is referenced while `train` holds the row `{uid}` tagged is_prompt. The owner's key comes
+from the row's key (a pattern the whole key must match, whose named groups fill the `owner_key` template)
+or from a tag (`owner_tag`: the tag's value is the owner's key); `owner_has_tag` makes an owner row count
+only while that tag is true on it. A row the pattern does not match, or without the tag, is left to the
+other rules; a row whose owner is absent is unreferenced, and its grace runs as always.
 
 Owners are looked up in the sweep's own listing of the owner partition (one snapshot, read in the
 tags' slot: see collector.Collector._read_references). Fails closed: a partition the row store lacks
@@ -151,12 +153,13 @@ class _Rule:
         """The keys of `rows` whose owner is a key of `owners`, and how many rows have an owner key."""
         owned: list[str] = []
         matched = 0
+        counts = _counts_as_owner(self.reference.owner_has_tag)
         for key, tags in rows.items():
             owner = self.owner_of(key, tags)
             if owner is None:
                 continue
             matched += 1
-            if owner in owners:
+            if owner in owners and counts(owners[owner]):
                 owned.append(key)
         if self.reference.expect_nonempty and rows and not matched:
             raise ReferenceSourceError(
@@ -166,6 +169,13 @@ class _Rule:
                 "against the job's keys",
             )
         return _Found(len(rows), matched, owned)
+
+
+def _counts_as_owner(required_tag: str | None) -> Callable[[Tags | None], bool]:
+    """Whether an owner row with these tags counts (owner_has_tag)."""
+    if required_tag is None:
+        return lambda _tags: True
+    return lambda tags: bool(tags and tags.get(required_tag))
 
 
 def _by_key(
