@@ -1,8 +1,7 @@
-"""The lines README's "NeMo RL" section tells a trainer to add, run as written against a real Ray cluster,
-a real TransferQueue and a real Redis: the sidecar started from the example config file, the trainer kit
-holding a restored call's cut rows, a checkpoint saved under a fence. The sidecar reclaims exactly the
-cut rows that neither a held call nor a committed checkpoint's inventory names.
-"""
+"""The trainer-kit lines the README and docs/integrations.md tell a trainer to add, run as written against a
+real Ray cluster, a real TransferQueue and a real Redis: the sidecar started from the example config file,
+the trainer kit holding a restored call's cut rows, a checkpoint saved under a fence. The sidecar reclaims
+exactly the cut rows that neither a held call nor a committed checkpoint's inventory names."""
 
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ def test_the_readme_trainer_lines_protect_what_they_name(
     saved = [cut_key("step_4", "g2_g0_a2", "call5", 0)]  # listed by the checkpoint saved below
     orphans = [cut_key("step_3", "g3_g0_a3", "call1", 0)]  # the forest lane dropped it
 
-    # The README's lines, as a trainer writes them:
+    # The documented lines, as a trainer writes them:
     handle = tq_gc.start_sidecar(tq_gc.load_config(config_path))
     gc = tq_gc.GcClient.connect(redis_url, namespace=f"trainer-{staging}")
     try:

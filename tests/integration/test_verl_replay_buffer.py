@@ -98,8 +98,9 @@ def sidecar(ray_cluster: Any, tq: Any, tq_partition: str, val_partition: str) ->
 
 
 def gc_trainer(sidecar: Sidecar, tq: Any, train: str, val: str, tmp_path: Path) -> VerlShapedTrainer:
-    """The README's trainer line on a registry of the verl-shaped trainer, the client overridden to reach
-    this test's registry (the README's goes through TQGC_CONFIG to the sidecar's: scripts/soak-verl)."""
+    """The trainer line of docs/integrations.md ("verl") on a registry of the verl-shaped trainer, the client
+    overridden to reach this test's registry (the documented one goes through TQGC_CONFIG to the sidecar's:
+    scripts/soak-verl)."""
     registry: dict[str, type] = {"colocate_async": VerlShapedTrainer}
     wrap_registered_trainers(registry)
 

@@ -2,11 +2,12 @@
 order, beside the tq-gc sidecar running deploy/examples/verl.yaml, with steps longer than the grace.
 
 It starts its own Ray head and, as the training job, a real TransferQueue and the sidecar (state memory://,
-the example's config with a short grace and interval). The trainer is the README's: TqGcTrainerMixin first,
-TQGC_CONFIG naming the sidecar's config. For N minutes it runs steps (each longer than the grace, verl's
-replay buffer polling kv_list while the rollouts finish), validations (as long), a TQ checkpoint every
-other step saved before the step's clear, and after each checkpoint a resume: the trainer stops, verl's
-`tq.load_checkpoint` restores the trained batch nothing will clear, and a new trainer goes on.
+the example's config with a short grace and interval). The trainer is docs/integrations.md's ("verl"):
+TqGcTrainerMixin first, TQGC_CONFIG naming the sidecar's config. For N minutes it runs steps (each longer
+than the grace, verl's replay buffer polling kv_list while the rollouts finish), validations (as long), a
+TQ checkpoint every other step saved before the step's clear, and after each checkpoint a resume: the
+trainer stops, verl's `tq.load_checkpoint` restores the trained batch nothing will clear, and a new trainer
+goes on.
 
 While the trainer holds a batch (sampling to the step's clear) it checks every quarter second that every
 row of it is still there. After each resume it checks, once grace + two intervals + one sweep's duration
@@ -50,7 +51,7 @@ ROLLOUT_DELAY_S = 0.5  # the replay buffer polls kv_list meanwhile
 
 
 class SoakTrainer(TqGcTrainerMixin, VerlShapedTrainer):
-    """The README's trainer lines (its config from TQGC_CONFIG)."""
+    """The trainer lines of docs/integrations.md (its config from TQGC_CONFIG)."""
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Each delete batch waits for the store's quiet moment (TransferQueueRowStore.wait_for_quiet) before its
 re-check: the wait may last a quarter of a second, and must not widen the window between the re-check
-of admissions and fences and the clear (README, "How it stays safe", rule 6)."""
+of admissions and fences and the clear (docs/safety.md, rule 6)."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ class TransferQueueConfig(Frozen):
     # A request slower than this (a listing's, or on average a delete batch's re-check and clear) halves
     # the next one's size: how long tq-gc may hold the job's controller, which serves one request at a
     # time, in one go. 10 ms: windows of ~1,000-2,000 rows at 1M rows, each holding the controller under
-    # 10 ms; delete batches of 2,000 at 100k rows (README, "Cost to the training job").
+    # 10 ms; delete batches of 2,000 at 100k rows (docs/performance.md, "Cost to the training job").
     request_target_ms: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
     # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
     # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. A job request then waits behind one of
@@ -172,7 +172,7 @@ class Limits(Frozen):
     delete_batch: int = Field(default=2000, ge=1)
     # 0: unthrottled. Beside a job sharing the TransferQueue, deleting is what the job's requests meet
     # most (each batch holds the controller a few ms): 500 took a 1M-row job's p99 from 1.2-1.5x to
-    # 1.16x at the default schedule (README, Benchmarks), at 1.8M rows an hour.
+    # 1.16x at the default schedule (docs/performance.md), at 1.8M rows an hour.
     max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small
     # staging partition is legitimately all orphans.

@@ -4,7 +4,7 @@
     from tq_gc.integrations.verl import wrap_registered_trainers
     wrap_registered_trainers(trainer_base.TRAINER_REGISTRY)  # TqGcTrainerMixin before each verl trainer
 
-with env TQGC_CONFIG naming the file the sidecar runs with (README, "verl").
+with env TQGC_CONFIG naming the file the sidecar runs with (docs/integrations.md, "verl").
 
 verl's lifecycle, and what the mixin does at each point (verl 0.9.1's code):
 - `ReplayBuffer.sample()` -> `_materialize_batch()` clears the sampled groups' prompt rows, the owner

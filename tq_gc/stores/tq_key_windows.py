@@ -5,12 +5,10 @@ request thread, so each of a listing's windows (500 of 2,000 indexes at 1M rows,
 is a turn the job's requests wait behind. The same lookup (TQ's own {global index: key} map, which
 `kv_retrieve_keys` reads) runs on the controller's actor thread through Ray (`__ray_call__`, as the
 index pages do, tq_index_range.py): the request thread goes on serving the job, sharing the GIL, which
-the window holds for its lookup and while Ray decodes its indexes and encodes its keys. Measured at 1M
-rows (2 cores), a probe sending 32-key `kv_retrieve_meta` requests every 3 ms beside a listing paced at
-duty 0.25, three rounds of 12 s: its p99 1.9 ms alone, 2.7 ms beside `kv_retrieve_keys` of 2,000,
-2.9 ms beside windows of 4,096 and 3.5 ms beside windows of 8,192 (11%, 11% and 19% of its requests
-over its p99 alone). Windows of 4,096 meet the job about as a `kv_retrieve_keys` listing does, and
-list the partition in less time, so for a shorter part of each sweep.
+the window holds for its lookup and while Ray decodes its indexes and encodes its keys. Windows of
+4,096 indexes meet the job about as a `kv_retrieve_keys` listing does (longer ones hold the GIL too
+long), and list the partition in less time, so for a shorter part of each sweep (the probe's figures:
+docs/performance.md, "Cost to the training job").
 
 Each key read is the key its index had at that moment, as with `kv_retrieve_keys`; a window is not one
 snapshot (the job's requests may run between two lookups), which no caller relies on: a listing names a

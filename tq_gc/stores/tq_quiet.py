@@ -1,44 +1,28 @@
 """Quiet moments of the job's TransferQueue controller: tq-gc makes each of its requests in one.
 
 The job's requests take turns with tq-gc's on the controller's request thread, and share its process's
-GIL and the node's cores with them. A job step's requests come in bursts with short gaps between them
-(measured with a 50 ms put/get/clear loop at 300k rows: the request thread busy 0.6 ms at a time, idle
-under 10 ms within a step and 20-40 ms between steps). A request of tq-gc's that lands in a burst
-delays the rest of it; one made after the request thread has been idle for a while lands between
-steps, and is done before the next. So before each request (a listing window, a delete batch) tq-gc
-waits until the request thread has been idle `quiet_s`, or `max_wait_s` at most: on a controller that
-is never that idle, it goes on at that pace, the duty cycle still bounding its share.
-
-Measured with a /tmp probe (300k rows, 2 cores, the loop in its own process beside a listing's key
-windows and delete-sized `kv_retrieve_meta` pairs (2,000 or 500 rows) at duty 0.25, 20 s a setting, two
-rounds interleaved, two runs): the loop's p99 15.2-19.9 ms alone, 18.2-24.3 ms beside tq-gc's requests
-made at once, 15.7-17.4 ms beside the same made after 20 ms of quiet, 16.3-17.0 ms after 15 ms,
-22.5-22.7 ms after 10 ms (within a step's own gaps). tq-gc then made one request per gap of the loop's:
-~20 a second rather than ~55-85. Looking every 1, 2 or 5 ms made no difference there.
-
-Each look takes the controller's interpreter lock, and on a controller that is never idle `quiet_s` the
-wait looks for all of `max_wait_s`. Measured with a /tmp probe on a slower machine (300k rows, the loop
-iterating in ~36 ms of its 50, its request thread idle 20 ms at a time ~4 times a second; waits back to
-back with no request after them, beside the loop, against the loop alone, 8 s windows, ten rounds
-interleaved, two runs; medians of the paired ratios): looking every 1 ms moved the loop's p50
-1.02-1.09x, its p99 1.04-1.09x and the controller's CPU +0.05 s a second; every 5 ms 1.01-1.05x,
-1.00-1.04x and +0.02 s; every 10 ms no cheaper (+0.02 s: what is left is the wait's own call), and
-it found fewer quiet moments (29% of waits against 49% at 5 ms and 58% at 1 ms). So the wait looks
-every 5 ms.
+GIL and the node's cores with them. A job step's requests come in bursts with short gaps between them. A
+request of tq-gc's that lands in a burst delays the rest of it; one made after the request thread has
+been idle for a while lands between steps, and is done before the next. So before each request (a
+listing window, a delete batch) tq-gc waits until the request thread has been idle `quiet_s`, or
+`max_wait_s` at most: on a controller that is never that idle, it goes on at that pace, the duty cycle
+still bounding its share.
 
 The wait runs on the controller's actor thread (`__ray_call__`, tq_controller_function.py), beside the
 request thread, and reads only which function that thread is in (`sys._current_frames()`): idle is
 waiting in pyzmq's `recv_multipart` inside TQ's request loop; the same frame object over the whole
 quiet time means no request was served meanwhile (a look every few milliseconds could miss a short one;
-a new frame per request cannot be missed). Where the controller has no such thread or loop (another TQ
-version) the wait does not fit: one warning, and requests go without waiting, as before.
+a new frame per request cannot be missed). Each look takes the controller's interpreter lock, so the
+wait looks every 5 ms: often enough to find the gaps, rarely enough that the looks themselves do not
+slow the job. Where the controller has no such thread or loop (another TQ version) the wait does not
+fit: one warning, and requests go without waiting, as before.
 
 A request that is itself a function run on the controller (an index page, a key window) waits inside
 its own call (`QuietMoments.first`): no call of the wait's own before it, and it starts as soon as the
-quiet moment is found rather than a round trip later. Measured with a /tmp probe (a 1M-row listing of
-an idle controller, ~307 reads, unpaced, three listings a setting, two runs; CPU over the same listing
-without waits): waits in calls of their own cost the sidecar 0.8-1.2 s and the controller 1.0-1.3 s
-more; inside the reads' calls 0.0-0.1 s and 0.35-0.55 s (what is left: the looks).
+quiet moment is found rather than a round trip later.
+
+The measurements behind the quiet time, the look interval and the in-call wait are in
+docs/performance.md ("Cost to the training job").
 """
 
 from __future__ import annotations
