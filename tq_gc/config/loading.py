@@ -59,7 +59,7 @@ def format_validation_error(exc: ValidationError) -> str:
     for error in exc.errors(include_input=False, include_context=False, include_url=False):
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown key (check its spelling against the README's config reference)"
+            message = "unknown key (check its spelling against docs/configuration.md)"
         elif error["type"] == "finite_number":
             message = "must be a finite number, not .inf or .nan"
         field = ".".join(str(part) for part in error["loc"])

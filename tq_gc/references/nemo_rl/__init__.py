@@ -13,8 +13,8 @@ done, and TQ's save of the rows runs inside it. While one is there, the sweep sk
 during a save. The reference sources are read twice a sweep (before and after the listing), so a save
 that starts later than the second read overlaps only the sweep's deletes: those are rows no committed
 point keeps and older than the grace, which a save needs only if it references a row sealed since the
-last committed point and more than `grace_seconds` ago. Hence the rule the README and
-docs/integrations.md state: grace above the longest interval between two of NeMo's saves.
+last committed point and more than `grace_seconds` ago. Hence the rule docs/integrations.md and the
+example config state: grace above the longest interval between two of NeMo's saves.
 """
 
 from __future__ import annotations
