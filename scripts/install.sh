@@ -13,12 +13,15 @@
 #                    other index can offer a torch in its place.
 #   RAY_VERSION      the Ray to install (default: the newest tq-gc allows). Anything joining a Ray cluster
 #                    (the CronJob's image) needs the cluster's Ray version and Python minor version.
+#   TQ_VERSION       the TransferQueue to install (default: the newest tq-gc allows). A venv of another
+#                    TQ beside the main one (CI tests each supported TQ) defaults to .venv-tq$TQ_VERSION;
+#                    the CronJob's image needs the TQ of the job it sweeps (tq-gc refuses another).
 #   TQGC_EDITABLE    default 1; 0 installs a regular copy instead of an editable one, so the venv works
 #                    without the source: the Dockerfile's mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv=${TQGC_VENV:-.venv}
+venv=${TQGC_VENV:-.venv${TQ_VERSION:+-tq$TQ_VERSION}}
 python=${PYTHON:-python3}
 editable=${TQGC_EDITABLE:-1}
 extras=""
@@ -36,6 +39,8 @@ esac
 torch_spec="torch==2.13.0"
 # [client]: the CronJob joins the training cluster through Ray Client (ray://), which needs grpcio.
 ray_spec="ray[client]${RAY_VERSION:+==$RAY_VERSION}"
+# Without TQ_VERSION, pyproject's range picks (the newest it allows).
+tq_spec=(${TQ_VERSION:+"transferqueue==$TQ_VERSION"})
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 
 install_torch() {
@@ -54,7 +59,7 @@ fi
 
 # The stamp vouches for an editable install only: a regular copy goes stale with the source, so reinstall.
 stamp="$venv/.tq-gc-installed${extras}"
-want=$( (cat pyproject.toml scripts/install.sh; echo "ray=${RAY_VERSION:-}") | sha256sum | cut -c1-16)
+want=$( (cat pyproject.toml scripts/install.sh; echo "ray=${RAY_VERSION:-}"; echo "tq=${TQ_VERSION:-}") | sha256sum | cut -c1-16)
 if [ "$editable" != "0" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -62,8 +67,8 @@ fi
 install_torch
 if [ "$editable" = "0" ]; then
   rm -f "$stamp"  # it no longer describes this venv
-  "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec"
+  "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec" ${tq_spec[@]+"${tq_spec[@]}"}
 else
-  "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec"
+  "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec" ${tq_spec[@]+"${tq_spec[@]}"}
   echo "$want" > "$stamp"
 fi

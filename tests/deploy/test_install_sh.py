@@ -82,6 +82,15 @@ def test_another_ray_version_is_a_reinstall(tmp_path: Path) -> None:
     assert "ray[client]==2.51.0" in run_install(tmp_path, {"RAY_VERSION": "2.51.0"})[-1]
 
 
+def test_a_tq_version_is_pinned_and_another_is_a_reinstall(tmp_path: Path) -> None:
+    unpinned = run_install(tmp_path, {})
+    assert not any(arg.startswith("transferqueue") for arg in unpinned[-1]), "pyproject's range picks"
+    pinned = run_install(tmp_path, {"TQ_VERSION": "0.1.9"})
+    assert "transferqueue==0.1.9" in pinned[-1]
+    assert run_install(tmp_path, {"TQ_VERSION": "0.1.9"}) == [], "the stamp vouches for the same TQ"
+    assert "transferqueue==0.1.10" in run_install(tmp_path, {"TQ_VERSION": "0.1.10"})[-1]
+
+
 def test_an_unknown_argument_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run(
         ["bash", str(INSTALL_SH), "--devv"], capture_output=True, text=True, timeout=60, check=False
