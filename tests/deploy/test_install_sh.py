@@ -57,6 +57,7 @@ def test_install_sh_with_the_builders_env_installs_cpu_torch_then_a_regular_copy
     assert "-e" not in tq_gc_call
     assert torch_pin in tq_gc_call, "a dependency asking for another torch must fail, not pull a CUDA one"
     assert f"ray[client]=={env['RAY_VERSION']}" in tq_gc_call
+    assert f"transferqueue=={env['TQ_VERSION']}" in tq_gc_call, "the job's TQ, from the build argument"
 
 
 def test_torch_only_installs_torch_alone(tmp_path: Path) -> None:
