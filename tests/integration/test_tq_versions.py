@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import cli_env, keys_in
+from harness import TQ_GC, cli_env, keys_in
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError
+from tq_gc.stores.tq_attach import find_controller
 from tq_gc.stores.tq_controller_function import MISFITS_FOUND
 from tq_gc.stores.tq_internals import INDEX_PAGES, QUIET_WAITS, READ_FROM, controller_probe
 from tq_gc.stores.tq_requests import TqRequests
@@ -114,6 +115,43 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
     assert len(warned) == 2, warned
 
 
+def test_key_maps_that_disagree_make_index_pages_and_key_windows_misfit_and_tqs_calls_list_right(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """What the functions' answers mean is checked too: an index that TQ's {index: key} map gives a key
+    its {key: index} map and index set do not know (here written into the real controller's bookkeeping,
+    and taken out after) makes the probe say no, and the listing comes from TQ's own calls."""
+    import ray
+
+    put_rows(tq_partition, ["k0", "k1"])
+    ghost_index = 10**9
+
+    def haunt(controller: Any, partition: str, index: int, add: bool) -> None:
+        owners = controller.partitions[partition].revert_keys_mapping
+        if add:
+            owners[index] = "ghost"
+        else:
+            owners.pop(index, None)
+
+    controller = find_controller("")
+    ray.get(controller.__ray_call__.remote(haunt, tq_partition, ghost_index, True))
+    try:
+        with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as store:
+            said = store.controller_fit()
+            store.take_request_stats()
+            listed = store.list_keys(tq_partition)
+            requests = store.take_request_stats()
+    finally:
+        ray.get(controller.__ray_call__.remote(haunt, tq_partition, ghost_index, False))
+
+    assert f"index {ghost_index} maps to key 'ghost'" in said, said
+    assert "index pages: not available on this TransferQueue" in said, said
+    assert "key windows: not available on this TransferQueue" in said, said
+    assert "quiet waits: fit" in said, said
+    assert set(listed) == {"k0", "k1"}
+    assert "kv_retrieve_keys" in requests and "get_partition_index_range" in requests, requests
+
+
 def test_a_controller_of_another_transferqueue_is_refused_before_any_request(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, functions_run: list[str]
 ) -> None:
@@ -129,6 +167,33 @@ def test_a_controller_of_another_transferqueue_is_refused_before_any_request(
     assert keys_in(tq, tq_partition) == {"k"}  # the job's TQ still serves
 
 
+def test_check_names_the_controllers_tq_and_which_controller_functions_fit(
+    ray_cluster: Any, tq: Any, tq_partition: str, redis_url: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, ray_cluster.address, redis_url, tq_partition)
+    env = {**cli_env(), "COLUMNS": "1000"}  # check's table on one line a row
+    checked = subprocess.run(
+        [str(TQ_GC), "check", "--config", str(config)],
+        capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    [line] = [line for line in checked.stdout.splitlines() if "TransferQueue controller functions" in line]
+    assert f"TransferQueue {tq.__version__} (read from" in line, line
+    assert "index pages: fit; key windows: fit; quiet waits: fit" in line, line
+
+
+def write_config(tmp_path: Path, ray_address: str, redis_url: str, partition: str) -> Path:
+    config = tmp_path / "tq-gc.yaml"
+    settings = {
+        "namespace": "tq-versions",
+        "state_url": redis_url,
+        "transfer_queue": {"ray_address": ray_address},
+        "scope": [{"partition": partition, "all_keys": True}],
+    }
+    config.write_text(yaml.safe_dump(settings))
+    return config
+
+
 def test_the_cli_of_another_supported_transferqueue_exits_2_naming_both_versions_and_leaves_tq_serving(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, redis_url: str, tmp_path: Path
 ) -> None:
@@ -137,16 +202,7 @@ def test_the_cli_of_another_supported_transferqueue_exits_2_naming_both_versions
     other = NEWEST if tq.__version__ != NEWEST else READ_FROM[0]
     tq_gc = python_of(other).with_name("tq-gc")
     put_rows(tq_partition, ["k"])
-    config = tmp_path / "tq-gc.yaml"
-    settings = {
-        "namespace": "tq-versions",
-        "state_url": redis_url,
-        "transfer_queue": {"ray_address": ray_cluster.address},
-        "scope": [{"partition": tq_partition, "all_keys": True}],
-        "allow_short_grace": True,
-        "grace_seconds": 1,
-    }
-    config.write_text(yaml.safe_dump(settings))
+    config = write_config(tmp_path, ray_cluster.address, redis_url, tq_partition)
     env = cli_env()
     env.pop("PYTHONPATH", None)  # the other venv's own tq-gc (editable: this checkout), not pytest's path
     env["COLUMNS"] = "1000"  # check's table on one line a row

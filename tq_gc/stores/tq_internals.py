@@ -136,6 +136,17 @@ def controller_probe() -> Probe:
     loops, probe_keys, probe_partitions = REQUEST_LOOPS, PROBE_KEYS, PROBE_PARTITIONS
     index_pages, key_windows, quiet_waits = INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS
 
+    def first(items: Any, count: int) -> list[Any]:
+        """The first `count` of a dict view the request thread may be changing (retried when it did)."""
+        import time
+
+        for _ in range(4):
+            try:
+                return [item for item, _ in zip(items, range(count), strict=False)]
+            except RuntimeError:  # changed size while we looked
+                time.sleep(0.01)
+        return [item for item, _ in zip(items, range(count), strict=False)]
+
     def index_pages_misfit(controller: Any) -> str | None:
         manager = getattr(controller, "index_manager", None)
         if manager is None:
@@ -145,7 +156,7 @@ def controller_probe() -> Probe:
         owned = getattr(manager, "partition_to_indexes", None)
         if not isinstance(owned, dict):
             return "index_manager.partition_to_indexes is not a dict"
-        for indexes in list(owned.values())[:probe_partitions]:
+        for indexes in first(owned.values(), probe_partitions):
             if not isinstance(indexes, set | frozenset):
                 return "index_manager.partition_to_indexes does not map partitions to sets"
         return None
@@ -154,7 +165,7 @@ def controller_probe() -> Probe:
         partitions = getattr(controller, "partitions", None)
         if not isinstance(partitions, dict):
             return "the controller's partitions are not a dict"
-        for status in list(partitions.values())[:probe_partitions]:
+        for status in first(partitions.values(), probe_partitions):
             for name in ("revert_keys_mapping", "keys_mapping"):
                 if not isinstance(getattr(status, name, None), dict):
                     return f"a partition's {name} is not a dict"
@@ -183,22 +194,13 @@ def controller_probe() -> Probe:
                 )
             ]
 
-        for partition, status in list(controller.partitions.items())[:probe_partitions]:
-            sample: list[tuple[Any, Any]] = []
-            for _ in range(3):
-                try:
-                    sample = [
-                        pair
-                        for pair, _ in zip(
-                            status.revert_keys_mapping.items(), range(probe_keys), strict=False
-                        )
-                    ]
-                    break
-                except RuntimeError:  # the map changed while we looked
-                    time.sleep(0.01)
+        for partition, status in first(controller.partitions.items(), probe_partitions):
+            sample = first(status.revert_keys_mapping.items(), probe_keys)
             suspects = odd(partition, status, sample)
-            if suspects:
-                time.sleep(0.01)
+            for pause_s in (0.01, 0.05, 0.25):  # a clear of many rows is one long request
+                if not suspects:
+                    break
+                time.sleep(pause_s)
                 suspects = odd(partition, status, suspects)
             if suspects:
                 index, key = suspects[0]
