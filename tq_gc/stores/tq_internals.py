@@ -48,7 +48,7 @@ CONTROLLER_FUNCTIONS = (INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS)
 # `_process_request` itself.
 REQUEST_LOOPS = ("_process_request_loop", "_process_request")
 
-# The probe's look at the key maps: at most this many keys of at most this many partitions (bounded work
+# The probe's look at the key maps: the newest keys of the newest partitions with keys (bounded work
 # on the controller's GIL, whatever the partition's size).
 PROBE_KEYS = 64
 PROBE_PARTITIONS = 8
@@ -136,16 +136,25 @@ def controller_probe() -> Probe:
     loops, probe_keys, probe_partitions = REQUEST_LOOPS, PROBE_KEYS, PROBE_PARTITIONS
     index_pages, key_windows, quiet_waits = INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS
 
-    def first(items: Any, count: int) -> list[Any]:
-        """The first `count` of a dict view the request thread may be changing (retried when it did)."""
+    def first(items: Callable[[], Any], count: int, keep: Callable[[Any], bool] = bool) -> list[Any]:
+        """The first `count` items that `keep` of a fresh iterator from `items()`, over a dict the request
+        thread may be changing (looked at again when it did)."""
         import time
 
-        for _ in range(4):
+        for attempt in range(4):
             try:
-                return [item for item, _ in zip(items, range(count), strict=False)]
+                found = []
+                for item in items():
+                    if keep(item):
+                        found.append(item)
+                        if len(found) == count:
+                            break
+                return found
             except RuntimeError:  # changed size while we looked
+                if attempt == 3:
+                    raise
                 time.sleep(0.01)
-        return [item for item, _ in zip(items, range(count), strict=False)]
+        return []
 
     def index_pages_misfit(controller: Any) -> str | None:
         manager = getattr(controller, "index_manager", None)
@@ -156,7 +165,7 @@ def controller_probe() -> Probe:
         owned = getattr(manager, "partition_to_indexes", None)
         if not isinstance(owned, dict):
             return "index_manager.partition_to_indexes is not a dict"
-        for indexes in first(owned.values(), probe_partitions):
+        for indexes in first(owned.values, probe_partitions, lambda _: True):
             if not isinstance(indexes, set | frozenset):
                 return "index_manager.partition_to_indexes does not map partitions to sets"
         return None
@@ -165,7 +174,7 @@ def controller_probe() -> Probe:
         partitions = getattr(controller, "partitions", None)
         if not isinstance(partitions, dict):
             return "the controller's partitions are not a dict"
-        for status in first(partitions.values(), probe_partitions):
+        for status in first(partitions.values, probe_partitions, lambda _: True):
             for name in ("revert_keys_mapping", "keys_mapping"):
                 if not isinstance(getattr(status, name, None), dict):
                     return f"a partition's {name} is not a dict"
@@ -194,8 +203,16 @@ def controller_probe() -> Probe:
                 )
             ]
 
-        for partition, status in first(controller.partitions.items(), probe_partitions):
-            sample = first(status.revert_keys_mapping.items(), probe_keys)
+        # The newest partitions that have keys, and their newest keys: a bounded look, where the job's
+        # current rows are.
+        def newest(mapping: dict[Any, Any]) -> Callable[[], Any]:
+            return lambda: reversed(mapping.items())
+
+        def has_keys(item: tuple[str, Any]) -> bool:
+            return bool(item[1].revert_keys_mapping)
+
+        for partition, status in first(newest(controller.partitions), probe_partitions, has_keys):
+            sample = first(newest(status.revert_keys_mapping), probe_keys, lambda _: True)
             suspects = odd(partition, status, sample)
             for pause_s in (0.01, 0.05, 0.25):  # a clear of many rows is one long request
                 if not suspects:
