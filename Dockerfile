@@ -2,7 +2,9 @@
 #   docker build --build-arg VERSION="$(git describe --tags 2>/dev/null)" -t tq-gc .
 # Match the training cluster the CronJob joins: Ray Client needs the same Ray version and Python minor
 # version on both sides, so pass the cluster's, e.g. --build-arg RAY_VERSION=2.60.0 and
-# --build-arg PYTHON_IMAGE=python:3.11-slim (tq-gc says which versions differ when they do).
+# --build-arg PYTHON_IMAGE=python:3.11-slim (tq-gc says which versions differ when they do). Match the job's
+# TransferQueue too, e.g. --build-arg TQ_VERSION=0.1.9 for NeMo RL's: tq-gc's client speaks the job's
+# controller's protocol, and refuses (exit 2, naming both versions) a controller of another TQ.
 # The builder runs scripts/install.sh, the same recipe the README, CI and developers use, so the image and a
 # source install cannot drift. The runtime stage gets only the finished venv: no compiler, no pip cache, no
 # source tree, and it runs as an unprivileged user (uid 10001, the uid deploy/k8s pins in runAsUser).
@@ -28,6 +30,8 @@ RUN --mount=type=cache,target=/root/.cache/pip scripts/install.sh --torch-only
 # The Ray of the training cluster this image joins; scripts/install.sh reads it from the environment, as
 # RUN sees every ARG. Declared after the torch layer, so that another value does not rebuild that layer.
 ARG RAY_VERSION=2.60.0
+# The TransferQueue of the job this image sweeps (0.1.9, 0.1.10 or 0.1.11 are tested); read the same way.
+ARG TQ_VERSION=0.1.11
 COPY pyproject.toml README.md ./
 COPY tq_gc/ tq_gc/
 RUN --mount=type=cache,target=/root/.cache/pip scripts/install.sh

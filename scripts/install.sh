@@ -13,12 +13,15 @@
 #                    other index can offer a torch in its place.
 #   RAY_VERSION      the Ray to install (default: the newest tq-gc allows). Anything joining a Ray cluster
 #                    (the CronJob's image) needs the cluster's Ray version and Python minor version.
+#   TQ_VERSION       the TransferQueue to install (default: the newest tq-gc allows). A venv of another
+#                    TQ beside the main one (CI tests each supported TQ) defaults to .venv-tq$TQ_VERSION;
+#                    the CronJob's image needs the TQ of the job it sweeps (tq-gc refuses another).
 #   TQGC_EDITABLE    default 1; 0 installs a regular copy instead of an editable one, so the venv works
 #                    without the source: the Dockerfile's mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv=${TQGC_VENV:-.venv}
+venv=${TQGC_VENV:-.venv${TQ_VERSION:+-tq$TQ_VERSION}}
 python=${PYTHON:-python3}
 editable=${TQGC_EDITABLE:-1}
 extras=""
@@ -39,6 +42,8 @@ ray_spec="ray[client]${RAY_VERSION:+==$RAY_VERSION}"
 # --dev: the verl the verl tests drive, without its dependencies (a GPU stack; the extra verl-test has
 # what its replay buffer needs), so it cannot change torch, ray or transferqueue.
 verl_spec="verl==0.9.1"
+# Without TQ_VERSION, pyproject's range picks (the newest it allows).
+tq_spec=(${TQ_VERSION:+"transferqueue==$TQ_VERSION"})
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 
 install_torch() {
@@ -57,7 +62,7 @@ fi
 
 # The stamp vouches for an editable install only: a regular copy goes stale with the source, so reinstall.
 stamp="$venv/.tq-gc-installed${extras}"
-want=$( (cat pyproject.toml scripts/install.sh; echo "ray=${RAY_VERSION:-}") | sha256sum | cut -c1-16)
+want=$( (cat pyproject.toml scripts/install.sh; echo "ray=${RAY_VERSION:-}"; echo "tq=${TQ_VERSION:-}") | sha256sum | cut -c1-16)
 if [ "$editable" != "0" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -65,9 +70,9 @@ fi
 install_torch
 if [ "$editable" = "0" ]; then
   rm -f "$stamp"  # it no longer describes this venv
-  "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec"
+  "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec" ${tq_spec[@]+"${tq_spec[@]}"}
 else
-  "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec"
+  "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec" ${tq_spec[@]+"${tq_spec[@]}"}
 fi
 if [ -n "$extras" ]; then
   "${pip[@]}" --no-deps "$verl_spec"

@@ -62,6 +62,10 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
+        controller_fit = optional_method(rows, "controller_fit") if row_store["ok"] else None
+        fit = controller_fit() if controller_fit is not None else None
+        if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
+            results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
         files = tuple(source for source in config.manifests if source.format != NEMO_RL)
         results.append(_check("manifests", lambda: _count(ManifestsSource(files).read(), "rows named")))
         results += [_nemo_rl_check(source) for source in config.manifests if source.format == NEMO_RL]

@@ -14,14 +14,19 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
+from prometheus_client.registry import Collector
 
 from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
+from tq_gc.stores.tq_controller_function import MISFITS_FOUND
+from tq_gc.stores.tq_internals import CONTROLLER_FUNCTIONS
 from tq_gc.stores.tq_requests import TQ_REQUEST_OPS
 
 log = logging.getLogger(__name__)
@@ -117,7 +122,30 @@ def _register(registry: CollectorRegistry) -> _Collectors:
         collectors.rows_kept.labels(reason=reason)
     for op in TQ_REQUEST_OPS:
         collectors.tq_request_seconds.labels(op=op)
+    registry.register(_ControllerFunctionMisfits())
     return collectors
+
+
+class _ControllerFunctionMisfits(Collector):
+    """tqgc_tq_controller_function_misfits_total{function}: read from this process's count at each scrape
+    or push (the row store counts a misfit where it finds one: at attach, or mid-sweep)."""
+
+    NAME = PREFIX + "tq_controller_function_misfits"
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            self.NAME,
+            "Times a function tq-gc runs inside the TransferQueue controller (index pages, key windows, "
+            "quiet waits) was found not to fit it (another TQ version): tq-gc then uses TQ's own calls.",
+            labels=["function"],
+        )
+        found = MISFITS_FOUND.counts()
+        for function in CONTROLLER_FUNCTIONS:
+            family.add_metric([function.replace(" ", "_")], found.get(function, 0))
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()
 
 
 _registered: weakref.WeakKeyDictionary[CollectorRegistry, _Collectors] = weakref.WeakKeyDictionary()

@@ -10,6 +10,8 @@ import re
 import pytest
 import yaml
 
+from tq_gc.stores.tq_internals import READ_FROM
+
 from .dockerfile import (
     commands,
     copy_sources,
@@ -72,7 +74,8 @@ def test_torch_is_a_layer_that_only_the_install_script_invalidates() -> None:
     copied = [source for kw, rest in before if kw == "COPY" for source in copy_sources(rest)]
     assert copied == ["scripts/install.sh"], "a source change must not rebuild the torch layer"
     args_before = {rest.split("=")[0] for kw, rest in before if kw == "ARG"}
-    assert "RAY_VERSION" not in args_before, "an ARG declared before a RUN invalidates it when it changes"
+    for arg in ("RAY_VERSION", "TQ_VERSION"):
+        assert arg not in args_before, "an ARG declared before a RUN invalidates it when it changes"
     assert builder.index("RUN", "scripts/install.sh") == torch_run
     assert builder.all("RUN")[-1].endswith("scripts/install.sh"), "then the full install, after the source"
 
@@ -81,6 +84,13 @@ def test_the_ray_version_is_a_build_argument_the_install_script_reads() -> None:
     builder, _ = dockerfile_stages()
     assert builder.run_env({"RAY_VERSION": "2.51.0"})["RAY_VERSION"] == "2.51.0"
     assert "RAY_VERSION" in (ROOT / "scripts" / "install.sh").read_text()
+
+
+def test_the_tq_version_is_a_build_argument_the_install_script_pins_and_defaults_to_the_newest_read() -> None:
+    builder, _ = dockerfile_stages()
+    assert builder.run_env({"TQ_VERSION": "0.1.9"})["TQ_VERSION"] == "0.1.9"
+    assert builder.key_values("ARG")["TQ_VERSION"] == READ_FROM[-1]
+    assert "transferqueue==$TQ_VERSION" in (ROOT / "scripts" / "install.sh").read_text()
 
 
 def test_the_default_ray_is_the_example_clusters() -> None:

@@ -57,6 +57,7 @@ def test_install_sh_with_the_builders_env_installs_cpu_torch_then_a_regular_copy
     assert "-e" not in tq_gc_call
     assert torch_pin in tq_gc_call, "a dependency asking for another torch must fail, not pull a CUDA one"
     assert f"ray[client]=={env['RAY_VERSION']}" in tq_gc_call
+    assert f"transferqueue=={env['TQ_VERSION']}" in tq_gc_call, "the job's TQ, from the build argument"
 
 
 def test_torch_only_installs_torch_alone(tmp_path: Path) -> None:
@@ -80,6 +81,15 @@ def test_install_sh_default_is_still_editable_and_stamped(tmp_path: Path) -> Non
 def test_another_ray_version_is_a_reinstall(tmp_path: Path) -> None:
     run_install(tmp_path, {})
     assert "ray[client]==2.51.0" in run_install(tmp_path, {"RAY_VERSION": "2.51.0"})[-1]
+
+
+def test_a_tq_version_is_pinned_and_another_is_a_reinstall(tmp_path: Path) -> None:
+    unpinned = run_install(tmp_path, {})
+    assert not any(arg.startswith("transferqueue") for arg in unpinned[-1]), "pyproject's range picks"
+    pinned = run_install(tmp_path, {"TQ_VERSION": "0.1.9"})
+    assert "transferqueue==0.1.9" in pinned[-1]
+    assert run_install(tmp_path, {"TQ_VERSION": "0.1.9"}) == [], "the stamp vouches for the same TQ"
+    assert "transferqueue==0.1.10" in run_install(tmp_path, {"TQ_VERSION": "0.1.10"})[-1]
 
 
 def test_an_unknown_argument_is_a_usage_error(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
 from tq_gc.model import Cause, Counts, Outcome, SweepReport
+from tq_gc.stores.tq_controller_function import MISFITS_FOUND
+from tq_gc.stores.tq_internals import QUIET_WAITS
 
 from support.not_http import not_http_server
 
@@ -113,8 +115,19 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_lease_contention",
         "tqgc_sweep_errors",
         "tqgc_tq_request_seconds",
+        "tqgc_tq_controller_function_misfits",
     }
     assert all(f.documentation.strip() for f in families)
+
+
+def test_each_controller_function_found_not_to_fit_is_counted_by_function() -> None:
+    metrics = SweepMetrics()
+    before = value(metrics, "tqgc_tq_controller_function_misfits_total", function="quiet_waits")
+    MISFITS_FOUND.add(QUIET_WAITS)
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == before + 1
+    assert value(SweepMetrics(), "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == (
+        before + 1
+    ), "a count of this process's, whichever registry reads it"
 
 
 def test_registration_is_idempotent_and_instances_do_not_collide() -> None:

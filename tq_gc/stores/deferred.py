@@ -69,6 +69,11 @@ class DeferredRowStore:
         rows: int | None = self._forward("rows_per_delete")
         return rows
 
+    def controller_fit(self) -> str | None:
+        """The attached store's controller_fit (TransferQueueRowStore.controller_fit), if any."""
+        fit: str | None = self._forward("controller_fit")
+        return fit
+
     def _forward(self, name: str) -> Any:
         """The attached store's optional method `name`, called; None if it has none."""
         method = optional_method(self._attached(), name)

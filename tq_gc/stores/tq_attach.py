@@ -12,6 +12,11 @@ Attach, never own (DESIGN.md rule 10). How this module makes sure of it:
   client, a stray module-level `close` here has nothing to kill. It also lets `close()` close exactly
   the client we opened,
   and lets every request carry a deadline (TQ's client waits forever on a dead controller).
+- Before any request, it probes the controller (tq_internals.controller_probe): which of the functions
+  tq-gc runs inside it fit, and which TQ it runs. A controller of another TQ than this process's is
+  refused (ConfigError, exit 2, naming both versions): TQ's client and controller speak one wire
+  protocol, and a request the controller cannot decode kills its request thread (0.1.9's), the job's TQ
+  with it.
 - `close()` closes that client, and disconnects from Ray only if `attach()` connected this process
   (`ray.shutdown()` ends this driver's connection; the cluster and the job's actors are untouched).
   It never kills an actor.
@@ -30,7 +35,15 @@ import time
 import uuid
 from typing import Any
 
-from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
+from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
+from tq_gc.stores.tq_internals import (
+    ControllerFit,
+    Probe,
+    controller_probe,
+    local_request_types,
+    local_tq_version,
+    published_client_settings,
+)
 
 CONTROLLER_NAME = "TransferQueueController"
 
@@ -72,14 +85,64 @@ def open_client(controller: Any, request_timeout_seconds: float) -> Any:
         )
     client = None
     try:
-        client = TransferQueueClient(
-            client_id=f"tq-gc_{os.getpid()}_{uuid.uuid4().hex[:8]}", controller_info=conf.controller.zmq_info
-        )
-        backend = conf.backend.storage_backend
+        zmq_info, backend, backend_config = published_client_settings(conf)
+        client_id = f"tq-gc_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        client = TransferQueueClient(client_id=client_id, controller_info=zmq_info)
         # kv_clear clears the storage units too, so the client needs the job's storage manager.
-        client.initialize_storage_manager(manager_type=backend, config=conf.backend[backend])
+        client.initialize_storage_manager(manager_type=backend, config=backend_config)
     except Exception as exc:
         if client is not None:
             client.close()
         raise StoreUnavailable(f"connecting to the TransferQueue controller failed: {exc}") from exc
     return client
+
+
+def probe_controller(
+    controller: Any, request_timeout_seconds: float, probe: Probe | None = None
+) -> ControllerFit:
+    """What the controller has (`probe`, default tq_internals.controller_probe()), read through Ray beside
+    its request thread.
+    A probe that fails inside the controller knows nothing (each function is then tried, and falls back
+    on its first misfit); one that gets no answer is StoreUnavailable."""
+    import ray
+
+    try:
+        answer = controller.__ray_call__.remote(probe or controller_probe())
+        found = ray.get(answer, timeout=request_timeout_seconds)
+    except ray.exceptions.GetTimeoutError as exc:
+        raise StoreUnavailable(
+            f"probing the TransferQueue controller: no answer within {request_timeout_seconds:g} s"
+        ) from exc
+    except ray.exceptions.RayActorError as exc:
+        raise StoreUnavailable(f"probing the TransferQueue controller failed: {exc}") from exc
+    except Exception as exc:  # the probe itself did not run there
+        return ControllerFit.unknown(f"{type(exc).__name__}: {exc}")
+    return ControllerFit.from_probe(found)
+
+
+def refuse_another_tq(fit: ControllerFit, ray_address: str) -> None:
+    """ConfigError (exit 2) if the controller runs another TQ than this process, or cannot decode requests
+    this process's client sends; nothing if it can tell no difference."""
+    mismatch = another_tq(fit, local_tq_version(), local_request_types(), ray_address)
+    if mismatch is not None:
+        raise ConfigError(mismatch)
+
+
+def another_tq(fit: ControllerFit, ours: str, our_requests: frozenset[str], ray_address: str) -> str | None:
+    """What to do when the controller's TQ is not ours (pure: `ours` and `our_requests` are this process's
+    TQ version and request types), or None when no difference shows."""
+    theirs = fit.tq_version
+    unknown = set() if fit.request_types is None else our_requests - fit.request_types
+    if (theirs is None or theirs == ours) and not unknown:
+        return None
+    cannot_decode = f" (it cannot decode {', '.join(sorted(unknown))})" if unknown else ""
+    version = theirs or "of unknown version"
+    rebuild = theirs or "<the job's>"
+    return (
+        f"the TransferQueue controller at transfer_queue.ray_address={ray_address!r} runs transferqueue "
+        f"{version}; tq-gc here runs transferqueue {ours}{cannot_decode}. tq-gc's client must be the "
+        "controller's TQ: its requests are decoded by the job's controller, and one it cannot decode "
+        f"can stop the controller's request thread. Rebuild the tq-gc image with --build-arg "
+        f"TQ_VERSION={rebuild} (outside the image: TQ_VERSION={rebuild} scripts/install.sh, or pip "
+        f"install transferqueue=={rebuild}). Nothing was sent to the controller."
+    )

@@ -16,9 +16,10 @@ the controller no longer than one of tq-gc's delete batches does (12-22 ms at 10
 store's requests wait for the controller's quiet moments (tq_quiet.py), that is longer than what one
 has left, and the store reads every partition in pages (copy_max 0).
 
-The reader reads TQ's internals (`index_manager`), which another TQ version may lay out otherwise: the
-first page that does not fit (tq_controller_function.py) makes the store warn once and use
-`get_partition_index_range` from then on. A request that gets no answer is StoreUnavailable, as always.
+The reader reads TQ's internals (`index_manager`, tq_internals.py), which another TQ version may lay out
+otherwise: where the probe at attach finds it does not fit, or the first page does not fit
+(tq_controller_function.py), the store warns once and uses `get_partition_index_range` from then on. A
+request that gets no answer is StoreUnavailable, as always.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_internals import INDEX_PAGES, PageReader, page_reader
 from tq_gc.stores.tq_quiet import QuietMoments
 from tq_gc.stores.tq_requests import OP_INDEX_PAGE, OP_INDEX_RANGE, TqRequests
 
@@ -44,24 +46,6 @@ INDEX_PAGE_SPAN = 16_384
 # The most indexes read in one copy rather than in pages. Measured at 100k rows: one copy 12-22 ms; 8
 # pages 22 ms in all, and a sweep 25 ms longer (bench/results/sweep.jsonl).
 INDEX_COPY_MAX = 131_072
-
-# (controller, partition, start, stop) -> (end of the index space, the partition's size, its indexes in
-# [start, min(stop, end)), ascending)
-PageReader = Callable[[Any, str, int, int], tuple[int, int, list[int]]]
-
-
-def page_reader() -> PageReader:
-    """The function run on the controller. Made here, as a closure, so that Ray ships its code by value:
-    the controller's process need not have tq-gc installed. It reads and never writes (a defaultdict's
-    `get` adds no partition)."""
-
-    def read_page(controller: Any, partition: str, start: int, stop: int) -> tuple[int, int, list[int]]:
-        manager = controller.index_manager
-        end = int(manager.global_index_counter)
-        owned = manager.partition_to_indexes.get(partition, ())
-        return end, len(owned), [index for index in range(start, min(stop, end)) if index in owned]
-
-    return read_page
 
 
 @dataclass(frozen=True)
@@ -101,6 +85,7 @@ class IndexRanges:
             requests,
             controller,
             OP_INDEX_PAGE,
+            INDEX_PAGES,
             paging.reader or page_reader(),
             "Using get_partition_index_range from now on, which holds the controller for the whole index "
             "set at once",
@@ -108,6 +93,7 @@ class IndexRanges:
             quiet,
         )
         self._quiet = quiet
+        self.pages = self._read_page
         self._kept: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
 
     def indexes(self, partition: str, pause: Callable[[float], None], reuse_s: float = 0.0) -> array[int]:

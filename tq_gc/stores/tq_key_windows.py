@@ -14,20 +14,20 @@ Each key read is the key its index had at that moment, as with `kv_retrieve_keys
 snapshot (the job's requests may run between two lookups), which no caller relies on: a listing names a
 (key, index) pair the controller held at some instant of it, and every delete re-checks it first.
 
-Where the reader does not fit the controller (another TQ version: tq_controller_function.py), the store
-warns once and asks `kv_retrieve_keys` from then on.
+Where the reader does not fit the controller (another TQ version: tq_internals.py,
+tq_controller_function.py), the store warns once and asks `kv_retrieve_keys` from then on.
 """
 
 from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.errors import StoreUnavailable
 from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_internals import KEY_WINDOWS, KeysReader, keys_reader
 from tq_gc.stores.tq_quiet import QuietMoments
 from tq_gc.stores.tq_requests import OP_KEYS_WINDOW, TqRequests
 
@@ -37,24 +37,6 @@ logger = logging.getLogger(__name__)
 # 1.1 s (Ray's round trip is most of each), 8,192 0.48-0.55 s (0.6 ms a window in the controller),
 # kv_retrieve_keys of 2,000 0.89-0.93 s. Beside the job, 8,192 is too long a hold (above); 4,096 is not.
 KEYS_WINDOW = 4_096
-
-# (controller, partition, global indexes) -> the key of each index, None where it has none (every one, in
-# a partition the controller does not have).
-KeysReader = Callable[[Any, str, Sequence[int]], list[str | None]]
-
-
-def keys_reader() -> KeysReader:
-    """The function run on the controller: a closure, so that Ray ships its code by value. Reads and never
-    writes (`dict.get` adds nothing)."""
-
-    def read_keys(controller: Any, partition: str, indexes: Sequence[int]) -> list[str | None]:
-        status = controller.partitions.get(partition)
-        if status is None:  # gone: so are its rows
-            return [None] * len(indexes)
-        owners = status.revert_keys_mapping
-        return [owners.get(index) for index in indexes]
-
-    return read_keys
 
 
 @dataclass(frozen=True)
@@ -85,10 +67,11 @@ class ControllerKeys:
         quiet: QuietMoments | None = None,
     ) -> None:
         self._windows = windows
-        self._read_keys = ControllerFunction(
+        self._read_keys = self.reader = ControllerFunction(
             requests,
             controller,
             OP_KEYS_WINDOW,
+            KEY_WINDOWS,
             windows.reader or keys_reader(),
             "Using kv_retrieve_keys from now on",
             logger,

@@ -10,12 +10,13 @@ still bounding its share.
 
 The wait runs on the controller's actor thread (`__ray_call__`, tq_controller_function.py), beside the
 request thread, and reads only which function that thread is in (`sys._current_frames()`): idle is
-waiting in pyzmq's `recv_multipart` inside TQ's request loop; the same frame object over the whole
+waiting in pyzmq's `recv_multipart` inside TQ's request loop (`_process_request_loop` in 0.1.10 and
+0.1.11, `_process_request` in 0.1.9: tq_internals.py); the same frame object over the whole
 quiet time means no request was served meanwhile (a look every few milliseconds could miss a short one;
 a new frame per request cannot be missed). Each look takes the controller's interpreter lock, so the
 wait looks every 5 ms: often enough to find the gaps, rarely enough that the looks themselves do not
-slow the job. Where the controller has no such thread or loop (another TQ version) the wait does not
-fit: one warning, and requests go without waiting, as before.
+slow the job. Where the controller has no such thread or loop (another TQ version: the probe at attach,
+or the wait itself, finds out) the wait does not fit: one warning, and requests go without waiting.
 
 A request that is itself a function run on the controller (an index page, a key window) waits inside
 its own call (`QuietMoments.first`): no call of the wait's own before it, and it starts as soon as the
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.stores.tq_controller_function import MISFITS, ControllerFunction, DoesNotFit
+from tq_gc.stores.tq_internals import QUIET_WAITS, QuietWaiter, quiet_waiter
 from tq_gc.stores.tq_requests import TqRequests
 
 logger = logging.getLogger(__name__)
@@ -44,41 +46,6 @@ QUIET_S = 0.020
 QUIET_MAX_WAIT_S = 0.250
 # How often the wait looks at the request thread (each look takes the controller's GIL; see above).
 QUIET_SAMPLE_S = 0.005
-
-# (controller, quiet seconds, most seconds to wait, seconds between looks) -> (seconds waited, whether
-# the request thread was idle that long)
-QuietWaiter = Callable[[Any, float, float, float], tuple[float, bool]]
-
-
-def quiet_waiter() -> QuietWaiter:
-    """The function run on the controller: a closure, so that Ray ships its code by value. Reads which
-    function the request thread is in, and nothing else."""
-
-    def wait_quiet(controller: Any, quiet_s: float, max_wait_s: float, sample_s: float) -> tuple[float, bool]:
-        import sys
-        import time
-
-        thread_id = controller.process_request_thread.ident
-        started = time.monotonic()
-        idle_frame, idle_since = None, started
-        while True:
-            frame = sys._current_frames().get(thread_id)
-            now = time.monotonic()
-            if frame is None or frame.f_code.co_name != "recv_multipart":
-                idle_frame = None  # serving a request
-            elif frame is not idle_frame:  # a new wait for a request: the one before was served
-                if frame.f_back is None or frame.f_back.f_code.co_name != "_process_request_loop":
-                    raise KeyError("the request thread waits outside TQ's request loop")
-                idle_frame, idle_since = frame, now
-            elif now - idle_since >= quiet_s:
-                return now - started, True
-            del frame
-            if now - started >= max_wait_s:
-                return now - started, False
-            time.sleep(sample_s)
-
-    return wait_quiet
-
 
 # The wait's answer inside another function's call: (seconds waited, found), the text of its error where
 # it does not fit the controller, or None when it did not run.
@@ -141,10 +108,15 @@ class QuietMoments:
             requests,
             controller,
             None,
+            QUIET_WAITS,
             self._waiter,
             "Making requests without waiting for a quiet moment from now on",
             logger,
         )
+
+    @property
+    def function(self) -> ControllerFunction:
+        return self._wait
 
     @property
     def fits(self) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from tq_gc.errors import StoreUnavailable
+from tq_gc.stores.tq_internals import client_loop
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ class TqRequests:
         # cancelled and finished there, and its pooled socket discarded, before we return.
         timeout_s = self.timeout_s
         timed = coro if op is None else self.timed(op, coro)
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(timed, timeout_s), self.client._loop)
+        loop = client_loop(self.client)
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(timed, timeout_s), loop)
         try:
             return future.result(timeout=timeout_s + LOOP_GRACE_SECONDS)
         except TimeoutError as exc:

@@ -4,7 +4,8 @@ Attaching (never creating, never closing the job's TQ) and joining its Ray clust
 tq_gc/ray_cluster.py. `close()` closes our own client, and disconnects from Ray only if `attach()`
 connected this process; it never kills an actor.
 
-TQ facts this relies on (transferqueue 0.1.11, read from its source and checked on a real TQ):
+TQ facts this relies on (transferqueue 0.1.9, 0.1.10 and 0.1.11, read from their source and checked on a
+real TQ of each; every internal it reads is in tq_internals.py):
 
 - `kv_retrieve_meta(keys, pid, create=False)` answers with a `BatchMeta` that carries no keys: unknown
   keys are dropped, the others keep their request order; `custom_meta` is the rows' tags, aligned with
@@ -44,10 +45,12 @@ from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.base import keys_with_indexes
 from tq_gc.stores.pacing import Pacer, smallest_window
-from tq_gc.stores.tq_attach import find_controller, open_client
+from tq_gc.stores.tq_attach import find_controller, open_client, probe_controller, refuse_another_tq
+from tq_gc.stores.tq_controller_function import ControllerFunction
 from tq_gc.stores.tq_index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
+from tq_gc.stores.tq_internals import INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS, ControllerFit, Probe, QuietWaiter
 from tq_gc.stores.tq_key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
-from tq_gc.stores.tq_quiet import NO_WAIT, Quiet, QuietMoments, QuietWait, QuietWaiter
+from tq_gc.stores.tq_quiet import NO_WAIT, Quiet, QuietMoments, QuietWait
 from tq_gc.stores.tq_requests import (
     OP_CLEAR,
     OP_KEYS,
@@ -84,11 +87,14 @@ class TransferQueueRowStore:
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
         quiet: Quiet | None = None,
+        controller_fit: ControllerFit | None = None,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
         With the controller's actor handle, `list_rows` reads in short paced windows; without it, in one
-        `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller."""
+        `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller. With
+        `controller_fit` (what the probe at attach found), a function run on the controller that does
+        not fit it is never tried: TQ's own call from the start."""
         self._client = client
         self._controller = controller
         self._request_batch = request_batch
@@ -106,7 +112,17 @@ class TransferQueueRowStore:
             index_paging = replace(index_paging, copy_max=0)
         self._index_ranges = IndexRanges(controller, self._requests, index_paging, self._quiet)
         self._controller_keys = ControllerKeys(controller, self._requests, key_windows, self._quiet)
+        self._fit = controller_fit
+        if controller_fit is not None:
+            self._skip_misfits(controller_fit)
         self._interrupted = threading.Event()
+
+    def _skip_misfits(self, fit: ControllerFit) -> None:
+        functions = self._controller_functions()
+        for name, reason in fit.misfits.items():
+            function = functions.get(name)
+            if function is not None:
+                function.does_not_fit(name, f"found at attach: {reason}")
 
     @classmethod
     def attach(
@@ -117,19 +133,23 @@ class TransferQueueRowStore:
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
         quiet_waiter: QuietWaiter | None = None,
+        controller_probe: Probe | None = None,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
 
         A process already connected to Ray (the sidecar actor, a test) uses that connection and
         ignores `ray_address`. Raises ConfigError when no Ray cluster answers at the address,
         TransferQueueNotFound when the cluster has no TQ controller, StoreUnavailable when the
-        controller is there but cannot be reached.
+        controller is there but cannot be reached, ConfigError when it runs another TQ than this
+        process (before any request: tq_attach.py).
         """
         import ray
 
         owns_ray_connection = join_ray(config.ray_address, config.ray_namespace)
         try:
             controller = find_controller(config.ray_address)
+            fit = probe_controller(controller, REQUEST_TIMEOUT_SECONDS, controller_probe)
+            refuse_another_tq(fit, config.ray_address)
             client = open_client(controller, REQUEST_TIMEOUT_SECONDS)
         except BaseException:
             if owns_ray_connection:
@@ -148,6 +168,7 @@ class TransferQueueRowStore:
             index_paging=index_paging,
             key_windows=key_windows,
             quiet=Quiet(config.quiet_ms / 1000, config.quiet_wait_max_ms / 1000, quiet_waiter),
+            controller_fit=fit,
         )
 
     # ---- RowStore ----
@@ -274,6 +295,25 @@ class TransferQueueRowStore:
         if self._quiet is not None and self._quiet.fits:
             return smallest_window(self._request_batch)
         return self._request_batch
+
+    def controller_fit(self) -> str:
+        """For `tq-gc check`: the controller's TQ, and which of the functions tq-gc runs inside it fit it
+        (a function that does not uses TQ's own call instead)."""
+        if self._controller is None:
+            return "no controller handle: TQ's own calls only"
+        fit = self._fit or ControllerFit(None, None, {})
+        found_since = {
+            name: function.misfit
+            for name, function in self._controller_functions().items()
+            if function.misfit is not None and name not in fit.misfits
+        }
+        return ControllerFit(fit.tq_version, fit.request_types, {**fit.misfits, **found_since}).describe()
+
+    def _controller_functions(self) -> dict[str, ControllerFunction]:
+        functions = {INDEX_PAGES: self._index_ranges.pages, KEY_WINDOWS: self._controller_keys.reader}
+        if self._quiet is not None:
+            functions[QUIET_WAITS] = self._quiet.function
+        return functions
 
     def interrupt(self) -> None:
         """Make a listing or an identity read in progress, and every later one, raise Interrupted before

@@ -1,0 +1,346 @@
+"""Every TransferQueue internal tq-gc touches, in one place: check the next TQ release here.
+
+Read from the published wheels of transferqueue 0.1.9, 0.1.10 and 0.1.11 (`READ_FROM`; NeMo RL pins
+0.1.9, verl 0.9.1 asks for >= 0.1.10). Public calls (`kv_retrieve_meta`, `kv_retrieve_keys`,
+`clear_samples`, `get_partition_list`, `kv_list`, `BatchMeta`) are not listed; everything else is:
+
+Present with the same shape in all three unless said otherwise:
+- `controller.index_manager.global_index_counter` (int), `.partition_to_indexes` ({pid: set}): index pages
+- `controller.partitions[pid].revert_keys_mapping` ({index: key}): key windows; `.keys_mapping`
+  ({key: index}): the probe's check of what they mean
+- `controller.process_request_thread` (a Thread), and its function that calls
+  `request_handle_socket.recv_multipart`: `_process_request` in 0.1.9, `_process_request_loop` in 0.1.10
+  and 0.1.11 (a wrapper `_process_request` restarts it after an error): quiet waits
+- `controller.get_partition_index_range(pid)` (a Ray method of the actor): the index pages' fallback
+- `controller.get_config()` -> `.controller.zmq_info`, `.backend.storage_backend`, `.backend[name]`;
+  `TransferQueueClient(client_id, controller_info)`, `.initialize_storage_manager(manager_type, config)`
+  (what TQ's own `_init_from_existing()` does): attach; the client's event loop `._loop`: every request
+- `transfer_queue.__version__`, `transfer_queue.utils.zmq_utils.ZMQRequestType`: the version check
+
+The functions run inside the controller (through Ray's `__ray_call__`) are closures made here, so that
+Ray ships their code by value: the controller's process need not have tq-gc installed. They read and
+never write. `controller_probe()` runs once at attach and checks the shapes the others rely on, and that
+their answers mean what they meant in the versions above (the two key maps agree, a key's index is its
+partition's and below the counter): a function whose shape does not fit is not used, and tq-gc takes
+TQ's public call instead (tq_controller_function.py). The version check compares the controller's TQ with
+this process's: TQ's client and controller speak one wire protocol (0.1.10's client sends a
+MARK_CLEARING request before each clear, which a 0.1.9 controller cannot decode: its request thread
+dies), so a client of another TQ is refused before its first request (tq_attach.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The TQ releases whose code the functions below were read from, oldest first (CI tests each).
+READ_FROM = ("0.1.9", "0.1.10", "0.1.11")
+
+# The functions run inside the controller, by the name `tq-gc check` and the metrics give them.
+INDEX_PAGES = "index pages"
+KEY_WINDOWS = "key windows"
+QUIET_WAITS = "quiet waits"
+CONTROLLER_FUNCTIONS = (INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS)
+
+# The request thread's function around `recv_multipart`, newest layout first: 0.1.10 and 0.1.11 wrap the
+# loop in `_process_request_loop` (restarted by `_process_request` after an error); 0.1.9 loops in
+# `_process_request` itself.
+REQUEST_LOOPS = ("_process_request_loop", "_process_request")
+
+# The probe's look at the key maps: the newest keys of the newest partitions with keys (bounded work
+# on the controller's GIL, whatever the partition's size).
+PROBE_KEYS = 64
+PROBE_PARTITIONS = 8
+
+# (controller, partition, start, stop) -> (end of the index space, the partition's size, its indexes in
+# [start, min(stop, end)), ascending)
+PageReader = Callable[[Any, str, int, int], tuple[int, int, list[int]]]
+
+# (controller, partition, global indexes) -> the key of each index, None where it has none (every one, in
+# a partition the controller does not have).
+KeysReader = Callable[[Any, str, Sequence[int]], list[str | None]]
+
+# (controller, quiet seconds, most seconds to wait, seconds between looks) -> (seconds waited, whether
+# the request thread was idle that long)
+QuietWaiter = Callable[[Any, float, float, float], tuple[float, bool]]
+
+# controller -> what controller_probe() found (see there)
+Probe = Callable[[Any], dict[str, Any]]
+
+
+def page_reader() -> PageReader:
+    """Which indexes of one span of the global index space are the partition's, by membership in TQ's own
+    index set (a defaultdict's `get` adds no partition)."""
+
+    def read_page(controller: Any, partition: str, start: int, stop: int) -> tuple[int, int, list[int]]:
+        manager = controller.index_manager
+        end = int(manager.global_index_counter)
+        owned = manager.partition_to_indexes.get(partition, ())
+        return end, len(owned), [index for index in range(start, min(stop, end)) if index in owned]
+
+    return read_page
+
+
+def keys_reader() -> KeysReader:
+    """The key of each global index, from TQ's own {global index: key} map (what `kv_retrieve_keys` reads);
+    `dict.get` adds nothing."""
+
+    def read_keys(controller: Any, partition: str, indexes: Sequence[int]) -> list[str | None]:
+        status = controller.partitions.get(partition)
+        if status is None:  # gone: so are its rows
+            return [None] * len(indexes)
+        owners = status.revert_keys_mapping
+        return [owners.get(index) for index in indexes]
+
+    return read_keys
+
+
+def quiet_waiter() -> QuietWaiter:
+    """Wait until the request thread has waited for a request (`recv_multipart` called from TQ's request
+    loop, REQUEST_LOOPS) for `quiet_s`, or `max_wait_s` at most. Reads which function that thread is in
+    (`sys._current_frames()`), and nothing else. A thread waiting anywhere else raises KeyError: the wait
+    does not fit this controller."""
+    loops = REQUEST_LOOPS
+
+    def wait_quiet(controller: Any, quiet_s: float, max_wait_s: float, sample_s: float) -> tuple[float, bool]:
+        import sys
+        import time
+
+        thread_id = controller.process_request_thread.ident
+        started = time.monotonic()
+        idle_frame, idle_since = None, started
+        while True:
+            frame = sys._current_frames().get(thread_id)
+            now = time.monotonic()
+            if frame is None or frame.f_code.co_name != "recv_multipart":
+                idle_frame = None  # serving a request
+            elif frame is not idle_frame:  # a new wait for a request: the one before was served
+                if frame.f_back is None or frame.f_back.f_code.co_name not in loops:
+                    raise KeyError("the request thread waits outside TQ's request loop")
+                idle_frame, idle_since = frame, now
+            elif now - idle_since >= quiet_s:
+                return now - started, True
+            del frame
+            if now - started >= max_wait_s:
+                return now - started, False
+            time.sleep(sample_s)
+
+    return wait_quiet
+
+
+def controller_probe() -> Probe:
+    """What the controller has, read once at attach: {"tq_version": its transferqueue's version or None,
+    "request_types": the requests its loop can decode (None if unknown), and for each of
+    CONTROLLER_FUNCTIONS, None if it fits or why not}. Bounded work, read-only; never raises."""
+    loops, probe_keys, probe_partitions = REQUEST_LOOPS, PROBE_KEYS, PROBE_PARTITIONS
+    index_pages, key_windows, quiet_waits = INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS
+
+    def first(items: Callable[[], Any], count: int, keep: Callable[[Any], bool] = bool) -> list[Any]:
+        """The first `count` items that `keep` of a fresh iterator from `items()`, over a dict the request
+        thread may be changing (looked at again when it did)."""
+        import time
+
+        for attempt in range(4):
+            try:
+                found = []
+                for item in items():
+                    if keep(item):
+                        found.append(item)
+                        if len(found) == count:
+                            break
+                return found
+            except RuntimeError:  # changed size while we looked
+                if attempt == 3:
+                    raise
+                time.sleep(0.01)
+        return []
+
+    def index_pages_misfit(controller: Any) -> str | None:
+        manager = getattr(controller, "index_manager", None)
+        if manager is None:
+            return "the controller has no index_manager"
+        if not isinstance(getattr(manager, "global_index_counter", None), int):
+            return "index_manager.global_index_counter is not an int"
+        owned = getattr(manager, "partition_to_indexes", None)
+        if not isinstance(owned, dict):
+            return "index_manager.partition_to_indexes is not a dict"
+        for indexes in first(owned.values, probe_partitions, lambda _: True):
+            if not isinstance(indexes, set | frozenset):
+                return "index_manager.partition_to_indexes does not map partitions to sets"
+        return None
+
+    def key_windows_misfit(controller: Any) -> str | None:
+        partitions = getattr(controller, "partitions", None)
+        if not isinstance(partitions, dict):
+            return "the controller's partitions are not a dict"
+        for status in first(partitions.values, probe_partitions, lambda _: True):
+            for name in ("revert_keys_mapping", "keys_mapping"):
+                if not isinstance(getattr(status, name, None), dict):
+                    return f"a partition's {name} is not a dict"
+        return None
+
+    def keys_disagree(controller: Any) -> str | None:
+        """A key window's answer means a key of the partition at that index: TQ's two key maps agree, and
+        the index is the partition's and below the counter (what index pages read). A pair the job's
+        requests were changing meanwhile (a put sets one map then the other) is looked at again."""
+        import time
+
+        manager = controller.index_manager
+
+        def odd(partition: str, status: Any, pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+            owned = manager.partition_to_indexes.get(partition, ())
+            end = manager.global_index_counter
+            return [
+                (index, key)
+                for index, key in pairs
+                if status.revert_keys_mapping.get(index) == key  # still there
+                and (
+                    not isinstance(key, str)
+                    or status.keys_mapping.get(key) != index
+                    or index not in owned
+                    or not 0 <= index < end
+                )
+            ]
+
+        # The newest partitions that have keys, and their newest keys: a bounded look, where the job's
+        # current rows are.
+        def newest(mapping: dict[Any, Any]) -> Callable[[], Any]:
+            return lambda: reversed(mapping.items())
+
+        def has_keys(item: tuple[str, Any]) -> bool:
+            return bool(item[1].revert_keys_mapping)
+
+        for partition, status in first(newest(controller.partitions), probe_partitions, has_keys):
+            sample = first(newest(status.revert_keys_mapping), probe_keys, lambda _: True)
+            suspects = odd(partition, status, sample)
+            for pause_s in (0.01, 0.05, 0.25):  # a clear of many rows is one long request
+                if not suspects:
+                    break
+                time.sleep(pause_s)
+                suspects = odd(partition, status, suspects)
+            if suspects:
+                index, key = suspects[0]
+                return (
+                    f"in {partition!r}, index {index} maps to key {key!r}, which the controller's other "
+                    "maps disagree with"
+                )
+        return None
+
+    def quiet_waits_misfit(controller: Any) -> str | None:
+        import inspect
+        import threading
+
+        thread = getattr(controller, "process_request_thread", None)
+        if not isinstance(thread, threading.Thread) or thread.ident is None:
+            return "the controller has no request thread"
+        for name in loops:
+            method = getattr(type(controller), name, None)
+            # Ray wraps an actor's methods (tracing): the frame the wait looks for is TQ's own function's.
+            code = getattr(inspect.unwrap(method), "__code__", None) if callable(method) else None
+            if code is not None and {"request_handle_socket", "recv_multipart"} <= set(code.co_names):
+                return None
+        return "no request loop of the controller waits in request_handle_socket.recv_multipart"
+
+    def probe(controller: Any) -> dict[str, Any]:
+        import sys
+
+        found: dict[str, Any] = {}
+        tq_module = sys.modules.get("transfer_queue")
+        version = getattr(tq_module, "__version__", None)
+        found["tq_version"] = version if isinstance(version, str) else None
+        zmq_utils = sys.modules.get("transfer_queue.utils.zmq_utils")
+        request_types = getattr(zmq_utils, "ZMQRequestType", None)
+        try:
+            found["request_types"] = sorted(str(member.value) for member in request_types)  # type: ignore[union-attr]
+        except Exception:  # no such enum: unknown
+            found["request_types"] = None
+        checks = (
+            (index_pages, index_pages_misfit),
+            (key_windows, key_windows_misfit),
+            (quiet_waits, quiet_waits_misfit),
+        )
+        for name, misfit in checks:
+            try:
+                found[name] = misfit(controller)
+            except Exception as exc:
+                found[name] = f"{type(exc).__name__}: {exc}"
+        if found[index_pages] is None and found[key_windows] is None:
+            try:
+                disagree = keys_disagree(controller)
+            except Exception as exc:
+                disagree = f"{type(exc).__name__}: {exc}"
+            if disagree is not None:
+                found[index_pages] = found[key_windows] = disagree
+        return found
+
+    return probe
+
+
+@dataclass(frozen=True)
+class ControllerFit:
+    """What controller_probe() found: the controller's TQ version (None: unknown), the request types its
+    loop decodes (None: unknown), and why each controller function does not fit ({name: reason}; absent:
+    it fits)."""
+
+    tq_version: str | None
+    request_types: frozenset[str] | None
+    misfits: dict[str, str]
+    unknown_because: str | None = None
+
+    @classmethod
+    def from_probe(cls, found: dict[str, Any]) -> ControllerFit:
+        types = found.get("request_types")
+        version = found.get("tq_version")
+        return cls(
+            tq_version=version if isinstance(version, str) else None,
+            request_types=None if types is None else frozenset(str(t) for t in types),
+            misfits={name: str(found[name]) for name in CONTROLLER_FUNCTIONS if found.get(name) is not None},
+        )
+
+    @classmethod
+    def unknown(cls, reason: str) -> ControllerFit:
+        """The probe itself failed: nothing known, every function tried (each falls back on its first
+        misfit)."""
+        return cls(None, None, {}, reason)
+
+    def describe(self) -> str:
+        """One line for `tq-gc check`: each controller function, fitting or not."""
+        if self.unknown_because is not None:
+            return f"the controller could not be probed ({self.unknown_because}): each function is tried"
+        parts = []
+        for name in CONTROLLER_FUNCTIONS:
+            reason = self.misfits.get(name)
+            parts.append(
+                f"{name}: fit"
+                if reason is None
+                else f"{name}: not available on this TransferQueue ({reason})"
+            )
+        version = self.tq_version or "unknown"
+        return f"TransferQueue {version} (read from {', '.join(READ_FROM)}); " + "; ".join(parts)
+
+
+def local_tq_version() -> str:
+    """This process's transferqueue version."""
+    import transfer_queue
+
+    return str(transfer_queue.__version__)
+
+
+def local_request_types() -> frozenset[str]:
+    """Every request type this process's TQ client may send a controller (and the controller's answers)."""
+    from transfer_queue.utils.zmq_utils import ZMQRequestType
+
+    return frozenset(str(member.value) for member in ZMQRequestType)
+
+
+def client_loop(client: Any) -> Any:
+    """The event loop a TransferQueueClient runs its coroutines on (its sync methods submit to it)."""
+    return client._loop
+
+
+def published_client_settings(conf: Any) -> tuple[Any, str, Any]:
+    """(the controller's ZMQ info, the storage backend's name, its config) from the config the controller
+    publishes (`get_config()`), as TQ's own `_init_from_existing()` reads them."""
+    backend = str(conf.backend.storage_backend)
+    return conf.controller.zmq_info, backend, conf.backend[backend]
