@@ -107,7 +107,9 @@ def test_a_sweep_leaves_what_its_process_froze_frozen(tmp_path: Path) -> None:
     try:
         frozen = gc.get_freeze_count()
         owned_sweep(world)
-        assert gc.get_freeze_count() == frozen
+        # Frozen objects that die meanwhile (another test's threads ending) leave the count; thawing all
+        # of them (unfreeze) would leave about none.
+        assert gc.get_freeze_count() > frozen // 2, "the sweep thawed what the process had frozen"
     finally:
         gc.unfreeze()
 
