@@ -32,7 +32,7 @@ import itertools
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import permutations
@@ -263,6 +263,23 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def points_that_lose_the_mover(
+    scratch: Path, source: str | None, points: list[Call], action_for: Callable[[World], Action]
+) -> list[str]:
+    """For each hook point, a fresh world about to sweep, `action_for(world)` slipped in right before
+    that call: the points after whose action the sweep deleted the mover."""
+    lost: list[str] = []
+    for point in points:
+        world = world_about_to_sweep(scratch / f"at-{point.position}", source)
+        world.timeline.at(world.timeline.position + point.position, action_for(world))
+        world.sweep()
+        world.timeline.raise_errors()
+        assert world.timeline.pending() == 0, f"the action before {point.describe()} never ran"
+        if MOVER not in world.rows.keys(STAGING):
+            lost.append(point.describe())
+    return lost
+
+
 def test_unreferenced_mover_is_deleted_by_the_sweep(scratch: Path) -> None:
     """The control: the scenario below is not vacuous, one missed reference and the mover goes."""
     world = world_about_to_sweep(scratch, source=None)
@@ -282,16 +299,9 @@ MOVES = [
 @pytest.mark.parametrize(("old", "new", "keep_empty"), MOVES)
 def test_reference_moving_once_is_never_missed(scratch: Path, old: str, new: str, keep_empty: bool) -> None:
     points = hook_points(scratch / "baseline", old)
-    missed: list[str] = []
-    for point in points:
-        world = world_about_to_sweep(scratch / f"at-{point.position}", old)
-        move: Action = partial(world.publishers.move, MOVER, old, new, keep_empty)
-        world.timeline.at(world.timeline.position + point.position, move)
-        world.sweep()
-        world.timeline.raise_errors()
-        assert world.timeline.pending() == 0, f"the move before {point.describe()} never ran"
-        if MOVER not in world.rows.keys(STAGING):
-            missed.append(point.describe())
+    missed = points_that_lose_the_mover(
+        scratch, old, points, lambda world: partial(world.publishers.move, MOVER, old, new, keep_empty)
+    )
     assert not missed, (
         f"a reference moving {old} -> {new} (make-before-break) was missed and its row deleted when the "
         f"move came right before these calls of the sweep ({len(missed)} of {len(points)}): {missed}"
@@ -341,16 +351,9 @@ def test_orphan_adopted_by_the_protocol_during_the_sweep_is_kept(scratch: Path, 
     """An orphan past its grace, taken up (admit, write the tag row or manifest naming it, release)
     right before any call of the sweep up to its last re-check, after the reads that would show it."""
     points = hook_points(scratch / "baseline", source=None, keep=False)
-    lost: list[str] = []
-    for point in points:
-        world = world_about_to_sweep(scratch / f"at-{point.position}", source=None)
-        adopt = partial(world.publishers.adopt, MOVER, new)
-        world.timeline.at(world.timeline.position + point.position, adopt)
-        world.sweep()
-        world.timeline.raise_errors()
-        assert world.timeline.pending() == 0, f"the adoption before {point.describe()} never ran"
-        if MOVER not in world.rows.keys(STAGING):
-            lost.append(point.describe())
+    lost = points_that_lose_the_mover(
+        scratch, None, points, lambda world: partial(world.publishers.adopt, MOVER, new)
+    )
     assert not lost, (
         f"an orphan adopted into a {new} by the protocol during the sweep was deleted, adopted right before "
         f"these calls ({len(lost)} of {len(points)}): {lost}"
