@@ -471,3 +471,26 @@ def test_the_verl_example_aborts_every_sweep_while_no_trainer_integration_is_liv
     assert rows.keys(TRAIN) == {f"{uid}_0_0"}
     state.admit("verl/run-1/trainer", {}, ttl_ms=600_000)  # the integration's presence admission
     assert Collector(config, state, rows, holder="test").sweep(dry_run=False).outcome is Outcome.COMPLETED
+
+
+def test_with_the_shipped_verl_config_sweeps_go_on_when_every_owner_row_is_gone() -> None:
+    """verl clears every sampled group's prompt row at once and the validation partition's after each
+    validation: owners reading as none after some is verl's normal life, not a misread source. With the
+    example config such a sweep completes (the batch in flight is the integration's admissions' to
+    hold), so the leak each resume restores is still reclaimed."""
+    values = yaml.safe_load(EXAMPLE.read_text())
+    values.update(grace_seconds=GRACE_S, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    config = parse_config(values)
+    clock = ManualClock()
+    state, rows = MemoryState("verl", clock_ms=clock), MemoryRowStore()
+    state.admit("verl/run/trainer", {}, ttl_ms=10**9)  # the integration's presence
+    uid = "0123abcd-0000-4000-8000-00000000beef"
+    for partition in (TRAIN, VAL):
+        rows.put(partition, uid, prompt())
+        rows.put(partition, f"{uid}_0_0", trajectory())
+    assert Collector(config, state, rows).sweep(dry_run=False).outcome is Outcome.COMPLETED
+    for partition in (TRAIN, VAL):
+        rows.delete(partition, [uid])  # sampled (train), validated (val): no owner row left anywhere
+    clock.advance(1)
+    report = Collector(config, state, rows).sweep(dry_run=False)
+    assert report.outcome is Outcome.COMPLETED, report.reason
