@@ -268,14 +268,20 @@ def tq(ray_cluster: RayCluster) -> Iterator[Any]:
     yield transfer_queue
 
 
-@pytest.fixture
-def tq_partition(tq: Any) -> Iterator[str]:
+@contextlib.contextmanager
+def fresh_partition(tq: Any, prefix: str = "tqgc-test") -> Iterator[str]:
     """A partition name no other test uses; whatever keys it holds afterwards are cleared."""
-    partition = f"tqgc-test-{uuid.uuid4().hex[:10]}"
+    partition = f"{prefix}-{uuid.uuid4().hex[:10]}"
     yield partition
     keys = list(tq.kv_list(partition).get(partition, {}))
     for start in range(0, len(keys), PUT_BATCH):
         tq.kv_clear(keys[start : start + PUT_BATCH], partition)
+
+
+@pytest.fixture
+def tq_partition(tq: Any) -> Iterator[str]:
+    with fresh_partition(tq) as partition:
+        yield partition
 
 
 PutRows = Callable[..., None]

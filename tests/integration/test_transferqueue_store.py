@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import fresh_partition
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
@@ -357,11 +358,8 @@ def test_ten_thousand_keys(
 @pytest.fixture
 def other_partition(tq: Any) -> Iterator[str]:
     """A second fresh partition, so that two partitions' global indexes interleave (one shared pool)."""
-    partition = f"tqgc-other-{uuid.uuid4().hex[:10]}"
-    yield partition
-    keys = list(tq.kv_list(partition).get(partition, {}))
-    if keys:
-        tq.kv_clear(keys, partition)
+    with fresh_partition(tq, "tqgc-other") as partition:
+        yield partition
 
 
 def windowed_store(ray_cluster: Any, request_batch: int) -> TransferQueueRowStore:

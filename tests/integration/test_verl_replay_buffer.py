@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import fresh_partition
 
 from tq_gc.checks import run_checks
 from tq_gc.collector import Collector
@@ -56,11 +57,8 @@ def example_config(ray_address: str, train: str, val: str) -> Config:
 @pytest.fixture
 def val_partition(tq: Any) -> Iterator[str]:
     """A second fresh partition (verl's `val`), cleared afterwards."""
-    partition = f"tqgc-val-{uuid.uuid4().hex[:10]}"
-    yield partition
-    keys = list(tq.kv_list(partition).get(partition, {}))
-    if keys:
-        tq.kv_clear(keys, partition)
+    with fresh_partition(tq, "tqgc-val") as partition:
+        yield partition
 
 
 class Sidecar:
