@@ -131,7 +131,7 @@ class NaiveRestore:
         quiet_tq()
         import transfer_queue as tq
 
-        from tq_gc.registry import AdmissionRegistry
+        from tq_gc.publish.registry import AdmissionRegistry
         from tq_gc.state import open_state
 
         tq.init()
@@ -244,7 +244,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, state_url: str, manifest_dir: Path) -> None:
         import ray
 
-        from tq_gc.registry import AdmissionRegistry
+        from tq_gc.publish.registry import AdmissionRegistry
         from tq_gc.state import open_state
 
         self.args = args
@@ -289,7 +289,7 @@ class Bench:
     def _gc_logged(self, others: dict[str, Any]) -> dict[str, Any]:
         import ray
 
-        from tq_gc.stores.tq_attach import CONTROLLER_NAME, CONTROLLER_NAMESPACE
+        from tq_gc.stores.transferqueue.attach import CONTROLLER_NAME, CONTROLLER_NAMESPACE
 
         controller = ray.get_actor(CONTROLLER_NAME, namespace=CONTROLLER_NAMESPACE)
         return {"job": self.job, "controller": controller, **others}
@@ -306,7 +306,7 @@ class Bench:
 
     def _with_sidecar(self, config: str) -> dict[str, Any]:
         from tq_gc import start_sidecar
-        from tq_gc.sidecar_client import stop_sidecar
+        from tq_gc.sidecar.client import stop_sidecar
 
         self._mark_orphans_past_grace()
         schedule = {"interval_seconds": BACK_TO_BACK_INTERVAL_S} if config.endswith("back-to-back") else {}

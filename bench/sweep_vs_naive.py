@@ -52,7 +52,7 @@ class Sides:
     def __init__(
         self, data: DataSet, state_url: str, duty_cycle: float | None, quiet_ms: float | None
     ) -> None:
-        from tq_gc.registry import AdmissionRegistry
+        from tq_gc.publish.registry import AdmissionRegistry
         from tq_gc.state import open_state
         from tq_gc.stores import attach_transfer_queue
 

@@ -16,10 +16,10 @@ from tq_gc.errors import (
     TqGcError,
     TransferQueueNotFound,
 )
-from tq_gc.manifest import write_manifest
 from tq_gc.model import Cause, Outcome, SweepReport
-from tq_gc.registry import AdmissionRegistry
-from tq_gc.trainer import GcClient
+from tq_gc.publish.client import GcClient
+from tq_gc.publish.manifest import write_manifest
+from tq_gc.publish.registry import AdmissionRegistry
 
 __version__ = "0.1.0"
 
@@ -29,7 +29,7 @@ def start_sidecar(config: ConfigLike) -> Any:
 
     `config` is a Config, a mapping of its fields, or the path of its YAML file. Returns the actor's
     handle. (Imported lazily: Ray is slow to import, and publishers need not.)"""
-    from tq_gc.sidecar_client import start_sidecar as start
+    from tq_gc.sidecar.client import start_sidecar as start
 
     return start(config)
 
@@ -38,7 +38,7 @@ def sidecar_registry(
     name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
 ) -> AdmissionRegistry:
     """The admission registry hosted by the running sidecar (state_url memory://), for publishers."""
-    from tq_gc.sidecar_client import sidecar_registry as registry
+    from tq_gc.sidecar.client import sidecar_registry as registry
 
     return registry(name, namespace, ray_address)
 

@@ -25,9 +25,7 @@ from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, st
 from prometheus_client.registry import Collector
 
 from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
-from tq_gc.stores.tq_controller_function import MISFITS_FOUND
-from tq_gc.stores.tq_internals import CONTROLLER_FUNCTIONS
-from tq_gc.stores.tq_requests import TQ_REQUEST_OPS
+from tq_gc.stores.transferqueue import CONTROLLER_FUNCTIONS, MISFITS_FOUND, TQ_REQUEST_OPS
 
 log = logging.getLogger(__name__)
 

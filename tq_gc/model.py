@@ -237,7 +237,7 @@ class DeletedRow(NamedTuple):
 
     partition: str
     key: str
-    unreferenced_s: float
+    unreferenced_seconds: float
     global_index: int | None = None
     tags_digest: str = ""
     run_id: str = ""
@@ -249,7 +249,7 @@ class DeletedRow(NamedTuple):
         return {
             "partition": self.partition,
             "key": self.key,
-            "unreferenced_s": round(self.unreferenced_s, 3),
+            "unreferenced_s": round(self.unreferenced_seconds, 3),
             "global_index": self.global_index,
             "tags_digest": self.tags_digest,
             "run_id": self.run_id,
@@ -382,7 +382,7 @@ class SweepReport:
             "counts": self.counts.to_dict(),
             "phases_ms": {k: round(v, 3) for k, v in self.phases_ms.items()},
             "deleted_sample": [
-                {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_s, 3)}
+                {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_seconds, 3)}
                 for d in self.deleted_sample
             ],
             "longest_tq_request": (

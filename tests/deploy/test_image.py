@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from tq_gc.stores.tq_internals import READ_FROM
+from tq_gc.stores.transferqueue.internals import READ_FROM
 
 from .dockerfile import (
     commands,

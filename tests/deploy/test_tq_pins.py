@@ -1,7 +1,7 @@
 """tq-gc installs beside the training job's own TransferQueue, torch and Ray without changing them: in the
 venv of each supported TQ (the job's environment, pinned), `pip install` of this checkout would install
 tq-gc alone (pip's own resolver, a dry run with its report). Also: the versions CI tests, the package's
-range and the versions tq_internals.py was read from are the same."""
+range and the versions internals.py was read from are the same."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from tq_gc.stores.tq_internals import READ_FROM
+from tq_gc.stores.transferqueue.internals import READ_FROM
 
 from .kustomize import ROOT
 from support.tq_venvs import NEWEST, python_of

@@ -333,14 +333,14 @@ RunPython = Callable[..., "subprocess.CompletedProcess[str]"]
 
 @pytest.fixture
 def run_python() -> RunPython:
-    """run_python(code, timeout_s=...): run `code` in a fresh interpreter of this venv."""
+    """run_python(code, timeout_seconds=...): run `code` in a fresh interpreter of this venv."""
 
-    def run(code: str, timeout_s: float = SUBPROCESS_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    def run(code: str, timeout_seconds: float = SUBPROCESS_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
             text=True,
-            timeout=timeout_s,
+            timeout=timeout_seconds,
             env=subprocess_env(),
             cwd=REPO_ROOT,
         )

@@ -41,15 +41,15 @@ class CliResult:
         )
 
 
-def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float, poll_s: float = 0.05) -> Any:
+def wait_until(what: str, predicate: Callable[[], Any], timeout_seconds: float, poll_s: float = 0.05) -> Any:
     """Poll `predicate` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_seconds
     while True:
         result = predicate()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+            raise AssertionError(f"not within {timeout_seconds:g} s: {what}")
         time.sleep(poll_s)
 
 

@@ -25,7 +25,7 @@ import yaml
 from harness import TQ_GC, CliResult, cli_env, keys_in
 
 from tq_gc import AdmissionRegistry
-from tq_gc.simulation import CANONICAL, STAGING, TOKENS, LeakScenario
+from tq_gc.cli.simulation import CANONICAL, STAGING, TOKENS, LeakScenario
 
 pytestmark = pytest.mark.ray
 
@@ -41,11 +41,11 @@ ADMITTED = ("live admission", "restored call's admission (normal lane)")
 TAGGED = ("named by a canonical row's route plan",)
 
 
-def tq_gc(*args: str, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
-    """Run `tq-gc ARGS` in a fresh process (killed if it outlives timeout_s)."""
+def tq_gc(*args: str, timeout_seconds: float = CLI_TIMEOUT_S) -> CliResult:
+    """Run `tq-gc ARGS` in a fresh process (killed if it outlives timeout_seconds)."""
     started = time.monotonic()
     result = subprocess.run(
-        [str(TQ_GC), *args], capture_output=True, text=True, timeout=timeout_s, env=cli_env()
+        [str(TQ_GC), *args], capture_output=True, text=True, timeout=timeout_seconds, env=cli_env()
     )
     return CliResult(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
 
@@ -290,6 +290,6 @@ def test_cluster_without_tq_exits_2_and_creates_none(
         ray.init(address={bare_ray_cluster.address!r}, log_to_driver=False, logging_level="WARNING")
         print(json.dumps(ray.util.list_named_actors(all_namespaces=True)))
     """)
-    listed = run_python(code, timeout_s=CLI_TIMEOUT_S)
+    listed = run_python(code, timeout_seconds=CLI_TIMEOUT_S)
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert json.loads(listed.stdout.strip().splitlines()[-1]) == []  # no controller, no storage unit

@@ -1,6 +1,6 @@
-"""Quiet moments of a real TQ controller (tq_gc/stores/tq_quiet.py): the wait finds one on a controller
-that serves nothing, finds none on one that serves requests back to back, and where it does not fit the
-controller, warns once and waits no more."""
+"""Quiet moments of a real TQ controller (tq_gc/stores/transferqueue/quiet.py): the wait finds one on a
+controller that serves nothing, finds none on one that serves requests back to back, and where it does
+not fit the controller, warns once and waits no more."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from harness import wait_until
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.stores.tq_key_windows import KeyWindows
-from tq_gc.stores.tq_requests import TqRequests
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.stores.transferqueue.key_windows import KeyWindows
+from tq_gc.stores.transferqueue.requests import TqRequests
 
 pytestmark = pytest.mark.ray
 
@@ -57,7 +57,7 @@ def test_a_controller_serving_requests_back_to_back_has_none(
         thread.start()
         try:
             # The requests are under way before the wait starts (a slow start would read as quiet).
-            wait_until("the job's first request", lambda: served, timeout_s=30)
+            wait_until("the job's first request", lambda: served, timeout_seconds=30)
             busy = store.wait_for_quiet()
         finally:
             stop.set()
@@ -76,9 +76,9 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     trip more, on both sides), and the read starts as soon as the quiet moment is found. The request
     timings leave the wait out: they are how long tq-gc held the controller."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
-    quiet_s = 0.1
+    quiet_seconds = 0.1
     config = TransferQueueConfig(  # duty 1: no pauses, so the listing is its waits and its reads
-        ray_address=ray_cluster.address, quiet_ms=quiet_s * 1000, quiet_wait_max_ms=10_000, duty_cycle=1
+        ray_address=ray_cluster.address, quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, duty_cycle=1
     )
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4)) as store:
         store.take_request_stats()
@@ -92,10 +92,11 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     reads = len(requests["partition_index_page"]) + len(requests["partition_keys_window"])
     assert len(requests["partition_keys_window"]) == 3
     assert len(controller_functions) == reads, controller_functions  # no call for the wait alone
-    # Each read waited at least quiet_s (the controller is idle), and its timing is the rest of its call:
+    # Each read waited at least quiet_seconds (the controller is idle), and its timing is the rest of its
+    # call:
     # together they fit in the listing's time. A timing that counted its wait would not.
     held = sum(sum(timings) for timings in requests.values())
-    assert held + reads * quiet_s <= seconds, (held, reads, seconds)
+    assert held + reads * quiet_seconds <= seconds, (held, reads, seconds)
 
 
 @pytest.mark.parametrize("first", ["waits", "listing"])
@@ -114,13 +115,15 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
     put_rows(tq_partition, [f"k{i}" for i in range(5)])
 
     def misfit() -> Any:
-        def wait(controller: Any, quiet_s: float, max_wait_s: float, sample_s: float) -> tuple[float, bool]:
+        def wait(
+            controller: Any, quiet_seconds: float, max_wait_seconds: float, sample_seconds: float
+        ) -> tuple[float, bool]:
             return controller.no_request_thread.ident, True
 
         return wait
 
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2)
-    logger = "tq_gc.stores.tq_quiet"
+    logger = "tq_gc.stores.transferqueue.quiet"
     store = TransferQueueRowStore.attach(config, quiet_waiter=misfit())
     with store, caplog.at_level("WARNING", logger=logger):
         if first == "listing":

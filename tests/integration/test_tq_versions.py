@@ -17,11 +17,11 @@ from harness import TQ_GC, cli_env, keys_in
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError
-from tq_gc.stores.tq_attach import find_controller
-from tq_gc.stores.tq_controller_function import MISFITS_FOUND
-from tq_gc.stores.tq_internals import INDEX_PAGES, QUIET_WAITS, READ_FROM, controller_probe
-from tq_gc.stores.tq_requests import TqRequests
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.stores.transferqueue.attach import find_controller
+from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
+from tq_gc.stores.transferqueue.internals import INDEX_PAGES, QUIET_WAITS, READ_FROM, controller_probe
+from tq_gc.stores.transferqueue.requests import TqRequests
 
 from support.tq_venvs import NEWEST, python_of
 
@@ -59,7 +59,7 @@ def probe_saying(**found: Any) -> Callable[[Any], dict[str, Any]]:
 
 
 def test_this_venvs_transferqueue_is_one_tq_gc_was_read_from(tq: Any) -> None:
-    assert tq.__version__ in READ_FROM, f"TransferQueue {tq.__version__}: read its code into tq_internals.py"
+    assert tq.__version__ in READ_FROM, f"TransferQueue {tq.__version__}: read its code into internals.py"
 
 
 def test_every_controller_function_fits_this_transferqueue_and_check_says_so(

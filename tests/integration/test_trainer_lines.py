@@ -13,7 +13,7 @@ import yaml
 from harness import keys_in, wait_until
 
 import tq_gc
-from tq_gc.sidecar_client import stop_sidecar
+from tq_gc.sidecar.client import stop_sidecar
 
 from support.nemo_rl_checkpoints import cut_key, inventory, write_checkpoint
 

@@ -16,10 +16,10 @@ from conftest import fresh_partition
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.model import Identity, tags_digest
-from tq_gc.stores.tq_attach import find_controller, open_client
-from tq_gc.stores.tq_index_range import IndexPaging
-from tq_gc.stores.tq_key_windows import KeyWindows
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.stores.transferqueue.attach import find_controller, open_client
+from tq_gc.stores.transferqueue.index_range import IndexPaging
+from tq_gc.stores.transferqueue.key_windows import KeyWindows
 
 pytestmark = pytest.mark.ray
 
@@ -452,7 +452,7 @@ def test_a_controller_the_key_windows_do_not_fit_gives_the_keys_through_kv_retri
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(reader=another_tq_version)) as store:
         (first, second), (first_requests, second_requests), warnings = listed_twice(
-            store, tq_partition, caplog, "tq_gc.stores.tq_key_windows"
+            store, tq_partition, caplog, "tq_gc.stores.transferqueue.key_windows"
         )
 
     assert first == second == expected
@@ -585,7 +585,7 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
         config, index_paging=IndexPaging(copy_max=0, reader=another_tq_version)
     ) as store:
         (first, second), (first_requests, second_requests), warnings = listed_twice(
-            store, tq_partition, caplog, "tq_gc.stores.tq_index_range"
+            store, tq_partition, caplog, "tq_gc.stores.transferqueue.index_range"
         )
 
     assert first == second == expected

@@ -89,7 +89,7 @@ class RedisRestarts:
 
 @dataclass
 class Timing:
-    admission_ttl_s: float
+    admission_ttl_seconds: float
     renew_every_s: float
     fence_ttl_s: float
     tick_s: float  # the leaker's pace
@@ -198,7 +198,7 @@ class Publisher(threading.Thread):
         self._renewed_at_s = self._truth.now_s()
         for admission_id, held in list(self._admissions.items()):
             try:
-                if not self._registry.renew(admission_id, self._timing.admission_ttl_s):
+                if not self._registry.renew(admission_id, self._timing.admission_ttl_seconds):
                     self._readmit(admission_id, held)
                     continue
             except Exception as exc:  # Redis down: try again next round
@@ -210,7 +210,7 @@ class Publisher(threading.Thread):
         now_s = self._truth.now_s()
         restarted = self._restarts.count != held.restarts_seen
         why = "Redis restarted" if restarted else "LAPSE: renewed too late, the soak's own fault"
-        self._registry.admit(admission_id, {STAGING: [held.key]}, self._timing.admission_ttl_s)
+        self._registry.admit(admission_id, {STAGING: [held.key]}, self._timing.admission_ttl_seconds)
         since_s = now_s - held.renewed_at_s
         held.renewed_at_s, held.restarts_seen = now_s, self._restarts.count
         self.stats["readmitted" if restarted else "lapses"] += 1
@@ -301,7 +301,7 @@ class Publisher(threading.Thread):
         self._serial += 1
         if kind == ADMISSION:
             admission_id = f"publisher-{self.number}-{self._serial}"
-            self._registry.admit(admission_id, {STAGING: [key]}, self._timing.admission_ttl_s)
+            self._registry.admit(admission_id, {STAGING: [key]}, self._timing.admission_ttl_seconds)
             now_s = self._truth.now_s()
             self._admissions[admission_id] = _Admission(key, now_s, self._restarts.count)
             return Holder(ADMISSION, admission_id)
@@ -324,7 +324,7 @@ class Publisher(threading.Thread):
             try:
                 self._registry.release(holder.name)
             except Exception:  # not renewed any more: it expires by itself
-                return held.renewed_at_s + self._timing.admission_ttl_s
+                return held.renewed_at_s + self._timing.admission_ttl_seconds
             return None
         if holder.kind == TAG:
             self._tq.clear(CANONICAL, [holder.name])
@@ -415,7 +415,7 @@ class Leaker(threading.Thread):
         admission_id = f"dead-worker-{uuid.uuid4().hex[:8]}"
         self._truth.new_row(key, "abandoned")
         admitted_s = self._truth.now_s()
-        ttl_s = self._timing.admission_ttl_s
+        ttl_s = self._timing.admission_ttl_seconds
         self._registry.admit(admission_id, {STAGING: [key]}, ttl_s)
         self._truth.add_holder(key, Holder(ADMISSION, admission_id))
         self._tq.put(STAGING, [key], [{"schema_version": 1}])

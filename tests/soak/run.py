@@ -76,7 +76,7 @@ class SoakSettings:
     index_range_reuse_s: float = 5.0
     # Renewed every second, so a Redis restart is noticed within one; long enough that a publisher
     # thread stalled on a loaded box does not let it lapse (counted as "lapses" if it does).
-    admission_ttl_s: float = 10.0
+    admission_ttl_seconds: float = 10.0
     renew_every_s: float = 1.0
     fence_ttl_s: float = 5.0
     tick_s: float = 0.4  # the leaker's pace
@@ -373,7 +373,7 @@ class Soak:
 
     def _start_actors(self, stack: contextlib.ExitStack) -> None:
         s = self.settings
-        timing = Timing(s.admission_ttl_s, s.renew_every_s, s.fence_ttl_s, s.tick_s)
+        timing = Timing(s.admission_ttl_seconds, s.renew_every_s, s.fence_ttl_s, s.tick_s)
         paces = [s.calm] * s.calm_publishers + [s.hot] * s.hot_publishers + [s.hopping] * s.hopping_publishers
         self.publishers = [
             Publisher(

@@ -103,7 +103,7 @@ def _short_reason(reason: str) -> str:
 class CliLoopSettings:
     config: Path
     env: dict[str, str]
-    pause_s: tuple[float, float]  # between two runs
+    pause_seconds: tuple[float, float]  # between two runs
     kill_chance: float  # of each run being SIGKILLed, while chaos is on
     kill_after_s: tuple[float, float]  # how long after its start
 
@@ -136,7 +136,7 @@ class CliSweeperLoop(threading.Thread):
         try:
             while not self._halt.is_set():
                 self._one_run()
-                self._halt.wait(self._rng.uniform(*self._settings.pause_s))
+                self._halt.wait(self._rng.uniform(*self._settings.pause_seconds))
         except Exception as exc:
             log.exception("%s crashed", self.name)
             self._errors.append(f"{self.name}: {type(exc).__name__}: {exc}")
@@ -186,9 +186,9 @@ class CliSweeperLoop(threading.Thread):
         """Wait for the run; SIGKILL it at a random moment if this run is a victim (or if it hangs).
         Returns "killed" or "hung" if it was killed."""
         victim = self._chaos.is_set() and self._rng.random() < self._settings.kill_chance
-        timeout_s = self._rng.uniform(*self._settings.kill_after_s) if victim else CLI_TIMEOUT_S
+        timeout_seconds = self._rng.uniform(*self._settings.kill_after_s) if victim else CLI_TIMEOUT_S
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout_s)
+            process.wait(timeout=timeout_seconds)
             return None
         if victim and self._chaos.is_set():
             _kill_group(process)

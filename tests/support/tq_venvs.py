@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tq_gc.stores.tq_internals import READ_FROM
+from tq_gc.stores.transferqueue.internals import READ_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 NEWEST = READ_FROM[-1]

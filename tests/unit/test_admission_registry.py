@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
+from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.references.admissions import AdmissionsSource
-from tq_gc.registry import AdmissionRegistry
 from tq_gc.state import RedisState, StateStore
 from tq_gc.state import redis as redis_state
 

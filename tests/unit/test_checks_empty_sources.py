@@ -14,7 +14,7 @@ import redis
 import yaml
 
 from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.wiring import Runtime
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, main
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.wiring import Runtime
 

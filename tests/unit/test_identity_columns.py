@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tq_gc.model import FirstSeen, Identity, IdentityColumns, identity_columns, tags_digest
 from tq_gc.sightings import Sightings, identities_of_keys
-from tq_gc.stores.tq_rows import unchanged
+from tq_gc.stores.transferqueue.rows import unchanged
 
 KEYS = st.text(alphabet="abcdef/_0123", min_size=1, max_size=6)
 TAGS = st.none() | st.dictionaries(

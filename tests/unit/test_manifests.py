@@ -15,8 +15,8 @@ import pytest
 
 from tq_gc.config import ManifestSource, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.manifest import NATIVE_FORMAT, write_manifest
 from tq_gc.model import RowId, rows_of
+from tq_gc.publish.manifest import NATIVE_FORMAT, write_manifest
 from tq_gc.references.manifests import ManifestsSource, read_manifest
 
 STAGING = "rollout_staging"

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
 from tq_gc.model import Cause, Counts, Outcome, SweepReport
-from tq_gc.stores.tq_controller_function import MISFITS_FOUND
-from tq_gc.stores.tq_internals import QUIET_WAITS
+from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
+from tq_gc.stores.transferqueue.internals import QUIET_WAITS
 
 from support.not_http import not_http_server
 

@@ -1,5 +1,5 @@
-"""Pacing of tq-gc's TQ requests (tq_gc/stores/pacing.py): the waits and window sizes it computes, and the
-request stats a deferred row store passes on."""
+"""Pacing of tq-gc's TQ requests (tq_gc/stores/transferqueue/pacing.py): the waits and window sizes it
+computes, and the request stats a deferred row store passes on."""
 
 from __future__ import annotations
 
@@ -7,21 +7,21 @@ import pytest
 
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.memory import MemoryRowStore
-from tq_gc.stores.pacing import Pacer
+from tq_gc.stores.transferqueue.pacing import Pacer
 
 
 def pacer(window: int = 400, duty: float = 0.5) -> Pacer:
-    return Pacer(window=window, min_window=100, max_window=1600, target_s=0.010, duty=duty)
+    return Pacer(window=window, min_window=100, max_window=1600, target_seconds=0.010, duty=duty)
 
 
 @pytest.mark.parametrize(
-    ("duty", "latency_s", "pause_s"),
+    ("duty", "latency_seconds", "pause_seconds"),
     [(0.5, 0.004, 0.004), (0.25, 0.004, 0.012), (0.2, 0.010, 0.040), (1.0, 0.050, 0.0), (0.5, -1.0, 0.0)],
 )
 def test_the_duty_cycle_pauses_in_proportion_to_the_request(
-    duty: float, latency_s: float, pause_s: float
+    duty: float, latency_seconds: float, pause_seconds: float
 ) -> None:
-    assert pacer(duty=duty).pause_after(latency_s) == pytest.approx(pause_s)
+    assert pacer(duty=duty).pause_after(latency_seconds) == pytest.approx(pause_seconds)
 
 
 def test_a_slow_request_halves_the_window_down_to_its_floor() -> None:
@@ -54,9 +54,9 @@ def test_the_pause_grows_with_the_controllers_latency() -> None:
 
 
 def test_starting_small_begins_at_half_and_may_go_to_a_quarter() -> None:
-    paced = Pacer.starting_small(2000, target_s=0.01, duty=0.5)
+    paced = Pacer.starting_small(2000, target_seconds=0.01, duty=0.5)
     assert (paced.window, paced.min_window, paced.max_window) == (1000, 500, 2000)
-    assert Pacer.starting_small(3, target_s=0.01, duty=0.5).window == 1
+    assert Pacer.starting_small(3, target_seconds=0.01, duty=0.5).window == 1
 
 
 @pytest.mark.parametrize("duty", [0.0, -0.5, 1.5])

@@ -15,8 +15,8 @@ import pytest
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.manifest import write_manifest
 from tq_gc.model import RowId, rows_of
+from tq_gc.publish.manifest import write_manifest
 from tq_gc.references.manifests import ManifestsSource
 
 STAGING = "rollout_staging"

@@ -45,7 +45,7 @@ def test_orphan_is_kept_within_grace_then_deleted(world: World) -> None:
     assert report.counts.deleted == 1
     assert world.staging() == set()
     assert [d.key for d in report.deleted_sample] == ["r1/c1"]
-    assert report.deleted_sample[0].unreferenced_s == pytest.approx(GRACE_S + 1)
+    assert report.deleted_sample[0].unreferenced_seconds == pytest.approx(GRACE_S + 1)
 
 
 @pytest.mark.parametrize("source", ["admission", "manifest", "tag"])

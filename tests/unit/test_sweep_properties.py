@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock
 
 from support.scripted_store import ScriptedRowStore, ScriptedState

@@ -1,4 +1,4 @@
-"""The trainer kit (tq_gc.trainer.GcClient) and the checkpoint fence that waits, on real stores."""
+"""The trainer kit (tq_gc.publish.client.GcClient) and the checkpoint fence that waits, on real stores."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from tq_gc.collector import Collector
 from tq_gc.config.models import MIN_GRACE_SECONDS
 from tq_gc.errors import StoreUnavailable
 from tq_gc.model import Cause, Identity, Outcome, SweepReport
-from tq_gc.registry import RENEW_MAX_SECONDS, AdmissionRegistry
+from tq_gc.publish.client import DEFAULT_TTL_SECONDS, GcClient
+from tq_gc.publish.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.state import MemoryState, RedisState, StateStore
-from tq_gc.trainer import DEFAULT_TTL_SECONDS, GcClient
 
 from redis_server import RedisServer
 from support.world import STAGING, World
@@ -330,7 +330,7 @@ def test_the_gc_clients_fence_is_renewed_too(redis_url: str) -> None:
 
 HOLD_A_FENCE_FOREVER = """
 import sys, time
-from tq_gc.registry import RENEW_MAX_SECONDS, AdmissionRegistry
+from tq_gc.publish.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 registry = AdmissionRegistry.connect(sys.argv[1], "job-42")
 with registry.checkpoint_fence("ckpt-crashed", ttl_seconds=float(sys.argv[2])):
     print("fenced", flush=True)

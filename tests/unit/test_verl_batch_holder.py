@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tq_gc.integrations.verl import STEP, VALIDATE, BatchHolder, hold_sampled_batches, presence_admission
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.publish.client import GcClient
+from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.state.memory import MemoryState
-from tq_gc.trainer import GcClient
 
 
 @pytest.fixture

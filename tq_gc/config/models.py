@@ -23,9 +23,9 @@ MIN_LEASE_TTL_SECONDS = 5.0
 MAX_LEASE_TTL_SECONDS = 3600.0
 
 # Upper bounds of what tq-gc may ask of the job's TransferQueue controller in one go. The quiet wait runs
-# on the controller's actor thread (tq_gc/stores/tq_quiet.py), so its longest wait is how long the job's
-# own calls to that thread may queue behind it; a request of request_batch keys holds the controller's
-# request thread for its whole length (tens of ms at the default 2,000, seconds at a million).
+# on the controller's actor thread (tq_gc/stores/transferqueue/quiet.py), so its longest wait is how
+# long the job's own calls to that thread may queue behind it; a request of request_batch keys holds the
+# controller's request thread for its whole length (tens of ms at the default 2,000, seconds at a million).
 MAX_QUIET_MS = 5_000.0
 MAX_QUIET_WAIT_MAX_MS = 10_000.0
 MAX_REQUEST_BATCH = 20_000
@@ -91,9 +91,9 @@ class TransferQueueConfig(Frozen):
     ray_address: str = "auto"
     ray_namespace: str | None = None
     # The most keys (or global indexes) one request asks for; pacing adapts each request's size
-    # between a quarter of this and this (tq_gc/stores/pacing.py). Not the swept partitions' key windows
-    # (4,096 indexes): those are read on the controller's actor thread, beside the job's requests
-    # (tq_gc/stores/tq_key_windows.py).
+    # between a quarter of this and this (tq_gc/stores/transferqueue/pacing.py). Not the swept
+    # partitions' key windows (4,096 indexes): those are read on the controller's actor thread, beside
+    # the job's requests (tq_gc/stores/transferqueue/key_windows.py).
     request_batch: int = Field(default=2000, ge=1)
     # A request slower than this (a listing's, or on average a delete batch's re-check and clear) halves
     # the next one's size: how long tq-gc may hold the job's controller, which serves one request at a
@@ -112,10 +112,10 @@ class TransferQueueConfig(Frozen):
     index_range_reuse_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     # Before each request (a listing window, a delete batch), wait until the controller's request thread
     # has served nothing for this long, quiet_wait_max_ms at most: the job's steps come in bursts, and a
-    # request made between two of them is over before the next (tq_gc/stores/tq_quiet.py). Deletes then
-    # go in batches of request_batch/4 (at most limits.delete_batch), each a re-check and a clear short
-    # enough for what is left of a quiet moment. 20: above the gaps within a step measured here (under
-    # 10 ms). 0: never wait (and delete batches of limits.delete_batch).
+    # request made between two of them is over before the next (tq_gc/stores/transferqueue/quiet.py).
+    # Deletes then go in batches of request_batch/4 (at most limits.delete_batch), each a re-check and a
+    # clear short enough for what is left of a quiet moment. 20: above the gaps within a step measured
+    # here (under 10 ms). 0: never wait (and delete batches of limits.delete_batch).
     quiet_ms: float = Field(default=20.0, ge=0.0, allow_inf_nan=False)
     quiet_wait_max_ms: float = Field(default=250.0, gt=0.0, allow_inf_nan=False)
 

@@ -35,8 +35,8 @@ from typing import Any
 
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
+from tq_gc.publish.client import GcClient
 from tq_gc.state.base import StateStore
-from tq_gc.trainer import GcClient
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def protection(config: Config, state: StateStore) -> str:
 def client_for(config: Config) -> GcClient:
     """A GcClient on the registry the collector of `config` reads: the sidecar's, or the shared store."""
     if config.state_url.startswith("memory:"):
-        from tq_gc.sidecar_client import sidecar_registry  # imports Ray: only for the sidecar's registry
+        from tq_gc.sidecar.client import sidecar_registry  # imports Ray: only for the sidecar's registry
 
         return GcClient(sidecar_registry(config.sidecar.name, config.sidecar.ray_namespace))
     return GcClient.connect(config.state_url, config.namespace)

@@ -1,5 +1,5 @@
 """Admissions as the collector reads them: one consistent snapshot of the registry per read, and a
-cheap re-read before every delete batch. Publishers write through tq_gc.registry.AdmissionRegistry.
+cheap re-read before every delete batch. Publishers write through tq_gc.publish.registry.AdmissionRegistry.
 """
 
 from __future__ import annotations

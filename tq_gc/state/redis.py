@@ -42,8 +42,8 @@ from tq_gc.state.keys import (
 log = logging.getLogger(__name__)
 
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
-CONNECT_TIMEOUT_S = 5.0
-SOCKET_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_SECONDS = 5.0
+SOCKET_TIMEOUT_SECONDS = 10.0
 # With a replicated Redis, `?wait_replicas=N` in the state URL: the writes a failover must not lose (an
 # admission, a fence, an audit intent) return only once N replicas have them (WAIT), or raise.
 WAIT_TIMEOUT_MS = 1_000
@@ -137,8 +137,8 @@ class RedisState:
             client = redis.Redis.from_url(
                 plain_url,
                 decode_responses=True,
-                socket_connect_timeout=CONNECT_TIMEOUT_S,
-                socket_timeout=SOCKET_TIMEOUT_S,
+                socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                socket_timeout=SOCKET_TIMEOUT_SECONDS,
                 retry=Retry(NoBackoff(), 0),
             )
         except ValueError:

@@ -60,15 +60,15 @@ class Cli:
                 os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def wait(self, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
-        """Wait for the exit (killed if it outlives timeout_s: the test fails with its output)."""
+    def wait(self, timeout_seconds: float = CLI_TIMEOUT_S) -> CliResult:
+        """Wait for the exit (killed if it outlives timeout_seconds: the test fails with its output)."""
         try:
-            self.process.wait(timeout=timeout_s)
+            self.process.wait(timeout=timeout_seconds)
         except subprocess.TimeoutExpired:
             self.kill()
             command = " ".join(self.args)
             why = self.result().why()
-            raise AssertionError(f"tq-gc {command} outlived {timeout_s:g} s:\n{why}") from None
+            raise AssertionError(f"tq-gc {command} outlived {timeout_seconds:g} s:\n{why}") from None
         return self.result()
 
     def result(self) -> CliResult:
@@ -103,8 +103,8 @@ class Processes:
         self._started.append(cli)
         return cli
 
-    def run(self, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> CliResult:
-        return self.start(*args).wait(timeout_s)
+    def run(self, *args: str, timeout_seconds: float = CLI_TIMEOUT_S) -> CliResult:
+        return self.start(*args).wait(timeout_seconds)
 
     def close(self) -> None:
         for cli in self._started:
@@ -119,11 +119,11 @@ def assert_readable(tq: Any, partition: str, keys: Sequence[str]) -> None:
 
 
 def wait_for_deletes(
-    tq: Any, partition: str, total: int, at_least: int, sweeper: Cli, timeout_s: float
+    tq: Any, partition: str, total: int, at_least: int, sweeper: Cli, timeout_seconds: float
 ) -> int:
     """Poll TQ until the sweeper has deleted at least `at_least` rows; return how many are left then.
     Fails (with the sweeper's output) if it exits first."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_seconds
     while True:
         left = len(tq.kv_list(partition).get(partition, {}))
         if left <= total - at_least:
@@ -133,7 +133,7 @@ def wait_for_deletes(
             raise AssertionError(f"the sweep ended with {left} of {total} rows left:\n{why}")
         if time.monotonic() > deadline:
             why = sweeper.result().why()
-            raise AssertionError(f"{left} of {total} rows left after {timeout_s:g} s:\n{why}")
+            raise AssertionError(f"{left} of {total} rows left after {timeout_seconds:g} s:\n{why}")
         time.sleep(POLL_S)
 
 

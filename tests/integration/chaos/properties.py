@@ -86,10 +86,10 @@ def lease_holder(capsys: Any, job: Job) -> Any:
     return result.json()["lease"]
 
 
-def wait_for_free_lease(capsys: Any, job: Job, timeout_s: float) -> None:
+def wait_for_free_lease(capsys: Any, job: Job, timeout_seconds: float) -> None:
     """A sweeper that stopped without releasing its lease (its store failed, it died) holds every
     other one off until the lease's TTL runs out."""
-    wait_until("the lease is free", lambda: lease_holder(capsys, job) is None, timeout_s, poll_s=0.2)
+    wait_until("the lease is free", lambda: lease_holder(capsys, job) is None, timeout_seconds, poll_s=0.2)
 
 
 def assert_referenced_intact(tq: Any, job: Job) -> None:
@@ -161,5 +161,5 @@ def start_deleting_sweep(processes: Processes, capsys: Any, tq: Any, job: Job) -
     KILL_AFTER rows; returns it, and the rows left at that moment."""
     mark_and_observe(in_process_sweep(capsys, job), job, ORPHANS)
     sweeper = processes.start(*job.sweep_args())
-    wait_for_deletes(tq, job.partition, len(job.all_keys), KILL_AFTER, sweeper, timeout_s=90)
+    wait_for_deletes(tq, job.partition, len(job.all_keys), KILL_AFTER, sweeper, timeout_seconds=90)
     return sweeper, keys_in(tq, job.partition)

@@ -81,7 +81,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     # 2. The deleting sweep, SIGKILLed well into its delete phase.
     victim = processes.start(*job.sweep_args())
     total = len(job.all_keys)
-    left_when_seen = wait_for_deletes(tq, job.partition, total, KILL_AFTER, victim, timeout_s=90)
+    left_when_seen = wait_for_deletes(tq, job.partition, total, KILL_AFTER, victim, timeout_seconds=90)
     victim.kill()
     killed = time.monotonic()
     assert victim.process.returncode == -signal.SIGKILL
@@ -91,7 +91,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     # its own), and a new sweep is fenced off by it (in this process).
     status_cli = processes.start(*status_args)
     early = tq_gc_in_process(capsys, *job.sweep_args())
-    status = status_cli.wait(timeout_s=30)
+    status = status_cli.wait(timeout_seconds=30)
     checked = time.monotonic()
     assert checked - killed < LEASE_TTL_S * 0.9, f"checks took {checked - killed:.1f} s: raise LEASE_TTL_S"
     record_timing("chaos: kill -> status and a skipped sweep done", checked - killed)
@@ -137,7 +137,9 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     # exactly the rows the dead one left; the dead run (its last batch's intent maybe unconfirmed) is
     # the only other one that deleted, and only orphans.
     assert_audit_names_every_removed_row(capsys, tq, job)
-    rows = processes.run("audit", "--config", str(job.config), "--limit", "100000", "--json", timeout_s=30)
+    rows = processes.run(
+        "audit", "--config", str(job.config), "--limit", "100000", "--json", timeout_seconds=30
+    )
     assert rows.code == 0, rows.why()
     audit = rows.json()["deleted"]
     assert {row["key"] for row in audit} <= job.orphans

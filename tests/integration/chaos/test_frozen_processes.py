@@ -52,7 +52,7 @@ def test_sweeper_frozen_past_its_lease_writes_nothing_more_and_deletes_at_most_i
     stale, _ = start_deleting_sweep(processes, capsys, tq, job)
     os.killpg(stale.pid, signal.SIGSTOP)
     try:
-        wait_for_free_lease(capsys, job, timeout_s=LEASE_TTL_S + 5)
+        wait_for_free_lease(capsys, job, timeout_seconds=LEASE_TTL_S + 5)
         takeover = in_process_sweep(capsys, job)()
         assert takeover.code == 0, takeover.why()
         assert takeover.json()["outcome"] == "completed", takeover.stdout
@@ -61,7 +61,7 @@ def test_sweeper_frozen_past_its_lease_writes_nothing_more_and_deletes_at_most_i
     finally:
         os.killpg(stale.pid, signal.SIGCONT)
 
-    result = stale.wait(timeout_s=SWEEP_EXIT_S)
+    result = stale.wait(timeout_seconds=SWEEP_EXIT_S)
     assert result.code == 4, result.why()
     assert result.json()["outcome"] == "aborted", result.stdout
     left = keys_in(tq, job.partition)
@@ -101,12 +101,12 @@ def test_tq_controller_frozen_mid_delete_then_resumed(
     finally:
         os.kill(pid, signal.SIGCONT)
 
-    result = sweeper.wait(timeout_s=SWEEP_EXIT_S)
+    result = sweeper.wait(timeout_seconds=SWEEP_EXIT_S)
     assert result.code in (0, 4), result.why()
     assert result.json()["outcome"] == ("completed" if result.code == 0 else "aborted"), result.stdout
     assert_referenced_intact(tq, job)
 
-    wait_for_free_lease(capsys, job, timeout_s=LEASE_TTL_S + 5)
+    wait_for_free_lease(capsys, job, timeout_seconds=LEASE_TTL_S + 5)
     converge(in_process_sweep(capsys, job), tq, job)
     assert_referenced_intact(tq, job)
     assert_audit_names_every_removed_row(capsys, tq, job)

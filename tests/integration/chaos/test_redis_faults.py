@@ -80,13 +80,13 @@ def test_redis_restarted_empty_mid_delete_publishers_readmit_and_nothing_referen
         own_redis.restart_empty()  # admissions, lease, first-seen records and audit: all gone
         left_at_restart = keys_in(tq, job.partition)
 
-        result = sweeper.wait(timeout_s=SWEEP_EXIT_S)
+        result = sweeper.wait(timeout_seconds=SWEEP_EXIT_S)
         assert result.code == 4, result.why()
         assert result.json()["outcome"] == "aborted", result.stdout
         left = keys_in(tq, job.partition)
         assert len(left_at_restart - left) <= DELETE_BATCH, (len(left_at_restart), len(left))
         removed_before_restart = job.all_keys - left
-        wait_until("the publisher re-admits", lambda: publisher.readmitted >= 1, timeout_s=10)
+        wait_until("the publisher re-admits", lambda: publisher.readmitted >= 1, timeout_seconds=10)
         assert_referenced_intact(tq, job)
 
         # Everything is seen for the first time again: nothing may go before a new grace.
@@ -112,7 +112,7 @@ def test_redis_read_only_mid_delete_aborts_with_exit_4_and_nothing_referenced_is
     own_redis.make_read_only()
     try:
         left_at_failover = keys_in(tq, job.partition)
-        result = sweeper.wait(timeout_s=SWEEP_EXIT_S)
+        result = sweeper.wait(timeout_seconds=SWEEP_EXIT_S)
         assert result.code == 4, result.why()
         report = result.json()
         assert report["outcome"] == "aborted", report
@@ -123,7 +123,9 @@ def test_redis_read_only_mid_delete_aborts_with_exit_4_and_nothing_referenced_is
         assert_referenced_intact(tq, job)
     finally:
         own_redis.make_writable()
-    wait_for_free_lease(capsys, job, timeout_s=LEASE_TTL_S + 5)  # the aborted sweep could not release it
+    wait_for_free_lease(
+        capsys, job, timeout_seconds=LEASE_TTL_S + 5
+    )  # the aborted sweep could not release it
     converge(in_process_sweep(capsys, job), tq, job)
     assert_referenced_intact(tq, job)
     assert_audit_names_every_removed_row(capsys, tq, job)

@@ -20,7 +20,7 @@ import yaml
 from harness import keys_in, wait_until
 
 from tq_gc import start_sidecar
-from tq_gc.sidecar_client import stop_sidecar
+from tq_gc.sidecar.client import stop_sidecar
 
 from .conftest import DELETE_BATCH, KILL_AFTER, ORPHANS, MakeJob
 from .helpers import Job
@@ -40,7 +40,7 @@ GRACE_S = 3.0
 INTERVAL_S = 0.5
 DELETES_PER_SECOND = 200.0  # batches of 100 every 0.5 s: a delete phase of 15 s for 3,000 orphans
 CALL_TIMEOUT_S = 60.0
-QUIET_S = 2 * DELETE_BATCH / DELETES_PER_SECOND  # two batches' time: long enough to see one more
+QUIET_SECONDS = 2 * DELETE_BATCH / DELETES_PER_SECOND  # two batches' time: long enough to see one more
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_sidecar_shutdown_mid_delete_stops_between_batches(
     wait_until(
         f"the sidecar deletes {KILL_AFTER} rows",
         lambda: len(keys_in(tq, job.partition)) <= total - KILL_AFTER,
-        timeout_s=60,
+        timeout_seconds=60,
         poll_s=0.02,
     )
     reading = time.monotonic()
@@ -91,7 +91,7 @@ def test_sidecar_shutdown_mid_delete_stops_between_batches(
     while_reading = math.floor((asked - reading) * DELETES_PER_SECOND / DELETE_BATCH)
     assert len(left_when_asked - left_at_shutdown) <= (2 + while_reading) * DELETE_BATCH
     assert left_at_shutdown & job.orphans, "the sweep finished before it was stopped: slow it down"
-    time.sleep(QUIET_S)
+    time.sleep(QUIET_SECONDS)
     assert keys_in(tq, job.partition) == left_at_shutdown
     assert_referenced_intact(tq, job)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from harness import keys_in
 
-from tq_gc.state.redis import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S
+from tq_gc.state.redis import CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
 
 from .conftest import DELETE_BATCH, MakeJob
 from .helpers import KillableRedisServer, Processes, RecordTiming, assert_readable
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.ray
 # The most a sweep may spend on the state store once it has failed: the failing call, then the run
 # record and the lease release, each failing too (measured with a frozen Redis, SIGSTOP: 10 s each,
 # ~32 s to exit; a dead one refuses connections at once: ~2.5 s to exit, mostly Ray's shutdown).
-ABORT_WITHIN_S = 3 * (CONNECT_TIMEOUT_S + SOCKET_TIMEOUT_S)
+ABORT_WITHIN_S = 3 * (CONNECT_TIMEOUT_SECONDS + SOCKET_TIMEOUT_SECONDS)
 
 
 def test_redis_killed_mid_delete_aborts_and_deletes_nothing_more(
@@ -46,7 +46,7 @@ def test_redis_killed_mid_delete_aborts_and_deletes_nothing_more(
     died, died_wall = time.monotonic(), time.time()
     left_at_death = keys_in(tq, job.partition)
 
-    result = sweeper.wait(timeout_s=ABORT_WITHIN_S + 30)
+    result = sweeper.wait(timeout_seconds=ABORT_WITHIN_S + 30)
     exited = time.monotonic()
     assert result.code == 4, result.why()
     report = result.json()  # exactly one JSON document on stdout
@@ -54,7 +54,7 @@ def test_redis_killed_mid_delete_aborts_and_deletes_nothing_more(
     assert "state store" in report["reason"], report
     # A dead Redis refuses at once: the sweep decides to stop without waiting out any timeout.
     aborted_after = datetime.fromisoformat(report["finished_at"]).timestamp() - died_wall
-    assert aborted_after < CONNECT_TIMEOUT_S, (aborted_after, result.why())
+    assert aborted_after < CONNECT_TIMEOUT_SECONDS, (aborted_after, result.why())
     assert exited - died < ABORT_WITHIN_S, result.why()
     record_timing("chaos: Redis SIGKILLed -> sweep aborted (report)", aborted_after)
     record_timing("chaos: Redis SIGKILLed -> sweep process exited", exited - died)

@@ -15,7 +15,7 @@ import pytest
 import ray.cloudpickle
 
 from tq_gc.config import Config, parse_config
-from tq_gc.sidecar_client import start_sidecar, stop_sidecar
+from tq_gc.sidecar.client import start_sidecar, stop_sidecar
 from tq_gc.wiring import RowStoreFactory
 
 from . import remote_side

@@ -25,9 +25,9 @@ def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     return ray.get(getattr(handle, method).remote(*args, **kwargs), timeout=60)
 
 
-def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+def wait_until(what: str, predicate: Callable[[], Any], timeout_seconds: float = WAIT_S) -> Any:
     """Poll `predicate` until it returns something truthy, and return that."""
-    return harness.wait_until(what, predicate, timeout_s)
+    return harness.wait_until(what, predicate, timeout_seconds)
 
 
 def reports(handle: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tq_gc.errors import TqGcError
-from tq_gc.sidecar_client import sidecar_registry, start_sidecar
+from tq_gc.sidecar.client import sidecar_registry, start_sidecar
 
 from . import remote_side
 from .helpers import INTERVAL_S, MakeConfig, StartSidecar, call, reports, wait_until

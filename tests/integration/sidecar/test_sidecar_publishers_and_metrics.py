@@ -15,10 +15,10 @@ from harness import keys_in
 from tq_gc.config import Config
 from tq_gc.metrics import KEEP_REASONS, kept_by_reason
 from tq_gc.model import SweepReport
-from tq_gc.registry import AdmissionRegistry
-from tq_gc.sidecar_client import sidecar_registry
+from tq_gc.publish.client import GcClient
+from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.sidecar.client import sidecar_registry
 from tq_gc.state import RedisState
-from tq_gc.trainer import GcClient
 
 from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, scrape, wait_until
 from .remote_side import admit_and_vanish

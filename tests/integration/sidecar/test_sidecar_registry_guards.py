@@ -7,7 +7,7 @@ import pytest
 import ray
 
 from tq_gc.errors import TqGcError
-from tq_gc.sidecar_client import start_sidecar
+from tq_gc.sidecar.client import start_sidecar
 
 from .helpers import MakeConfig, StartSidecar, call
 

@@ -6,7 +6,7 @@
 
 Admissions are leases on the state store's clock: a publisher that dies stops protecting its rows after
 its TTL, which is the point of a lease and why every admission needs one. The collector reads them back
-through tq_gc.references.admissions.AdmissionsSource; tq_gc.trainer.GcClient wraps this for trainers.
+through tq_gc.references.admissions.AdmissionsSource; tq_gc.publish.client.GcClient wraps this for trainers.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class _Closeable(Protocol):
 class AdmissionRegistry:
     """The publisher API. Every write is durable on return; every method raises StoreUnavailable (but
     checkpoint_fence(on_store_down="continue"), which goes on and raises the fence once the store is back;
-    tq_gc.trainer.GcClient fails safe that way throughout)."""
+    tq_gc.publish.client.GcClient fails safe that way throughout)."""
 
     def __init__(self, backend: AdmissionBackend) -> None:
         self._backend = backend
@@ -160,7 +160,7 @@ class AdmissionRegistry:
         With on_store_down="continue" (GcClient's) a store that does not answer is logged and the block
         runs all the same: the fence is raised again every RETRY_SECONDS until the store answers, and
         the wait for a batch in flight is skipped (none can be marked in a store that is down; one
-        already clearing when it went down may end during the block). tq_gc/trainer.py says why no
+        already clearing when it went down may end during the block). tq_gc/publish/client.py says why no
         delete slips in before the fence is up."""
         go_on = _store_down_policy(on_store_down)
         ttl_ms = checked_ttl_ms(ttl_seconds)

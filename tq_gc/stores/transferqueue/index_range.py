@@ -13,12 +13,12 @@ first answer gave, so every row present for the whole listing is in it. The page
 whole index space, every partition's, and a round trip each: a partition of at most `copy_max` indexes
 (a staging partition beside a big one, or any of up to ~100k rows) is read in one copy, which then holds
 the controller no longer than one of tq-gc's delete batches does (12-22 ms at 100k rows). While the
-store's requests wait for the controller's quiet moments (tq_quiet.py), that is longer than what one
+store's requests wait for the controller's quiet moments (quiet.py), that is longer than what one
 has left, and the store reads every partition in pages (copy_max 0).
 
-The reader reads TQ's internals (`index_manager`, tq_internals.py), which another TQ version may lay out
+The reader reads TQ's internals (`index_manager`, internals.py), which another TQ version may lay out
 otherwise: where the probe at attach finds it does not fit, or the first page does not fit
-(tq_controller_function.py), the store warns once and uses `get_partition_index_range` from then on. A
+(controller_function.py), the store warns once and uses `get_partition_index_range` from then on. A
 request that gets no answer is StoreUnavailable, as always.
 """
 
@@ -32,10 +32,10 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
-from tq_gc.stores.tq_internals import INDEX_PAGES, PageReader, page_reader
-from tq_gc.stores.tq_quiet import QuietMoments
-from tq_gc.stores.tq_requests import OP_INDEX_PAGE, OP_INDEX_RANGE, TqRequests
+from tq_gc.stores.transferqueue.controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.transferqueue.internals import INDEX_PAGES, PageReader, page_reader
+from tq_gc.stores.transferqueue.quiet import QuietMoments
+from tq_gc.stores.transferqueue.requests import OP_INDEX_PAGE, OP_INDEX_RANGE, TqRequests
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ DEFAULT_INDEX_PAGING = IndexPaging()
 
 class IndexRanges:
     """A partition's global indexes, ascending: in pages, or in one copy for a partition of at most
-    copy_max indexes and wherever the pages do not fit the controller; and kept for `reuse_s` on request
+    copy_max indexes and wherever the pages do not fit the controller; and kept for `reuse_seconds` on request
     (transfer_queue.index_range_reuse_seconds). With `quiet`, each page or copy in a quiet moment of the
     controller (a page waits inside its own call)."""
 
@@ -96,13 +96,15 @@ class IndexRanges:
         self.pages = self._read_page
         self._kept: dict[str, tuple[float, array[int]]] = {}  # partition -> (monotonic, indexes)
 
-    def indexes(self, partition: str, pause: Callable[[float], None], reuse_s: float = 0.0) -> array[int]:
+    def indexes(
+        self, partition: str, pause: Callable[[float], None], reuse_seconds: float = 0.0
+    ) -> array[int]:
         """Every global index of the partition (its pre-allocated ones too); an unknown partition has
         none. `pause(seconds)` is called after each page with the page's latency (the duty cycle's pause;
-        it may raise Interrupted). With `reuse_s`, the indexes this read for the partition less than
-        `reuse_s` ago, if it did."""
+        it may raise Interrupted). With `reuse_seconds`, the indexes this read for the partition less than
+        `reuse_seconds` ago, if it did."""
         kept = self._kept.get(partition)
-        if reuse_s > 0 and kept is not None and time.monotonic() - kept[0] < reuse_s:
+        if reuse_seconds > 0 and kept is not None and time.monotonic() - kept[0] < reuse_seconds:
             return kept[1]
         indexes = self._read(partition, pause)
         self._kept[partition] = (time.monotonic(), indexes)

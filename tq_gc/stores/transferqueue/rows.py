@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tq_gc.model import Identity, identity_columns, tags_digest
-from tq_gc.stores.pacing import Pacer
+from tq_gc.stores.transferqueue.pacing import Pacer
 
 
 def identities_of(keys: list[str], meta: Any) -> dict[str, Identity]:

@@ -1,11 +1,11 @@
 """The real row store: a running training job's TransferQueue (TQ), reached through its Ray cluster.
 
-Attaching (never creating, never closing the job's TQ) and joining its Ray cluster: tq_attach.py and
+Attaching (never creating, never closing the job's TQ) and joining its Ray cluster: attach.py and
 tq_gc/ray_cluster.py. `close()` closes our own client, and disconnects from Ray only if `attach()`
 connected this process; it never kills an actor.
 
 TQ facts this relies on (transferqueue 0.1.9, 0.1.10 and 0.1.11, read from their source and checked on a
-real TQ of each; every internal it reads is in tq_internals.py):
+real TQ of each; every internal it reads is in internals.py):
 
 - `kv_retrieve_meta(keys, pid, create=False)` answers with a `BatchMeta` that carries no keys: unknown
   keys are dropped, the others keep their request order; `custom_meta` is the rows' tags, aligned with
@@ -20,7 +20,7 @@ real TQ of each; every internal it reads is in tq_internals.py):
   controller actor's Ray method `get_partition_index_range(pid)` returns them (unsorted, with the
   partition's pre-allocated indexes) from the actor's main thread, beside the request thread, but copies
   the whole set in one C call holding the GIL (60-290 ms at 1M): the job's requests wait for that. So
-  the store reads them in pages of the global index space (tq_index_range.py), and falls back to
+  the store reads them in pages of the global index space (index_range.py), and falls back to
   `get_partition_index_range` where the pages do not fit. `list_rows()` builds on these: see there.
 - `tq.kv_clear` is `kv_retrieve_meta(create=False)` then `clear_samples(meta)`: not atomic, TQ has no
   compare-and-delete. `delete_if_unchanged()` reads the rows' identities and clears exactly the rows it
@@ -44,14 +44,26 @@ from tq_gc.errors import Interrupted
 from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
 from tq_gc.stores.base import keys_with_indexes
-from tq_gc.stores.pacing import Pacer, smallest_window
-from tq_gc.stores.tq_attach import find_controller, open_client, probe_controller, refuse_another_tq
-from tq_gc.stores.tq_controller_function import ControllerFunction
-from tq_gc.stores.tq_index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
-from tq_gc.stores.tq_internals import INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS, ControllerFit, Probe, QuietWaiter
-from tq_gc.stores.tq_key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
-from tq_gc.stores.tq_quiet import NO_WAIT, Quiet, QuietMoments, QuietWait
-from tq_gc.stores.tq_requests import (
+from tq_gc.stores.transferqueue.attach import (
+    find_controller,
+    open_client,
+    probe_controller,
+    refuse_another_tq,
+)
+from tq_gc.stores.transferqueue.controller_function import ControllerFunction
+from tq_gc.stores.transferqueue.index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
+from tq_gc.stores.transferqueue.internals import (
+    INDEX_PAGES,
+    KEY_WINDOWS,
+    QUIET_WAITS,
+    ControllerFit,
+    Probe,
+    QuietWaiter,
+)
+from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
+from tq_gc.stores.transferqueue.pacing import Pacer, smallest_window
+from tq_gc.stores.transferqueue.quiet import NO_WAIT, Quiet, QuietMoments, QuietWait
+from tq_gc.stores.transferqueue.requests import (
     OP_CLEAR,
     OP_KEYS,
     OP_KV_LIST,
@@ -60,7 +72,7 @@ from tq_gc.stores.tq_requests import (
     REQUEST_TIMEOUT_SECONDS,
     TqRequests,
 )
-from tq_gc.stores.tq_rows import ListedPass, batches, identities_of, paced_batches, unchanged
+from tq_gc.stores.transferqueue.rows import ListedPass, batches, identities_of, paced_batches, unchanged
 
 logger = logging.getLogger(__name__)
 
@@ -98,14 +110,14 @@ class TransferQueueRowStore:
         self._client = client
         self._controller = controller
         self._request_batch = request_batch
-        self._request_target_s = request_target_ms / 1000
+        self._request_target_seconds = request_target_ms / 1000
         self._duty_cycle = duty_cycle
-        self._index_range_reuse_s = index_range_reuse_seconds
+        self._index_range_reuse_seconds = index_range_reuse_seconds
         self._ray_address = ray_address
         self._owns_ray_connection = owns_ray_connection
         self._requests = TqRequests(client, request_timeout_seconds)
         self._quiet = None
-        if controller is not None and quiet is not None and quiet.quiet_s > 0:
+        if controller is not None and quiet is not None and quiet.quiet_seconds > 0:
             self._quiet = QuietMoments(controller, self._requests, quiet)
             # One copy of a small partition's index set holds the controller 5-20 ms at 100k rows: longer
             # than what a quiet moment has left. Pages of the space hold it ~0.5 ms each.
@@ -141,7 +153,7 @@ class TransferQueueRowStore:
         ignores `ray_address`. Raises ConfigError when no Ray cluster answers at the address,
         TransferQueueNotFound when the cluster has no TQ controller, StoreUnavailable when the
         controller is there but cannot be reached, ConfigError when it runs another TQ than this
-        process (before any request: tq_attach.py).
+        process (before any request: attach.py).
         """
         import ray
 
@@ -181,7 +193,7 @@ class TransferQueueRowStore:
         """Every keyed row with its tags, as kv_list would, in short requests: two passes over the
         partition's global indexes, in windows.
 
-        1. The indexes (in pages, tq_index_range.py), then per window the keys of
+        1. The indexes (in pages, index_range.py), then per window the keys of
            those indexes (kv_retrieve_keys) and at once their tags (kv_retrieve_meta, matched to the
            keys by global index: a key re-created in between under another index is left out).
         2. The indexes again, and per window their keys only; the tags of any (key, index) the first pass
@@ -202,19 +214,19 @@ class TransferQueueRowStore:
         rows: dict[str, Tags] = {}
         first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
-            owners, keys_s = self._keys_of(partition, window, pacer)
-            tags_s = self._add_tags(partition, owners, rows, first_pass)
-            self._pause(pacer, max(keys_s, tags_s))
+            owners, keys_seconds = self._keys_of(partition, window, pacer)
+            tags_seconds = self._add_tags(partition, owners, rows, first_pass)
+            self._pause(pacer, max(keys_seconds, tags_seconds))
         for window in self._index_windows(partition, pacer):
-            owners, keys_s = self._keys_of(partition, window, pacer)
-            tags_s = self._add_tags(partition, first_pass.not_in(owners), rows, None)
-            self._pause(pacer, max(keys_s, tags_s))
+            owners, keys_seconds = self._keys_of(partition, window, pacer)
+            tags_seconds = self._add_tags(partition, first_pass.not_in(owners), rows, None)
+            self._pause(pacer, max(keys_seconds, tags_seconds))
         return rows
 
     def list_keys(self, partition: str) -> dict[str, int]:
         """{key: global index} of every keyed row, in one pass of paced windows: the partition's
         global indexes, then the keys of each window of KeyWindows.size, read on the controller's actor
-        thread beside the job's requests (tq_key_windows.py; where that does not fit, kv_retrieve_keys
+        thread beside the job's requests (key_windows.py; where that does not fit, kv_retrieve_keys
         of the pacer's windows, ~2 ms held for 2,000 indexes).
         A row present for the whole pass is listed; one written during it at an index of a window
         already read is not (a tags source needs list_rows' second pass; a swept partition does not:
@@ -228,8 +240,8 @@ class TransferQueueRowStore:
         pacer = self._pacer()
         self._sleep_unless_interrupted(0)
         keys: dict[str, int] = {}
-        reuse_s = self._index_range_reuse_s
-        for window in self._index_windows(partition, pacer, reuse_s, beside_requests=True):
+        reuse_seconds = self._index_range_reuse_seconds
+        for window in self._index_windows(partition, pacer, reuse_seconds, beside_requests=True):
             owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True)  # then paused
             pacer.adapt(seconds)
             keys.update((key, index) for index, key in owners.items())
@@ -355,24 +367,26 @@ class TransferQueueRowStore:
     # ---- internals ----
 
     def _pacer(self) -> Pacer:
-        return Pacer.starting_small(self._request_batch, self._request_target_s, self._duty_cycle)
+        return Pacer.starting_small(self._request_batch, self._request_target_seconds, self._duty_cycle)
 
-    def _pause(self, pacer: Pacer, latency_s: float) -> None:
-        """The duty cycle's pause after a request of `latency_s`, the window adapted to it. The next
-        request waits for its quiet moment (tq_quiet.py) by itself."""
-        self._sleep_unless_interrupted(pacer.after(latency_s))
+    def _pause(self, pacer: Pacer, latency_seconds: float) -> None:
+        """The duty cycle's pause after a request of `latency_seconds`, the window adapted to it. The next
+        request waits for its quiet moment (quiet.py) by itself."""
+        self._sleep_unless_interrupted(pacer.after(latency_seconds))
 
     def _sleep_unless_interrupted(self, seconds: float) -> None:
         if self._interrupted.wait(max(0.0, seconds)):
             raise Interrupted("asked to stop: the row store stopped reading between two requests")
 
     def _index_windows(
-        self, partition: str, pacer: Pacer, reuse_s: float = 0.0, beside_requests: bool = False
+        self, partition: str, pacer: Pacer, reuse_seconds: float = 0.0, beside_requests: bool = False
     ) -> Iterator[list[int]]:
         """The partition's global indexes, ascending, in windows of the pacer's current size; with
         `beside_requests`, of KeyWindows.size while the controller's actor thread answers them."""
         indexes = self._index_ranges.indexes(
-            partition, lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)), reuse_s
+            partition,
+            lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)),
+            reuse_seconds,
         )
         start = 0
         while start < len(indexes):

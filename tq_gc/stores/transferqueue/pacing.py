@@ -4,7 +4,7 @@ Every request tq-gc makes holds the controller for its duration, and the job's o
 behind it. Two rules keep that short and rare, both from the latency tq-gc observes itself:
 
 - **Adaptive window** (additive increase, multiplicative decrease, as TCP and etcd's compaction
-  batches): a request slower than `target_s` halves the number of rows the next one asks for; one
+  batches): a request slower than `target_seconds` halves the number of rows the next one asks for; one
   under half the target grows it by a quarter, between `min_window` and `max_window`.
 - **Duty cycle**: after a request that took t seconds, pause t * (1 - duty) / duty, so tq-gc's
   requests take at most `duty` of the wall time (0.5: a pause as long as the request). A loaded
@@ -23,7 +23,7 @@ class Pacer:
     window: int
     min_window: int
     max_window: int
-    target_s: float
+    target_seconds: float
     duty: float
 
     def __post_init__(self) -> None:
@@ -34,7 +34,7 @@ class Pacer:
         self.window = min(max(self.window, self.min_window), self.max_window)
 
     @classmethod
-    def starting_small(cls, max_window: int, target_s: float, duty: float) -> Pacer:
+    def starting_small(cls, max_window: int, target_seconds: float, duty: float) -> Pacer:
         """A pacer that starts at half of `max_window` and may go down to a quarter of it. Not lower: a
         request has a fixed cost too (a round trip, and the wait behind the job's own requests, both in
         the latency tq-gc sees), so tiny windows never look fast enough to grow again. Measured: with a
@@ -43,25 +43,25 @@ class Pacer:
             window=max(1, max_window // 2),
             min_window=smallest_window(max_window),
             max_window=max_window,
-            target_s=target_s,
+            target_seconds=target_seconds,
             duty=duty,
         )
 
-    def after(self, latency_s: float) -> float:
-        """Adapt the window to a request that took `latency_s`; return the pause before the next one."""
-        self.adapt(latency_s)
-        return self.pause_after(latency_s)
+    def after(self, latency_seconds: float) -> float:
+        """Adapt the window to a request that took `latency_seconds`; return the pause before the next one."""
+        self.adapt(latency_seconds)
+        return self.pause_after(latency_seconds)
 
-    def adapt(self, latency_s: float) -> None:
+    def adapt(self, latency_seconds: float) -> None:
         """Halve the window after a slow request, grow it by a quarter after a fast one."""
-        if latency_s > self.target_s:
+        if latency_seconds > self.target_seconds:
             self.window = max(self.min_window, self.window // 2)
-        elif latency_s < self.target_s / 2:
+        elif latency_seconds < self.target_seconds / 2:
             self.window = min(self.max_window, self.window + max(1, self.window // 4))
 
-    def pause_after(self, latency_s: float) -> float:
-        """The duty cycle's pause after a request of `latency_s`, without touching the window."""
-        return max(0.0, latency_s) * (1 - self.duty) / self.duty
+    def pause_after(self, latency_seconds: float) -> float:
+        """The duty cycle's pause after a request of `latency_seconds`, without touching the window."""
+        return max(0.0, latency_seconds) * (1 - self.duty) / self.duty
 
 
 def smallest_window(max_window: int) -> int:

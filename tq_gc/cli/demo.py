@@ -19,9 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tq_gc.cli.simulation import CANONICAL, STAGING, LeakScenario
 from tq_gc.config import Config, parse_config
 from tq_gc.model import RowId
-from tq_gc.simulation import CANONICAL, STAGING, LeakScenario
 
 TQ_CONFIG = {
     "controller": {"polling_mode": True},
@@ -98,7 +98,7 @@ class Demo:
         self.say("cluster up: this process plays the training job")
 
     def _play(self, config: Config, manifest_dir: Path) -> int:
-        from tq_gc.sidecar_client import sidecar_registry, start_sidecar
+        from tq_gc.sidecar.client import sidecar_registry, start_sidecar
 
         handle = start_sidecar(config)
         status = _get(handle.status.remote())

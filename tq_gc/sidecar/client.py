@@ -4,7 +4,7 @@
     registry = sidecar_registry()             # publishers: admit/renew/release through the actor
     stop_sidecar(handle)
 
-The actor itself is tq_gc/sidecar.py; `tq-gc serve` (tq_gc/cli.py) runs these until a signal.
+The actor itself is tq_gc/sidecar/actor.py; `tq-gc serve` (tq_gc/cli/commands.py) runs these until a signal.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import ray
 
 from tq_gc.config import Config, ConfigLike, as_config
 from tq_gc.errors import StoreUnavailable, TqGcError
+from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.ray_cluster import join_ray
-from tq_gc.registry import AdmissionRegistry
-from tq_gc.sidecar import SidecarActor
+from tq_gc.sidecar.actor import SidecarActor
 from tq_gc.state.base import AdmissionRows
 from tq_gc.wiring import RowStoreFactory
 

@@ -53,7 +53,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.registry import (
+from tq_gc.publish.registry import (
     DELETE_WAIT_SECONDS,
     RETRY_SECONDS,
     AdmissionRegistry,

@@ -4,14 +4,14 @@ The job's requests take turns with tq-gc's on the controller's request thread, a
 GIL and the node's cores with them. A job step's requests come in bursts with short gaps between them. A
 request of tq-gc's that lands in a burst delays the rest of it; one made after the request thread has
 been idle for a while lands between steps, and is done before the next. So before each request (a
-listing window, a delete batch) tq-gc waits until the request thread has been idle `quiet_s`, or
-`max_wait_s` at most: on a controller that is never that idle, it goes on at that pace, the duty cycle
+listing window, a delete batch) tq-gc waits until the request thread has been idle `quiet_seconds`, or
+`max_wait_seconds` at most: on a controller that is never that idle, it goes on at that pace, the duty cycle
 still bounding its share.
 
-The wait runs on the controller's actor thread (`__ray_call__`, tq_controller_function.py), beside the
+The wait runs on the controller's actor thread (`__ray_call__`, controller_function.py), beside the
 request thread, and reads only which function that thread is in (`sys._current_frames()`): idle is
 waiting in pyzmq's `recv_multipart` inside TQ's request loop (`_process_request_loop` in 0.1.10 and
-0.1.11, `_process_request` in 0.1.9: tq_internals.py); the same frame object over the whole
+0.1.11, `_process_request` in 0.1.9: internals.py); the same frame object over the whole
 quiet time means no request was served meanwhile (a look every few milliseconds could miss a short one;
 a new frame per request cannot be missed). Each look takes the controller's interpreter lock, so the
 wait looks every 5 ms: often enough to find the gaps, rarely enough that the looks themselves do not
@@ -33,19 +33,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tq_gc.stores.tq_controller_function import MISFITS, ControllerFunction, DoesNotFit
-from tq_gc.stores.tq_internals import QUIET_WAITS, QuietWaiter, quiet_waiter
-from tq_gc.stores.tq_requests import TqRequests
+from tq_gc.stores.transferqueue.controller_function import MISFITS, ControllerFunction, DoesNotFit
+from tq_gc.stores.transferqueue.internals import QUIET_WAITS, QuietWaiter, quiet_waiter
+from tq_gc.stores.transferqueue.requests import TqRequests
 
 logger = logging.getLogger(__name__)
 
 # How long the controller's request thread must have been idle. Within a job step its gaps were under
 # 10 ms here (10 ms of quiet did not help, above); 20 ms leaves a margin for a slower node.
-QUIET_S = 0.020
+QUIET_SECONDS = 0.020
 # The longest wait for one: on a controller never that idle, tq-gc still makes 4 requests a second.
-QUIET_MAX_WAIT_S = 0.250
+QUIET_MAX_WAIT_SECONDS = 0.250
 # How often the wait looks at the request thread (each look takes the controller's GIL; see above).
-QUIET_SAMPLE_S = 0.005
+QUIET_SAMPLE_SECONDS = 0.005
 
 # The wait's answer inside another function's call: (seconds waited, found), the text of its error where
 # it does not fit the controller, or None when it did not run.
@@ -73,29 +73,32 @@ def quiet_first(
 
 @dataclass(frozen=True)
 class Quiet:
-    """Wait for `quiet_s` of the request thread's idleness before each request, `max_wait_s` at most;
-    quiet_s 0: never wait."""
+    """Wait for `quiet_seconds` of the request thread's idleness before each request, `max_wait_seconds`
+    at most; quiet_seconds 0: never wait."""
 
-    quiet_s: float = QUIET_S
-    max_wait_s: float = QUIET_MAX_WAIT_S
+    quiet_seconds: float = QUIET_SECONDS
+    max_wait_seconds: float = QUIET_MAX_WAIT_SECONDS
     waiter: QuietWaiter | None = None
 
     def __post_init__(self) -> None:
-        if self.quiet_s < 0 or self.max_wait_s <= 0:
-            raise ValueError(f"need quiet_s >= 0 and max_wait_s > 0, got {self.quiet_s}, {self.max_wait_s}")
+        if self.quiet_seconds < 0 or self.max_wait_seconds <= 0:
+            raise ValueError(
+                "need quiet_seconds >= 0 and max_wait_seconds > 0, "
+                f"got {self.quiet_seconds}, {self.max_wait_seconds}"
+            )
 
 
 @dataclass(frozen=True)
 class QuietWait:
-    waited_s: float
-    found: bool  # the request thread was idle quiet_s (else the wait ran out, or there was none)
+    waited_seconds: float
+    found: bool  # the request thread was idle quiet_seconds (else the wait ran out, or there was none)
 
 
 NO_WAIT = QuietWait(0.0, False)
 
 
 class QuietMoments:
-    """Waits for the controller's quiet moments (quiet.quiet_s > 0), in a call of its own (`wait`) or
+    """Waits for the controller's quiet moments (quiet.quiet_seconds > 0), in a call of its own (`wait`) or
     inside a function's call on the controller (the `Before` of a ControllerFunction); after a misfit
     (warned once), waits no more."""
 
@@ -128,10 +131,10 @@ class QuietMoments:
         if args is None:
             return NO_WAIT
         try:
-            (waited_s, found), _ = self._wait(self.WHAT, *args)
+            (waited_seconds, found), _ = self._wait(self.WHAT, *args)
         except DoesNotFit:
             return NO_WAIT
-        return QuietWait(float(waited_s), bool(found))
+        return QuietWait(float(waited_seconds), bool(found))
 
     # ---- Before: the wait inside a function's call ----
 
@@ -139,9 +142,9 @@ class QuietMoments:
         return quiet_first(self._waiter, function)
 
     def args(self) -> tuple[float, float, float] | None:
-        """The wait's (quiet_s, max_wait_s, sample_s); None once it has not fit."""
+        """The wait's (quiet_seconds, max_wait_seconds, sample_seconds); None once it has not fit."""
         quiet = self._quiet
-        return (quiet.quiet_s, quiet.max_wait_s, QUIET_SAMPLE_S) if self.fits else None
+        return (quiet.quiet_seconds, quiet.max_wait_seconds, QUIET_SAMPLE_SECONDS) if self.fits else None
 
     def took(self, waited: WaitAnswer) -> float:
         if isinstance(waited, str):

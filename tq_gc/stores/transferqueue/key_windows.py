@@ -4,7 +4,7 @@
 request thread, so each of a listing's windows (500 of 2,000 indexes at 1M rows, ~1 ms each there)
 is a turn the job's requests wait behind. The same lookup (TQ's own {global index: key} map, which
 `kv_retrieve_keys` reads) runs on the controller's actor thread through Ray (`__ray_call__`, as the
-index pages do, tq_index_range.py): the request thread goes on serving the job, sharing the GIL, which
+index pages do, index_range.py): the request thread goes on serving the job, sharing the GIL, which
 the window holds for its lookup and while Ray decodes its indexes and encodes its keys. Windows of
 4,096 indexes meet the job about as a `kv_retrieve_keys` listing does (longer ones hold the GIL too
 long), and list the partition in less time, so for a shorter part of each sweep (the probe's figures:
@@ -14,8 +14,8 @@ Each key read is the key its index had at that moment, as with `kv_retrieve_keys
 snapshot (the job's requests may run between two lookups), which no caller relies on: a listing names a
 (key, index) pair the controller held at some instant of it, and every delete re-checks it first.
 
-Where the reader does not fit the controller (another TQ version: tq_internals.py,
-tq_controller_function.py), the store warns once and asks `kv_retrieve_keys` from then on.
+Where the reader does not fit the controller (another TQ version: internals.py,
+controller_function.py), the store warns once and asks `kv_retrieve_keys` from then on.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.stores.tq_controller_function import ControllerFunction, DoesNotFit
-from tq_gc.stores.tq_internals import KEY_WINDOWS, KeysReader, keys_reader
-from tq_gc.stores.tq_quiet import QuietMoments
-from tq_gc.stores.tq_requests import OP_KEYS_WINDOW, TqRequests
+from tq_gc.stores.transferqueue.controller_function import ControllerFunction, DoesNotFit
+from tq_gc.stores.transferqueue.internals import KEY_WINDOWS, KeysReader, keys_reader
+from tq_gc.stores.transferqueue.quiet import QuietMoments
+from tq_gc.stores.transferqueue.requests import OP_KEYS_WINDOW, TqRequests
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
     tq-gc serve --config gc.yaml                  # or from a shell, until SIGTERM
     registry = sidecar_registry()                 # publishers: admit/renew/release through the actor
 
-This module is the actor; tq_gc/sidecar_client.py starts, finds and stops it.
+This module is the actor; tq_gc/sidecar/client.py starts, finds and stops it.
 
 Inside the actor an APScheduler 3 BackgroundScheduler runs one job, the sweep, on `schedule`
 (interval with optional jitter, or cron); `sweep_now()` runs one on demand. A lock keeps the two apart:
@@ -43,7 +43,7 @@ from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.model import Cause, SweepReport
-from tq_gc.registry import checked_name, checked_rows, checked_whole_ms
+from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.sweep import default_holder, iso_now

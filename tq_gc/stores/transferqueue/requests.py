@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.stores.tq_internals import client_loop
+from tq_gc.stores.transferqueue.internals import client_loop
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +69,9 @@ class TqRequests:
     """Requests through one attached TransferQueueClient: run on the client's own event loop with a
     deadline, timed into `log`, and refused once `close()` has closed the client."""
 
-    def __init__(self, client: Any, timeout_s: float = REQUEST_TIMEOUT_SECONDS) -> None:
+    def __init__(self, client: Any, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS) -> None:
         self.client = client
-        self.timeout_s = timeout_s
+        self.timeout_seconds = timeout_seconds
         self.log = RequestLog()
         self.closed = False
         self._close_lock = threading.Lock()
@@ -85,16 +85,17 @@ class TqRequests:
         # TransferQueueClient's sync methods are this same call without a deadline (`_run_coroutine`).
         # The deadline is enforced inside the loop (wait_for), so a request that runs out of time is
         # cancelled and finished there, and its pooled socket discarded, before we return.
-        timeout_s = self.timeout_s
+        timeout_seconds = self.timeout_seconds
         timed = coro if op is None else self.timed(op, coro)
         loop = client_loop(self.client)
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(timed, timeout_s), loop)
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(timed, timeout_seconds), loop)
         try:
-            return future.result(timeout=timeout_s + LOOP_GRACE_SECONDS)
+            return future.result(timeout=timeout_seconds + LOOP_GRACE_SECONDS)
         except TimeoutError as exc:
             future.cancel()
             raise StoreUnavailable(
-                f"TransferQueue {what}: no answer within {timeout_s:g} s (controller dead or overloaded?)"
+                f"TransferQueue {what}: no answer within {timeout_seconds:g} s "
+                "(controller dead or overloaded?)"
             ) from exc
         except Exception as exc:
             raise StoreUnavailable(f"TransferQueue {what} failed: {exc}") from exc
@@ -115,10 +116,10 @@ class TqRequests:
 
         started = time.perf_counter()
         try:
-            return ray.get(getattr(actor, method).remote(*args), timeout=self.timeout_s)
+            return ray.get(getattr(actor, method).remote(*args), timeout=self.timeout_seconds)
         except ray.exceptions.GetTimeoutError as exc:
             raise StoreUnavailable(
-                f"TransferQueue {what}: no answer within {self.timeout_s:g} s (controller dead or "
+                f"TransferQueue {what}: no answer within {self.timeout_seconds:g} s (controller dead or "
                 "overloaded?)"
             ) from exc
         except Exception as exc:

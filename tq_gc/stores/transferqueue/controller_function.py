@@ -11,7 +11,7 @@ its caller uses TQ's own calls from then on, after one warning. So does one that
 metric tqgc_tq_controller_function_misfits_total.
 
 A function may wait first, in the same call (`Before`: the wait for the controller's quiet moment,
-tq_quiet.py), rather than in a call of its own: one round trip where two were, and the function runs as
+quiet.py), rather than in a call of its own: one round trip where two were, and the function runs as
 soon as the wait is over.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.stores.tq_requests import TqRequests
+from tq_gc.stores.transferqueue.requests import TqRequests
 
 # What a function that does not fit the controller raises inside it.
 MISFITS = (AttributeError, TypeError, KeyError, NameError)
@@ -109,15 +109,15 @@ class ControllerFunction:
         if before is not None:
             args = (before.args(), *args)
         started = time.perf_counter()
-        waited_s = 0.0
+        waited_seconds = 0.0
         try:
             answer = self._requests.actor_call(
                 None, what, self._controller, "__ray_call__", self._function, *args
             )
             if before is not None:
                 waited, answer = answer
-                waited_s = before.took(waited)
-            return answer, time.perf_counter() - started - waited_s
+                waited_seconds = before.took(waited)
+            return answer, time.perf_counter() - started - waited_seconds
         except StoreUnavailable as exc:
             if not isinstance(exc.__cause__, MISFITS):
                 raise
@@ -125,7 +125,7 @@ class ControllerFunction:
             raise DoesNotFit(what) from exc
         finally:
             if self._op is not None:
-                self._requests.log.record(self._op, time.perf_counter() - started - waited_s)
+                self._requests.log.record(self._op, time.perf_counter() - started - waited_seconds)
 
     def does_not_fit(self, what: str, cause: object) -> None:
         """Stop calling the function: it failed as a misfit, or the probe found it would (warned here,

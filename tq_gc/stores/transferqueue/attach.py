@@ -36,7 +36,7 @@ import uuid
 from typing import Any
 
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
-from tq_gc.stores.tq_internals import (
+from tq_gc.stores.transferqueue.internals import (
     ControllerFit,
     Probe,
     controller_probe,

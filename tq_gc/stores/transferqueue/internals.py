@@ -22,10 +22,10 @@ Ray ships their code by value: the controller's process need not have tq-gc inst
 never write. `controller_probe()` runs once at attach and checks the shapes the others rely on, and that
 their answers mean what they meant in the versions above (the two key maps agree, a key's index is its
 partition's and below the counter): a function whose shape does not fit is not used, and tq-gc takes
-TQ's public call instead (tq_controller_function.py). The version check compares the controller's TQ with
+TQ's public call instead (controller_function.py). The version check compares the controller's TQ with
 this process's: TQ's client and controller speak one wire protocol (0.1.10's client sends a
 MARK_CLEARING request before each clear, which a 0.1.9 controller cannot decode: its request thread
-dies), so a client of another TQ is refused before its first request (tq_attach.py).
+dies), so a client of another TQ is refused before its first request (attach.py).
 """
 
 from __future__ import annotations
@@ -98,12 +98,14 @@ def keys_reader() -> KeysReader:
 
 def quiet_waiter() -> QuietWaiter:
     """Wait until the request thread has waited for a request (`recv_multipart` called from TQ's request
-    loop, REQUEST_LOOPS) for `quiet_s`, or `max_wait_s` at most. Reads which function that thread is in
-    (`sys._current_frames()`), and nothing else. A thread waiting anywhere else raises KeyError: the wait
-    does not fit this controller."""
+    loop, REQUEST_LOOPS) for `quiet_seconds`, or `max_wait_seconds` at most. Reads which function that
+    thread is in (`sys._current_frames()`), and nothing else. A thread waiting anywhere else raises
+    KeyError: the wait does not fit this controller."""
     loops = REQUEST_LOOPS
 
-    def wait_quiet(controller: Any, quiet_s: float, max_wait_s: float, sample_s: float) -> tuple[float, bool]:
+    def wait_quiet(
+        controller: Any, quiet_seconds: float, max_wait_seconds: float, sample_seconds: float
+    ) -> tuple[float, bool]:
         import sys
         import time
 
@@ -119,12 +121,12 @@ def quiet_waiter() -> QuietWaiter:
                 if frame.f_back is None or frame.f_back.f_code.co_name not in loops:
                     raise KeyError("the request thread waits outside TQ's request loop")
                 idle_frame, idle_since = frame, now
-            elif now - idle_since >= quiet_s:
+            elif now - idle_since >= quiet_seconds:
                 return now - started, True
             del frame
-            if now - started >= max_wait_s:
+            if now - started >= max_wait_seconds:
                 return now - started, False
-            time.sleep(sample_s)
+            time.sleep(sample_seconds)
 
     return wait_quiet
 
@@ -214,10 +216,10 @@ def controller_probe() -> Probe:
         for partition, status in first(newest(controller.partitions), probe_partitions, has_keys):
             sample = first(newest(status.revert_keys_mapping), probe_keys, lambda _: True)
             suspects = odd(partition, status, sample)
-            for pause_s in (0.01, 0.05, 0.25):  # a clear of many rows is one long request
+            for pause_seconds in (0.01, 0.05, 0.25):  # a clear of many rows is one long request
                 if not suspects:
                     break
-                time.sleep(pause_s)
+                time.sleep(pause_seconds)
                 suspects = odd(partition, status, suspects)
             if suspects:
                 index, key = suspects[0]

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from tq_gc import render
+from tq_gc.cli import render
 from tq_gc.collector import Collector
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
@@ -172,7 +172,7 @@ def audit(ctx: click.Context, config_path: str | None, run_id: str | None, limit
 @click.pass_context
 def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Validate config, reach every store and source, touch nothing."""
-    from tq_gc.checks import run_checks
+    from tq_gc.cli.checks import run_checks
 
     config = _load(ctx, config_path)
     results = run_checks(config, ctx.obj)
@@ -197,7 +197,7 @@ def serve_forever(config: Config) -> None:
     owned by this process: it ends when this returns."""
     import ray
 
-    from tq_gc.sidecar_client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
+    from tq_gc.sidecar.client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
 
     owns_ray = not ray.is_initialized()
     handle = start_sidecar(config)
@@ -242,7 +242,7 @@ def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """The whole story on a local Ray cluster with a real TransferQueue (no Redis, no config)."""
-    from tq_gc.demo import run_demo
+    from tq_gc.cli.demo import run_demo
 
     configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
     ctx.exit(run_demo())

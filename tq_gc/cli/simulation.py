@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tq_gc.manifest import write_manifest
 from tq_gc.model import RowId
-from tq_gc.registry import AdmissionRegistry
+from tq_gc.publish.manifest import write_manifest
+from tq_gc.publish.registry import AdmissionRegistry
 
 STAGING = "rollout_staging"
 CANONICAL = "rollout_data"
@@ -64,7 +64,7 @@ class LeakScenario:
         self.groups = groups
         self.samples = samples
         self.fates = Fates()
-        self.admission_ttl_s = 600.0
+        self.admission_ttl_seconds = 600.0
         self._ids = (f"{seed:x}{i:05x}" for i in range(1_000_000))
 
     # -- the story ----------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class LeakScenario:
                 rollout = f"g{group}_g{sample}_a{next(self._ids)}"
                 keys = [f"{rollout}/call{c}" for c in range(2)]
                 self._put(STAGING, keys, [{"rollout_id": rollout, "model_call_id": k} for k in keys])
-                self.registry.admit(f"live-{rollout}", {STAGING: keys}, self.admission_ttl_s)
+                self.registry.admit(f"live-{rollout}", {STAGING: keys}, self.admission_ttl_seconds)
                 self.fates.keep(_rows(STAGING, keys), "live admission")
         self._canonical_samples()
         return [f"{self.groups * self.samples} rollouts staged {self.groups * self.samples * 2} call rows"]
@@ -111,11 +111,13 @@ class LeakScenario:
     def restore(self) -> list[str]:
         """Restored calls are admitted (make-before-break), then the manifest is retired."""
         normal, *forest = self.cut_calls
-        self.registry.admit(f"restored-{normal}", {STAGING: self.chunk_keys[normal]}, self.admission_ttl_s)
+        self.registry.admit(
+            f"restored-{normal}", {STAGING: self.chunk_keys[normal]}, self.admission_ttl_seconds
+        )
         self.fates.keep(_rows(STAGING, self.chunk_keys[normal]), "restored call's admission (normal lane)")
         for call in forest:
             # The forest lane rebuilds the admission without the generation cut: nothing holds the chunks.
-            self.registry.admit(f"restored-{call}", {STAGING: []}, self.admission_ttl_s)
+            self.registry.admit(f"restored-{call}", {STAGING: []}, self.admission_ttl_seconds)
             self.fates.orphan(
                 _rows(STAGING, self.chunk_keys[call]), "prefix chunk dropped by the forest lane"
             )
