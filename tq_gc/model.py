@@ -406,7 +406,10 @@ class SweepReport:
             finished_at=data.get("finished_at", ""),
             counts=counts,
             phases_ms=dict(data.get("phases_ms", {})),
-            deleted_sample=[DeletedRow(**d) for d in data.get("deleted_sample", [])],
+            deleted_sample=[
+                DeletedRow(d["partition"], d["key"], d["unreferenced_s"])
+                for d in data.get("deleted_sample", [])
+            ],
             longest_tq_request=_longest_request(data.get("longest_tq_request")),
         )
 
