@@ -9,9 +9,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tq_gc.config.base import Frozen
-from tq_gc.references.globwalk import Pattern
-from tq_gc.references.keypath import split_key_path
-from tq_gc.references.keytemplate import KeyTemplate
+from tq_gc.formats.globs import Pattern
+from tq_gc.formats.keypath import split_key_path
+from tq_gc.formats.keytemplate import KeyTemplate
 
 # Where NeMo RL's data plane stages rows (the rows its recovery points name), and the file naming a point.
 NEMO_RL_STAGING_PARTITION = "rollout_staging"

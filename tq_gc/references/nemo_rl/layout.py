@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tq_gc.errors import CheckpointInProgress
-from tq_gc.references.globwalk import Pattern, UnreadablePath, unreadable
+from tq_gc.formats.globs import Pattern
+from tq_gc.references.globwalk import UnreadablePath, unreadable
 
 INVENTORY = "rollout_recovery.pt"
 SNAPSHOTS = "rollout_snapshots"
