@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tq_gc.references.keypath import extract_keys, split_key_path
+from tq_gc.formats.keypath import extract_keys, split_key_path
 
 
 @pytest.mark.parametrize(

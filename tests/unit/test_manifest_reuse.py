@@ -17,9 +17,9 @@ from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
 from tq_gc.model import KeysByPartition, RowId
 from tq_gc.publish.manifest import NATIVE_FORMAT
-from tq_gc.references import manifests as manifests_module
 from tq_gc.references import nemo_rl
-from tq_gc.references.manifests import ManifestsSource
+from tq_gc.references.manifests import READERS, ManifestsSource
+from tq_gc.references.manifests.text import TextFormatReader
 
 from support.nemo_rl_checkpoints import inventory, write_checkpoint
 
@@ -68,8 +68,9 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return parse_counted
 
-    for name, parse in list(manifests_module._PARSERS.items()):
-        monkeypatch.setitem(manifests_module._PARSERS, name, counted(parse))
+    for reader in READERS.values():
+        if isinstance(reader, TextFormatReader):
+            monkeypatch.setattr(reader, "parse_text", counted(reader.parse_text))
     restore_rows = nemo_rl.restore_rows
 
     def restore_rows_counted(point: nemo_rl.PointFiles, partition: str) -> list[RowId]:

@@ -9,12 +9,12 @@ from typing import Any
 
 from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
 from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
+from tq_gc.formats.keypath import split_key_path
 from tq_gc.integrations import verl
 from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_emptied
-from tq_gc.references.keypath import split_key_path
-from tq_gc.references.manifests import ManifestsSource
+from tq_gc.references.manifests import ManifestsSource, reader_of
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.state import RedisState
@@ -25,7 +25,6 @@ from tq_gc.stores.base import optional_method
 from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]
-NEMO_RL = "nemo_rl_recovery"
 # Rows with tags a tag key path is tried on: enough to tell a typo from a path some rows lack, and a
 # check stays quick on a partition of a million rows.
 KEY_PATH_SAMPLE_ROWS = 1000
@@ -66,9 +65,9 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         fit = controller_fit() if controller_fit is not None else None
         if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
             results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
-        files = tuple(source for source in config.manifests if source.format != NEMO_RL)
-        results.append(_check("manifests", lambda: _count(ManifestsSource(files).read(), "rows named")))
-        results += [_nemo_rl_check(source) for source in config.manifests if source.format == NEMO_RL]
+        counted = tuple(source for source in config.manifests if not reader_of(source).checked_alone)
+        results.append(_check("manifests", lambda: _count(ManifestsSource(counted).read(), "rows named")))
+        results += [_manifest_check(source) for source in config.manifests if reader_of(source).checked_alone]
         if row_store["ok"]:
             tags = TagsSource(config.tag_references, rows)
             results.append(_check("tag references", lambda: _count(tags.read(), "rows named")))
@@ -190,9 +189,10 @@ def _probe_emptied(config: Config, state: StateStore, rows: RowStore) -> Callabl
     return probe
 
 
-def _nemo_rl_check(source: ManifestSource) -> CheckResult:
-    """What one NeMo RL recovery glob finds: checkpoints, rows, or a checkpoint being written."""
-    name = f"nemo_rl_recovery {source.glob}"
+def _manifest_check(source: ManifestSource) -> CheckResult:
+    """What one source of a format checked alone finds (a NeMo RL recovery glob: checkpoints, rows), or
+    a checkpoint being written."""
+    name = f"{source.format} {source.glob}"
     [summary] = ManifestsSource([source]).describe()
     if summary.in_progress:
         writing = ", ".join(summary.in_progress)
@@ -200,12 +200,7 @@ def _nemo_rl_check(source: ManifestSource) -> CheckResult:
         return {"name": name, "ok": True, "detail": detail}
     if summary.error is not None:
         return {"name": name, "ok": False, "detail": summary.error}
-    checkpoints = ", ".join(path.parent.name for path in summary.files) or "none yet"
-    detail = (
-        f"{len(summary.files)} committed checkpoint(s) ({checkpoints}), "
-        f"{summary.rows} rows named in {source.partition}"
-    )
-    return {"name": name, "ok": True, "detail": detail}
+    return {"name": name, "ok": True, "detail": reader_of(source).check_detail(source, summary)}
 
 
 def _probe_owners(reference: OwnerReference, rows: RowStore) -> Callable[[], str]:

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from tq_gc.config.base import Frozen
-from tq_gc.references.globwalk import Pattern
-from tq_gc.references.keypath import split_key_path
-from tq_gc.references.keytemplate import KeyTemplate
-
-# Where NeMo RL's data plane stages rows (the rows its recovery points name), and the file naming a point.
-NEMO_RL_STAGING_PARTITION = "rollout_staging"
-NEMO_RL_INVENTORY = "rollout_recovery.pt"
+from tq_gc.formats.globs import Pattern
+from tq_gc.formats.keypath import split_key_path
+from tq_gc.formats.keytemplate import KeyTemplate
+from tq_gc.formats.manifest_formats import FORMATS, FormatName
+from tq_gc.formats.manifest_formats import NEMO_RL_STAGING_PARTITION as NEMO_RL_STAGING_PARTITION
 
 
 def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
@@ -28,7 +25,7 @@ def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
 
 class ManifestSource(Frozen):
     glob: str = Field(min_length=1)
-    format: Literal["native", "json", "jsonl", "nemo_rl_recovery"] = "native"
+    format: FormatName = "native"  # formats/manifest_formats.py: what a source of each needs
     key_path: str | None = None
     partition: str | None = None
     expect_nonempty: bool = False
@@ -68,28 +65,10 @@ class ManifestSource(Frozen):
         return glob
 
     @model_validator(mode="after")
-    def _paths_fit_format(self) -> ManifestSource:
-        if self.format == "nemo_rl_recovery":
-            if self.key_path:
-                raise ValueError(
-                    "a nemo_rl_recovery source names its rows itself (what NeMo RL's restore keeps): "
-                    "drop key_path"
-                )
-            if self.glob.rsplit("/", 1)[-1] != NEMO_RL_INVENTORY:
-                raise ValueError(
-                    f"a nemo_rl_recovery glob names the {NEMO_RL_INVENTORY} of each recovery point under "
-                    f"NeMo RL's checkpoint_dir, such as /checkpoints/**/{NEMO_RL_INVENTORY}"
-                )
-            if self.partition is None:
-                object.__setattr__(self, "partition", NEMO_RL_STAGING_PARTITION)
-        elif self.format == "native":
-            if self.key_path or self.partition:
-                raise ValueError(
-                    "a native (tq-gc/manifest/v1) manifest names its own partitions: "
-                    "drop key_path/partition, or set format: json|jsonl"
-                )
-        elif not (self.key_path and self.partition):
-            raise ValueError(f"format {self.format!r} needs both key_path and partition")
+    def _fields_fit_format(self) -> ManifestSource:
+        partition = FORMATS[self.format].fitted_partition(self.glob, self.key_path, self.partition)
+        if partition != self.partition:
+            object.__setattr__(self, "partition", partition)
         self._check_health_options()
         return self
 

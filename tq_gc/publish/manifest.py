@@ -1,12 +1,12 @@
-"""The native manifest format, tq-gc/manifest/v1, and its atomic writer: what a checkpoint writes to name
-the rows a restore will still need.
+"""The native manifest writer: what a checkpoint writes to name the rows a restore will still need.
 
     write_manifest("/ckpt/step-7/gc-manifest.json", "ckpt-7", {"rollout_staging": [key, ...]})
     write_manifest(path, "ckpt-7", {}, state="retired")    # or delete the file: its rows are released
 
 A sweep reads a manifest as a whole or fails closed, so a half-written file must never be visible: the
 document goes to a temporary file in the same directory, is flushed to disk, and replaces the manifest
-in one rename (readers see the old file or the new one). Reader: tq_gc/references/manifests.py.
+in one rename (readers see the old file or the new one). The format itself (tq-gc/manifest/v1), shared
+with the reader: tq_gc/formats/native_manifest.py.
 """
 
 from __future__ import annotations
@@ -16,31 +16,19 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
-NATIVE_FORMAT = "tq-gc/manifest/v1"
-NATIVE_STATES = ("active", "retired")
+from tq_gc.formats.native_manifest import FORMAT as NATIVE_FORMAT
+from tq_gc.formats.native_manifest import STATES as NATIVE_STATES
+from tq_gc.formats.native_manifest import ManifestState, manifest_document
 
-
-def manifest_document(
-    manifest_id: str, rows: Mapping[str, Sequence[str]], state: Literal["active", "retired"] = "active"
-) -> dict[str, object]:
-    """The JSON document of a native manifest."""
-    if state not in NATIVE_STATES:
-        raise ValueError(f"state must be one of {', '.join(NATIVE_STATES)}, not {state!r}")
-    return {
-        "format": NATIVE_FORMAT,
-        "manifest_id": manifest_id,
-        "state": state,
-        "rows": {partition: list(keys) for partition, keys in rows.items()},
-    }
+__all__ = ["NATIVE_FORMAT", "NATIVE_STATES", "manifest_document", "write_manifest"]
 
 
 def write_manifest(
     path: str | Path,
     manifest_id: str,
     rows: Mapping[str, Sequence[str]],
-    state: Literal["active", "retired"] = "active",
+    state: ManifestState = "active",
 ) -> Path:
     """Write a native manifest atomically (temporary file, fsync, rename); returns its path."""
     target = Path(path)

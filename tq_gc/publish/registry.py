@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tq_gc.errors import ConfigError, StoreUnavailable
-from tq_gc.state.base import AdmissionRows
+from tq_gc.state.base import AdmissionRows, AdmissionStore
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +43,6 @@ def renew_period_seconds(ttl_seconds: float, at_most_seconds: float = RENEW_MAX_
     return min(ttl_seconds * RENEW_FRACTION, at_most_seconds)
 
 
-class AdmissionBackend(Protocol):
-    """The admission and fence half of StateStore: a state store, or the sidecar actor's adapter."""
-
-    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None: ...
-    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool: ...
-    def release_admission(self, admission_id: str) -> None: ...
-    def live_admissions(self) -> dict[str, AdmissionRows]: ...
-    def raise_fence(self, name: str, ttl_ms: int) -> None: ...
-    def lower_fence(self, name: str) -> None: ...
-    def live_fences(self) -> dict[str, int]: ...
-    def delete_in_flight(self) -> bool: ...
-
-
 class _Closeable(Protocol):
     def close(self) -> None: ...
 
@@ -65,7 +52,7 @@ class AdmissionRegistry:
     checkpoint_fence(on_store_down="continue"), which goes on and raises the fence once the store is back;
     tq_gc.publish.client.GcClient fails safe that way throughout)."""
 
-    def __init__(self, backend: AdmissionBackend) -> None:
+    def __init__(self, backend: AdmissionStore) -> None:
         self._backend = backend
         self._owned: _Closeable | None = None  # set by connect(): close only what we opened
         self._fences_up: set[str] = set()  # checkpoint_fence blocks running, by fence name
@@ -338,8 +325,8 @@ __all__ = [
     "DELETE_WAIT_SECONDS",
     "RENEW_MAX_SECONDS",
     "RETRY_SECONDS",
-    "AdmissionBackend",
     "AdmissionRegistry",
+    "AdmissionStore",
     "checked_name",
     "checked_rows",
     "checked_ttl_ms",

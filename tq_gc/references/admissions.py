@@ -5,18 +5,10 @@ cheap re-read before every delete batch. Publishers write through tq_gc.publish.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
 from tq_gc.errors import ReferenceSourceError, StoreUnavailable
 from tq_gc.model import KeysByPartition
-from tq_gc.state.base import AdmissionRows
-
-
-class AdmissionSnapshots(Protocol):
-    """What the collector reads of the registry: snapshots, and a version to tell when one is stale."""
-
-    def live_admission_rows(self) -> dict[str, AdmissionRows]: ...
-    def admissions_version(self) -> int: ...
+from tq_gc.state.base import AdmissionRows, AdmissionSnapshots
 
 
 class HeldKeys:

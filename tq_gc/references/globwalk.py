@@ -12,21 +12,18 @@ all read as "no files", and under `**` it follows symlinked directories into loo
 
 Matching otherwise follows `glob.glob(recursive=True)`: `**` as a whole component is any number of
 directories, and a wildcard does not match a name starting with '.' unless its component starts with '.'.
-What a match is (a regular file or not) is the reader's business.
+What a match is (a regular file or not) is the reader's business. The pattern itself: formats/globs.py.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-ANY_DEPTH = "**"
-_WILDCARD = re.compile(r"[*?[]")
+from tq_gc.formats.globs import ANY_DEPTH, WILDCARD, Pattern
 
 
 class UnreadablePath(Exception):
@@ -36,31 +33,6 @@ class UnreadablePath(Exception):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Pattern:
-    """An absolute glob split at its base: `/ckpt/**/x.json` -> base `/ckpt`, parts (`**`, `x.json`)."""
-
-    base: str
-    parts: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, glob: str) -> Pattern:
-        if not os.path.isabs(glob):
-            raise ValueError(f"glob {glob!r} is relative: use an absolute path")
-        components: list[str] = []
-        for component in glob.split("/"):
-            if component and not (component == ANY_DEPTH and components[-1:] == [ANY_DEPTH]):
-                components.append(component)
-        if not components or components[-1] == ANY_DEPTH:
-            components.append("*")  # the config refuses such globs; match what `**` holds, not itself
-        first_wildcard = next(
-            (index for index, component in enumerate(components) if _WILDCARD.search(component)),
-            len(components) - 1,
-        )
-        first_wildcard = min(first_wildcard, len(components) - 1)  # the last component names the files
-        return cls("/" + "/".join(components[:first_wildcard]), tuple(components[first_wildcard:]))
 
 
 def match_files(glob: str) -> tuple[Path, ...]:
@@ -95,7 +67,7 @@ class _Walk:
                 if _matches(entry.name, "*") and (found := _directory_stat(entry.path, entry)):
                     descend.append((entry.path, found, index))
             descend += self._apply(entries, index + 1)  # `**` as zero directories
-        elif _WILDCARD.search(part):
+        elif WILDCARD.search(part):
             descend += self._apply(self._list(directory), index)
         else:
             descend += self._candidate(os.path.join(directory, part), None, index)

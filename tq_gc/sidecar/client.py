@@ -19,7 +19,7 @@ from tq_gc.errors import StoreUnavailable, TqGcError
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.ray_cluster import join_ray
 from tq_gc.sidecar.actor import SidecarActor
-from tq_gc.state.base import AdmissionRows
+from tq_gc.state.base import AdmissionRows, AdmissionStore
 from tq_gc.wiring import RowStoreFactory
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,8 @@ def stop_sidecar(handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> 
     ray.kill(handle, no_restart=True)
 
 
-class SidecarAdmissionBackend:
-    """An AdmissionBackend that forwards each call to the sidecar actor and waits for its answer: a
+class SidecarAdmissionBackend(AdmissionStore):
+    """An AdmissionStore that forwards each call to the sidecar actor and waits for its answer: a
     write has been applied by the actor when the call returns. Errors reach the publisher as
     StoreUnavailable (sidecar gone or not answering) or as the actor raised them."""
 

@@ -58,7 +58,68 @@ class Recheck:
     fence_epoch: int
 
 
-class StateStore(Protocol):
+class AdmissionStore(Protocol):
+    """The admission registry and checkpoint fences as publishers write them, leases on the store's clock:
+    what tq_gc.publish.registry.AdmissionRegistry writes through (a StateStore, or the sidecar's adapter
+    tq_gc.sidecar.client.SidecarAdmissionBackend)."""
+
+    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
+        """Record (or replace) a live admission; durable on return."""
+        ...
+
+    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
+        """Extend a live admission; False if it is unknown or already expired."""
+        ...
+
+    def release_admission(self, admission_id: str) -> None:
+        """Drop an admission; a no-op if unknown."""
+        ...
+
+    def live_admissions(self) -> dict[str, AdmissionRows]:
+        """Every admission not yet expired: {admission_id: {partition: [keys]}}. A complete snapshot,
+        the caller's to change."""
+        ...
+
+    def raise_fence(self, name: str, ttl_ms: int) -> None:
+        """Put up (or extend) a named checkpoint fence, and move the fence epoch."""
+        ...
+
+    def lower_fence(self, name: str) -> None:
+        """Take a fence down; a no-op if unknown."""
+        ...
+
+    def live_fences(self) -> dict[str, int]:
+        """Fences up now: {name: expires_at_ms}."""
+        ...
+
+    def delete_in_flight(self) -> bool:
+        """Whether a sweeper is between an intent and its confirmation (a clear may be under way)."""
+        ...
+
+
+class AdmissionSnapshots(Protocol):
+    """What the collector reads of the registry (tq_gc.references.admissions): snapshots, and a version
+    to tell when one is stale."""
+
+    def live_admission_rows(self) -> dict[str, AdmissionRows]:
+        """The snapshot live_admissions gives, its rows the store's own: to read, never to change (the
+        collector reads it every sweep; at 1M rows copying 10,000 admissions' rows took up to ~100 ms,
+        most of it the garbage collector's)."""
+        ...
+
+    def admissions_version(self) -> int:
+        """A token that changes whenever an admission is recorded or replaced (0 before the first): a
+        random number, not a counter, so that a Redis that lost writes in a failover and took as many
+        new ones cannot show a version a reader already saw with other admissions behind it.
+
+        While it stands still no row has gained protection (releases and expiries only take it away),
+        so a reader may keep using a snapshot it read at the same version: that is how the collector
+        re-checks admissions before every delete batch without re-reading them all.
+        """
+        ...
+
+
+class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
     namespace: str
 
     def now_ms(self) -> int:
@@ -160,30 +221,7 @@ class StateStore(Protocol):
         confirmed are all there, with confirmed=False: they may or may not have been deleted."""
         ...
 
-    # the admission registry and checkpoint fences; leases expire on the store's clock
-    def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
-        """Record (or replace) a live admission; durable on return."""
-        ...
-
-    def renew_admission(self, admission_id: str, ttl_ms: int) -> bool:
-        """Extend a live admission; False if it is unknown or already expired."""
-        ...
-
-    def release_admission(self, admission_id: str) -> None:
-        """Drop an admission; a no-op if unknown."""
-        ...
-
-    def live_admissions(self) -> dict[str, AdmissionRows]:
-        """Every admission not yet expired: {admission_id: {partition: [keys]}}. A complete snapshot,
-        the caller's to change."""
-        ...
-
-    def live_admission_rows(self) -> dict[str, AdmissionRows]:
-        """The same snapshot, its rows the store's own: to read, never to change (the collector reads
-        it every sweep; at 1M rows copying 10,000 admissions' rows took up to ~100 ms, most of it the
-        garbage collector's)."""
-        ...
-
+    # the write barrier of the admission registry (its reads and writes: AdmissionSnapshots, AdmissionStore)
     def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
         """The write barrier: which of `keys` (in `partition`) an admission named since `lease` was
         taken, released or expired since or not. Raises LeaseLost if the lease is not ours (another
@@ -195,33 +233,6 @@ class StateStore(Protocol):
         delete batch keeps every row whose reference moved since the sweep began, however often it
         moved and whichever sources it moved between; a reference that did not move is where the
         sweep's reads found it."""
-        ...
-
-    def admissions_version(self) -> int:
-        """A token that changes whenever an admission is recorded or replaced (0 before the first): a
-        random number, not a counter, so that a Redis that lost writes in a failover and took as many
-        new ones cannot show a version a reader already saw with other admissions behind it.
-
-        While it stands still no row has gained protection (releases and expiries only take it away),
-        so a reader may keep using a snapshot it read at the same version: that is how the collector
-        re-checks admissions before every delete batch without re-reading them all.
-        """
-        ...
-
-    def raise_fence(self, name: str, ttl_ms: int) -> None:
-        """Put up (or extend) a named checkpoint fence, and move the fence epoch."""
-        ...
-
-    def lower_fence(self, name: str) -> None:
-        """Take a fence down; a no-op if unknown."""
-        ...
-
-    def live_fences(self) -> dict[str, int]:
-        """Fences up now: {name: expires_at_ms}."""
-        ...
-
-    def delete_in_flight(self) -> bool:
-        """Whether a sweeper is between an intent and its confirmation (a clear may be under way)."""
         ...
 
     def close(self) -> None:

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tq_gc.errors import CheckpointInProgress
-from tq_gc.references.globwalk import Pattern, UnreadablePath, unreadable
+from tq_gc.formats.globs import Pattern
+from tq_gc.formats.manifest_formats import NEMO_RL_INVENTORY
+from tq_gc.references.globwalk import UnreadablePath, unreadable
 
-INVENTORY = "rollout_recovery.pt"
+INVENTORY = NEMO_RL_INVENTORY  # the file naming a recovery point, as the config checks a glob for it
 SNAPSHOTS = "rollout_snapshots"
 BOOTSTRAP = "bootstrap"
 _STEP = re.compile(r"step_\d+")
