@@ -16,6 +16,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tq_gc.config import MEMORY_SCHEME, STATE_SCHEMES, parse_config
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
@@ -884,6 +885,18 @@ def test_open_state_dispatches_on_scheme(redis_url: str) -> None:
         shared.close()
     with pytest.raises(ConfigError, match="not a state store URL"):
         open_state("postgres://:pw@db/0", "job")
+
+
+def test_every_scheme_a_config_accepts_opens_a_state_store() -> None:
+    """One list of schemes: whatever state_url the config accepts, open_state opens (Redis lazily)."""
+    urls = {"memory": "memory://", "redis": "redis://127.0.0.1:1/0", "rediss": "rediss://127.0.0.1:1/0"}
+    for scheme in STATE_SCHEMES:
+        url = urls.get(scheme, f"{scheme}:///nowhere/redis.sock")
+        store = open_state(parse_config({"state_url": url}).state_url, "job")
+        try:
+            assert isinstance(store, MemoryState if scheme == MEMORY_SCHEME else RedisState), scheme
+        finally:
+            store.close()
 
 
 def test_namespace_with_braces_is_refused() -> None:
