@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
+from tq_gc.metrics import KEEP_REASONS, StoreSeries, SweepMetrics, push_report
 from tq_gc.model import Cause, Counts, Outcome, SweepReport
+from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
 from tq_gc.stores.transferqueue.internals import QUIET_WAITS
 
@@ -121,13 +122,28 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
 
 
 def test_each_controller_function_found_not_to_fit_is_counted_by_function() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=STORE_SERIES)
     before = value(metrics, "tqgc_tq_controller_function_misfits_total", function="quiet_waits")
     MISFITS_FOUND.add(QUIET_WAITS)
     assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == before + 1
-    assert value(SweepMetrics(), "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == (
+    again = SweepMetrics(store=STORE_SERIES)
+    assert value(again, "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == (
         before + 1
     ), "a count of this process's, whichever registry reads it"
+
+
+def test_the_row_store_hands_in_its_series_and_their_label_values() -> None:
+    found = {"pages": 3}
+    metrics = SweepMetrics(store=StoreSeries(("list", "clear"), ("pages", "waits"), found.copy))
+    assert value(metrics, "tqgc_tq_request_seconds_count", op="list") == 0  # exported from the start
+    assert value(metrics, "tqgc_tq_request_seconds_count", op="clear") == 0
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="pages") == 3
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="waits") == 0
+    found["pages"] = 4
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="pages") == 4, "read anew"
+    bare = SweepMetrics()
+    assert value(bare, "tqgc_tq_request_seconds_count", op="list") is None
+    assert value(bare, "tqgc_tq_controller_function_misfits_total", function="pages") is None
 
 
 def test_registration_is_idempotent_and_instances_do_not_collide() -> None:
@@ -256,7 +272,7 @@ def test_a_reply_that_is_not_http_or_a_malformed_url_is_logged_not_raised(
 
 
 def test_each_tq_request_of_a_sweep_is_observed_under_its_operation() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=STORE_SERIES)
     done = report(deleted=1)
     done.record_tq_requests({"kv_retrieve_keys": [0.0008, 0.002], "clear_samples": [0.3]})
     metrics.observe(done)
@@ -276,6 +292,6 @@ def test_each_tq_request_of_a_sweep_is_observed_under_its_operation() -> None:
 
 
 def test_a_sweep_that_made_no_tq_request_observes_none() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=STORE_SERIES)
     metrics.observe(report(outcome=Outcome.SKIPPED, cause=Cause.LEASE_HELD))
     assert value(metrics, "tqgc_tq_request_seconds_count", op="kv_retrieve_meta") == 0

@@ -101,8 +101,9 @@ def sweep(
     _emit(report.to_dict(), as_json, render.sweep_report)
     if pushgateway:
         from tq_gc.metrics import push_report
+        from tq_gc.stores.transferqueue import STORE_SERIES
 
-        push_report(pushgateway, config.namespace, report)
+        push_report(pushgateway, config.namespace, report, STORE_SERIES)
     ctx.exit(OUTCOME_EXIT[report.outcome])
 
 
