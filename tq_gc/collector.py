@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 
-from tq_gc.config import Config
+from tq_gc.config import Config, plan_policy
 from tq_gc.errors import (
     CheckpointInProgress,
     ConfigError,
@@ -39,7 +39,6 @@ from tq_gc.model import (
 from tq_gc.plan import (
     FirstSeenByPartition,
     Plan,
-    PlanPolicy,
     admitted_meanwhile,
     plan,
     stale_partitions,
@@ -121,7 +120,7 @@ class Collector:
             raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
         self._accept_empty = accepted_sources(self.config, accept_empty)
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
-        sweep = Sweep(report, PlanPolicy.from_config(self.config, max_deletes), progress)
+        sweep = Sweep(report, plan_policy(self.config, max_deletes), progress)
         with without_cyclic_gc() if self._pause_cyclic_gc else nullcontext():
             self._run(sweep, dry_run)
         return report

@@ -10,13 +10,14 @@ partitions, and the plan must cost little next to TransferQueue's own list and c
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
+from typing import Protocol
 
-from tq_gc.config import Config, ScopeEntry, compile_key_pattern
 from tq_gc.model import (
     KEEP_BY_SOURCE,
     Counts,
@@ -36,25 +37,29 @@ from tq_gc.sightings import times_of
 FirstSeenByPartition = Mapping[str, Mapping[str, FirstSeen]]
 
 
+class ScopeRule(Protocol):
+    """Which keys of one partition a sweep may delete: those with one of `prefixes`, every key
+    (`all_keys`), or those `key_pattern` matches whole. Exactly one way, as config.ScopeEntry checks."""
+
+    @property
+    def partition(self) -> str: ...
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+    @property
+    def all_keys(self) -> bool: ...
+    @property
+    def key_pattern(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class PlanPolicy:
-    scope: tuple[ScopeEntry, ...]
+    """What the plan is allowed: the scope, the grace, the caps (config.policy.plan_policy makes one)."""
+
+    scope: tuple[ScopeRule, ...]
     grace_ms: int
     max_deletes: int
     max_delete_fraction: float
     fraction_min_rows: int
-
-    @classmethod
-    def from_config(cls, config: Config, max_deletes: int | None = None) -> PlanPolicy:
-        limits = config.limits
-        cap = limits.max_deletes_per_run
-        return cls(
-            scope=config.scope,
-            grace_ms=int(config.grace_seconds * 1000),
-            max_deletes=cap if max_deletes is None else min(max_deletes, cap),
-            max_delete_fraction=limits.max_delete_fraction,
-            fraction_min_rows=limits.fraction_min_rows,
-        )
 
     def scoped_keys(self, partition: str, keys: Iterable[str]) -> set[str]:
         """The keys of `keys` that are in scope in `partition`."""
@@ -64,12 +69,12 @@ class PlanPolicy:
         if entry.all_keys:
             return set(keys)
         if entry.key_pattern is not None:
-            matches = compile_key_pattern(entry.key_pattern).fullmatch
+            matches = re.compile(entry.key_pattern).fullmatch  # re caches it
             return {key for key in keys if matches(key)}
         return {key for key in keys if key.startswith(entry.prefixes)}
 
     @cached_property
-    def _entries(self) -> dict[str, ScopeEntry]:
+    def _entries(self) -> dict[str, ScopeRule]:
         return {entry.partition: entry for entry in self.scope}
 
 

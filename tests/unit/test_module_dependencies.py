@@ -1,6 +1,6 @@
-"""What the core may import: the metrics no row store backend. Read from the source: every `import` of a
-tq_gc module, at any depth of a module, followed from module to module (importing them would load the
-whole package through tq_gc/__init__.py)."""
+"""What the core may import: the planner nothing of config (nor pydantic), the metrics no row store
+backend. Read from the source: every `import` of a tq_gc module, at any depth of a module, followed from
+module to module (importing them would load the whole package through tq_gc/__init__.py)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,12 @@ def reached_from(module: str) -> set[str]:
             if name.startswith("tq_gc."):
                 todo.append(name)
     return reached
+
+
+def test_the_planner_knows_no_config() -> None:
+    reached = reached_from("tq_gc.plan")
+    assert not {name for name in reached if name.startswith("tq_gc.config")}, sorted(reached)
+    assert "pydantic" not in {name.split(".")[0] for name in reached}
 
 
 def test_the_metrics_know_no_row_store_backend() -> None:

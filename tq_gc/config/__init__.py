@@ -5,6 +5,7 @@ models.py     Config and its sections, and the safety rules that refuse a config
 sources.py    the reference sources' sections: manifests, tag references, owner references
 loading.py    YAML + env + flags -> Config, and the error messages that name each field
 redaction.py  what is shown of a state store URL's secrets
+policy.py     the planner's policy from a config (the pure planner knows nothing of config)
 """
 
 from tq_gc.config.loading import (
@@ -33,6 +34,7 @@ from tq_gc.config.models import (
     SidecarConfig,
     TransferQueueConfig,
 )
+from tq_gc.config.policy import plan_policy
 from tq_gc.config.redaction import REDACTED, redact_url
 from tq_gc.config.sources import (
     NEMO_RL_STAGING_PARTITION,
@@ -71,5 +73,6 @@ __all__ = [
     "format_validation_error",
     "load_config",
     "parse_config",
+    "plan_policy",
     "redact_url",
 ]
