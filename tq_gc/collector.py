@@ -25,17 +25,7 @@ from tq_gc.errors import (
     ReferenceSourceError,
     StoreUnavailable,
 )
-from tq_gc.model import (
-    Cause,
-    FirstSeen,
-    ListedKeys,
-    Listing,
-    Outcome,
-    References,
-    SweepReport,
-    Tags,
-    merge_keys,
-)
+from tq_gc.first_seen import FirstSeen, first_seen_identities
 from tq_gc.plan import (
     FirstSeenByPartition,
     Plan,
@@ -44,12 +34,14 @@ from tq_gc.plan import (
     stale_partitions,
     unreferenced_rows,
 )
+from tq_gc.referenced import References
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.emptied import accepted_sources, collected_yields, guard_emptied_sources
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.sightings import identities_of_keys
+from tq_gc.report import Cause, Outcome, SweepReport
+from tq_gc.rows import ListedKeys, Listing, Tags, merge_keys
 from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore, optional_method
 from tq_gc.sweep import (
@@ -369,7 +361,7 @@ class Collector:
         counts = sweep.report.counts
         records = sweep.first_seen.get(batch.partition, {})
         # Every planned row has a record: rows are never deleted on first sight.
-        recorded = records.keys()  # a Sightings' is its dict's view: membership at C speed
+        recorded = records.keys()  # a FirstSeenRecords' is its dict's view: membership at C speed
         keys = [key for key in batch.keys if key in recorded]
         # Kept: admitted since this sweep took its lease (the write barrier). That covers every admission
         # live now that the reads before the plan did not see, and every reference that moved by the
@@ -380,7 +372,7 @@ class Collector:
         if not keys:
             self._forget_saved(sweep, batch)
             return
-        identities = identities_of_keys(records, keys)
+        identities = first_seen_identities(records, keys)
         intent = sweep.intent(batch.partition, identities, records)
         try:
             intent_id = self.state.record_intent(

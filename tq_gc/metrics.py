@@ -25,7 +25,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 from prometheus_client.registry import Collector
 
-from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
+from tq_gc.decisions import KEEPS
+from tq_gc.report import PHASES, Cause, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,8 @@ PHASE_BUCKETS_SECONDS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 # tq-gc's own TQ requests: a paced request takes a few ms; the job's loop notices from ~10 ms on; one
 # kv_list of a million rows takes seconds.
 TQ_REQUEST_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
-KEEP_REASONS = ("admission", "manifest", "tag", "owner", "grace", "recheck", "cap")
-_KEEP_BY_SOURCE = {
-    Source.ADMISSIONS: "admission",
-    Source.MANIFESTS: "manifest",
-    Source.TAGS: "tag",
-    Source.OWNERS: "owner",
-}
+# tqgc_rows_kept_total{reason}: each keep decision's value.
+KEEP_REASONS = tuple(decision.value for decision in KEEPS)
 # Outcomes after which the report's counts describe the whole in-scope population.
 _SUCCESS = (Outcome.COMPLETED, Outcome.DRY_RUN)
 # Gauges a run that did not succeed must not overwrite on a Pushgateway: they hold the last good run's.
@@ -232,12 +228,8 @@ class SweepMetrics:
 
 
 def kept_by_reason(report: SweepReport) -> dict[str, int]:
-    """The report's kept rows under the metric's reasons (admission, manifest, tag, owner, grace, recheck,
-    cap)."""
-    counts = report.counts
-    kept = {reason: counts.referenced.get(source.value, 0) for source, reason in _KEEP_BY_SOURCE.items()}
-    kept.update(grace=counts.within_grace, recheck=counts.recheck_saved, cap=counts.over_cap)
-    return kept
+    """The report's kept rows under the metric's reasons (KEEP_REASONS)."""
+    return {decision.value: rows for decision, rows in report.counts.kept().items()}
 
 
 def push_report(url: str, namespace: str, report: SweepReport, store: StoreSeries = NO_STORE_SERIES) -> bool:

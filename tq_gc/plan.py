@@ -3,7 +3,7 @@
     plan(listing, references, first_seen, now_ms, policy) -> Plan
 
 No I/O and no clock of its own: the collector gathers the snapshots, the store's clock gives `now_ms`.
-Every in-scope row lands in exactly one bucket (model.Decision); the property tests hold us to that.
+Every in-scope row lands in exactly one bucket (decisions.Decision); the property tests hold us to that.
 The work is done with set operations per partition, not per-row objects: a sweep plans 100k-row
 partitions, and the plan must cost little next to TransferQueue's own list and clear.
 """
@@ -18,21 +18,12 @@ from functools import cached_property
 from itertools import chain
 from typing import Protocol
 
-from tq_gc.model import (
-    KEEP_BY_SOURCE,
-    Counts,
-    Decision,
-    FirstSeen,
-    Identity,
-    KeysByPartition,
-    Listing,
-    References,
-    RowId,
-    Tags,
-    rows_of,
-)
-from tq_gc.model import tags_digest as digest_of
-from tq_gc.sightings import times_of
+from tq_gc.decisions import KEEP_BY_SOURCE, PLANNED, Decision
+from tq_gc.first_seen import FirstSeen, first_seen_ms
+from tq_gc.referenced import References
+from tq_gc.report import Counts
+from tq_gc.rows import Identity, KeysByPartition, Listing, RowId, Tags, rows_of
+from tq_gc.rows import tags_digest as digest_of
 
 FirstSeenByPartition = Mapping[str, Mapping[str, FirstSeen]]
 
@@ -104,11 +95,10 @@ class Plan:
         return sum(len(keys) for keys in self.buckets.get(decision, {}).values())
 
     def counts(self) -> Counts:
-        counts = Counts(listed=self.listed, in_scope=sum(self.count(decision) for decision in Decision))
-        for source, decision in KEEP_BY_SOURCE.items():
-            counts.referenced[source.value] = self.count(decision)
-        counts.within_grace = self.count(Decision.KEEP_GRACE)
-        counts.over_cap = self.count(Decision.KEEP_OVER_CAP)
+        counts = Counts(listed=self.listed, in_scope=sum(self.count(decision) for decision in PLANNED))
+        for decision in PLANNED:
+            if decision is not Decision.DELETE:
+                counts.set_kept(decision, self.count(decision))
         counts.eligible = self.count(Decision.DELETE) + counts.over_cap
         return counts
 
@@ -118,7 +108,7 @@ class _Draft:
     """The plan while it is being built, partition by partition."""
 
     buckets: dict[Decision, dict[str, frozenset[str]]] = field(
-        default_factory=lambda: {decision: {} for decision in Decision}
+        default_factory=lambda: {decision: {} for decision in PLANNED}
     )
     eligible: dict[str, set[str]] = field(default_factory=dict)
     upserts: dict[str, dict[str, FirstSeen]] = field(default_factory=dict)
@@ -135,7 +125,7 @@ class _Draft:
         when the cap bites keeps the common case cheap."""
         if sum(len(keys) for keys in self.eligible.values()) <= max_deletes:
             return {p: tuple(sorted(keys)) for p, keys in sorted(self.eligible.items())}
-        times = {p: times_of(first_seen[p]) for p in self.eligible}
+        times = {p: first_seen_ms(first_seen[p]) for p in self.eligible}
         chosen = _oldest(self.eligible, times, max_deletes)
         for partition, keys in self.eligible.items():
             over = keys.difference(chosen.get(partition, ()))
@@ -194,7 +184,7 @@ def plan(
     draft = _Draft()
     for partition, rows in listing.items():
         in_scope = policy.scoped_keys(partition, rows)
-        unreferenced = _sort_referenced(draft, partition, in_scope, references)
+        unreferenced = _bucket_referenced(draft, partition, in_scope, references)
         records = first_seen.get(partition, {})
         _judge_unreferenced(draft, partition, rows, unreferenced, records, now_ms, policy)
     # A record is kept only while its row is listed, in scope and unreferenced: seen referenced
@@ -289,7 +279,7 @@ def stale_partitions(
     return stale
 
 
-def _sort_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
+def _bucket_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
     """Put referenced rows in their source's bucket (admissions, manifests, tags, then owners); return
     the rest: `in_scope` itself, emptied of them (in place: at 1M rows a copy a source cost 60 ms)."""
     rest = in_scope
@@ -312,7 +302,7 @@ def _judge_unreferenced(
     # Never delete a row on first sight, whatever the grace: an earlier sweep must have recorded it
     # unreferenced (an unobserved owner is verified, never presumed gone). A record from the future
     # (the store's clock went back) is not trusted either: the row is seen afresh.
-    times = times_of(records)
+    times = first_seen_ms(records)
     seen = unreferenced & times.keys()
     cutoff = now_ms - policy.grace_ms  # seen unreferenced at or before this: grace has passed
     # Records in their order, not looked up key by key from a set: half the time at 1M rows.

@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.utils import floatToGoString
 
 from tq_gc.metrics import PHASE_BUCKETS_SECONDS, PUSH_JOB, SweepMetrics
-from tq_gc.model import PHASES
+from tq_gc.report import PHASES
 from tq_gc.stores.transferqueue import STORE_SERIES
 
 from .kustomize import ROOT

@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tq_gc.metrics import KEEP_REASONS, StoreSeries, SweepMetrics, push_report
-from tq_gc.model import Cause, Counts, Outcome, SweepReport
+from tq_gc.decisions import KEEPS
+from tq_gc.metrics import KEEP_REASONS, StoreSeries, SweepMetrics, kept_by_reason, push_report
+from tq_gc.report import Cause, Counts, Outcome, SweepReport
 from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
 from tq_gc.stores.transferqueue.internals import QUIET_WAITS
@@ -95,6 +96,25 @@ def test_an_aborted_sweep_is_not_a_success_and_a_dry_run_is() -> None:
     metrics.observe(report(Outcome.DRY_RUN, within_grace=4))
     assert value(metrics, "tqgc_last_success_timestamp_seconds") == FINISHED_TS
     assert value(metrics, "tqgc_orphans_waiting") == 4
+
+
+def test_each_keep_reason_is_counted_under_its_field_and_exported_under_its_label() -> None:
+    counts = Counts()
+    for rows, decision in enumerate(KEEPS, start=1):
+        counts.set_kept(decision, rows)
+    assert counts.kept() == {decision: rows for rows, decision in enumerate(KEEPS, start=1)}
+    fields = counts.to_dict()
+    assert (fields["referenced"], fields["within_grace"], fields["recheck_saved"], fields["over_cap"]) == (
+        {"admissions": 1, "manifests": 2, "tags": 3, "owners": 4},
+        5,
+        6,
+        7,
+    )
+    assert Counts.from_dict(fields) == counts
+    done = report()
+    done.counts = counts
+    assert kept_by_reason(done) == dict(zip(KEEP_REASONS, range(1, 8), strict=True))
+    assert KEEP_REASONS == ("admission", "manifest", "tag", "owner", "grace", "recheck", "cap")
 
 
 def test_errors_are_counted_apart_from_outcomes() -> None:

@@ -16,9 +16,10 @@ from tq_gc.cli import main
 from tq_gc.collector import Collector
 from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config, plan_policy
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.model import Outcome, RowId, Tags, rows_of
 from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
+from tq_gc.report import Outcome
+from tq_gc.rows import RowId, Tags, rows_of
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.wiring import Runtime

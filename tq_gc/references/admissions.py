@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from tq_gc.errors import ReferenceSourceError, StoreUnavailable
-from tq_gc.model import KeysByPartition
+from tq_gc.rows import KeysByPartition
 from tq_gc.state.base import AdmissionRows
 
 

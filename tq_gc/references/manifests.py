@@ -39,12 +39,13 @@ from typing import IO, Any
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
-from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition, merge_keys
 from tq_gc.publish.manifest import NATIVE_FORMAT, NATIVE_STATES
+from tq_gc.referenced import Source
 from tq_gc.references import nemo_rl
 from tq_gc.references.emptied import Yield
 from tq_gc.references.globwalk import UnreadablePath, check_volume, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
+from tq_gc.rows import KeysByPartition, RowId, group_by_partition, merge_keys
 
 # A sweep reads the manifests twice, before and after its listing (collector.Collector._read_references).
 READS_PER_SWEEP = 2

@@ -42,8 +42,8 @@ from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
-from tq_gc.model import Cause, SweepReport
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
+from tq_gc.report import Cause, SweepReport
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.transferqueue import STORE_SERIES
