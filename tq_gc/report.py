@@ -165,9 +165,14 @@ class SweepReport:
             finished_at=data.get("finished_at", ""),
             counts=counts,
             phases_ms=dict(data.get("phases_ms", {})),
-            deleted_sample=[DeletedRow(**d) for d in data.get("deleted_sample", [])],
+            deleted_sample=[_sampled_row(row) for row in data.get("deleted_sample", [])],
             longest_tq_request=_longest_request(data.get("longest_tq_request")),
         )
+
+
+def _sampled_row(data: Mapping[str, Any]) -> DeletedRow:
+    """A deleted_sample entry: its JSON names the row's age `unreferenced_s` (a documented field)."""
+    return DeletedRow(str(data["partition"]), str(data["key"]), float(data["unreferenced_s"]))
 
 
 def _longest_request(data: Mapping[str, Any] | None) -> LongestRequest | None:
