@@ -245,6 +245,13 @@ def test_push_report_replaces_the_group_after_a_successful_sweep(gateway: FakeGa
     assert "tqgc_last_success_timestamp_seconds" in push.body
 
 
+def test_a_push_carries_the_row_stores_series(gateway: FakeGateway) -> None:
+    assert push_report(gateway.url, "job-42", report(deleted=1), StoreSeries(("kv_list",), ("pages",), dict))
+    [push] = gateway.pushes
+    assert 'tqgc_tq_request_seconds_count{op="kv_list"} 0.0' in push.body
+    assert 'tqgc_tq_controller_function_misfits_total{function="pages"} 0.0' in push.body
+
+
 def test_push_after_a_failed_sweep_keeps_the_last_good_gauges(gateway: FakeGateway) -> None:
     assert push_report(gateway.url, "job-42", report(Outcome.ABORTED, reason="blast radius"))
     [push] = gateway.pushes
