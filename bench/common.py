@@ -147,7 +147,7 @@ def naive_clear(data: DataSet, registry: Any) -> int:
 
 def shift_first_seen(state: Any, partition: str, by_ms: int) -> None:
     """Move a partition's first-seen records `by_ms` into the past (Redis has its own clock)."""
-    from tq_gc.model import FirstSeen
+    from tq_gc.first_seen import FirstSeen
 
     records = state.load_first_seen(partition)
     lease = state.acquire_lease("bench", 60_000)

@@ -364,7 +364,8 @@ class Bench:
     def _mark_orphans_past_grace(self) -> None:
         """The orphans' first sightings, a grace period back, as an earlier sweep would have left them
         (with no global index pinned: the identity check then compares the tags digest only)."""
-        from tq_gc.model import FirstSeen, Identity, tags_digest
+        from tq_gc.first_seen import FirstSeen
+        from tq_gc.rows import Identity, tags_digest
 
         now_ms = self.state.now_ms()
         back_ms = now_ms - 901_000

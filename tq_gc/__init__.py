@@ -16,10 +16,10 @@ from tq_gc.errors import (
     TqGcError,
     TransferQueueNotFound,
 )
-from tq_gc.model import Cause, Outcome, SweepReport
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.report import Cause, Outcome, SweepReport
 
 __version__ = "0.1.0"
 

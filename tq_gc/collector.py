@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 
-from tq_gc.config import Config
+from tq_gc.config import Config, plan_policy
 from tq_gc.errors import (
     CheckpointInProgress,
     ConfigError,
@@ -25,32 +25,23 @@ from tq_gc.errors import (
     ReferenceSourceError,
     StoreUnavailable,
 )
-from tq_gc.model import (
-    Cause,
-    FirstSeen,
-    ListedKeys,
-    Listing,
-    Outcome,
-    References,
-    SweepReport,
-    Tags,
-    merge_keys,
-)
+from tq_gc.first_seen import FirstSeen, first_seen_identities
 from tq_gc.plan import (
     FirstSeenByPartition,
     Plan,
-    PlanPolicy,
     admitted_meanwhile,
     plan,
     stale_partitions,
     unreferenced_rows,
 )
+from tq_gc.referenced import References
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.emptied import accepted_sources, collected_yields, guard_emptied_sources
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.sightings import identities_of_keys
+from tq_gc.report import Cause, Outcome, SweepReport
+from tq_gc.rows import ListedKeys, Listing, Tags, merge_keys
 from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore, optional_method
 from tq_gc.sweep import (
@@ -121,7 +112,7 @@ class Collector:
             raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
         self._accept_empty = accepted_sources(self.config, accept_empty)
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
-        sweep = Sweep(report, PlanPolicy.from_config(self.config, max_deletes), progress)
+        sweep = Sweep(report, plan_policy(self.config, max_deletes), progress)
         with without_cyclic_gc() if self._pause_cyclic_gc else nullcontext():
             self._run(sweep, dry_run)
         return report
@@ -370,7 +361,7 @@ class Collector:
         counts = sweep.report.counts
         records = sweep.first_seen.get(batch.partition, {})
         # Every planned row has a record: rows are never deleted on first sight.
-        recorded = records.keys()  # a Sightings' is its dict's view: membership at C speed
+        recorded = records.keys()  # a FirstSeenRecords' is its dict's view: membership at C speed
         keys = [key for key in batch.keys if key in recorded]
         # Kept: admitted since this sweep took its lease (the write barrier). That covers every admission
         # live now that the reads before the plan did not see, and every reference that moved by the
@@ -381,7 +372,7 @@ class Collector:
         if not keys:
             self._forget_saved(sweep, batch)
             return
-        identities = identities_of_keys(records, keys)
+        identities = first_seen_identities(records, keys)
         intent = sweep.intent(batch.partition, identities, records)
         try:
             intent_id = self.state.record_intent(

@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -24,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 from prometheus_client.registry import Collector
 
-from tq_gc.model import PHASES, Cause, Outcome, Source, SweepReport
-from tq_gc.stores.transferqueue import CONTROLLER_FUNCTIONS, MISFITS_FOUND, TQ_REQUEST_OPS
+from tq_gc.decisions import KEEPS
+from tq_gc.report import PHASES, Cause, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +39,26 @@ PHASE_BUCKETS_SECONDS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 # tq-gc's own TQ requests: a paced request takes a few ms; the job's loop notices from ~10 ms on; one
 # kv_list of a million rows takes seconds.
 TQ_REQUEST_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
-KEEP_REASONS = ("admission", "manifest", "tag", "owner", "grace", "recheck", "cap")
-_KEEP_BY_SOURCE = {
-    Source.ADMISSIONS: "admission",
-    Source.MANIFESTS: "manifest",
-    Source.TAGS: "tag",
-    Source.OWNERS: "owner",
-}
+# tqgc_rows_kept_total{reason}: each keep decision's value.
+KEEP_REASONS = tuple(decision.value for decision in KEEPS)
 # Outcomes after which the report's counts describe the whole in-scope population.
 _SUCCESS = (Outcome.COMPLETED, Outcome.DRY_RUN)
 # Gauges a run that did not succeed must not overwrite on a Pushgateway: they hold the last good run's.
 _KEPT_AFTER_FAILURE = (PREFIX + "last_success_timestamp_seconds", PREFIX + "orphans_waiting")
+
+
+class StoreSeries(NamedTuple):
+    """What the row store's backend adds to the metrics, handed in so that they know no backend: the
+    operations its requests are timed under (tqgc_tq_request_seconds{op}, exported from the start), its
+    functions run inside the controller, and how many times each was found not to fit in this process
+    (tqgc_tq_controller_function_misfits_total{function}, read at each scrape or push)."""
+
+    request_ops: tuple[str, ...] = ()
+    controller_functions: tuple[str, ...] = ()
+    misfits: Callable[[], Mapping[str, int]] = dict
+
+
+NO_STORE_SERIES = StoreSeries()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +74,7 @@ class _Collectors:
     tq_request_seconds: Histogram
 
 
-def _register(registry: CollectorRegistry) -> _Collectors:
+def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
     def name(short: str) -> str:
         return PREFIX + short
 
@@ -118,9 +128,9 @@ def _register(registry: CollectorRegistry) -> _Collectors:
         collectors.sweeps.labels(outcome=outcome.value)
     for reason in KEEP_REASONS:
         collectors.rows_kept.labels(reason=reason)
-    for op in TQ_REQUEST_OPS:
+    for op in store.request_ops:
         collectors.tq_request_seconds.labels(op=op)
-    registry.register(_ControllerFunctionMisfits())
+    registry.register(_ControllerFunctionMisfits(store))
     return collectors
 
 
@@ -130,6 +140,9 @@ class _ControllerFunctionMisfits(Collector):
 
     NAME = PREFIX + "tq_controller_function_misfits"
 
+    def __init__(self, store: StoreSeries) -> None:
+        self._store = store
+
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(
             self.NAME,
@@ -137,8 +150,8 @@ class _ControllerFunctionMisfits(Collector):
             "quiet waits) was found not to fit it (another TQ version): tq-gc then uses TQ's own calls.",
             labels=["function"],
         )
-        found = MISFITS_FOUND.counts()
-        for function in CONTROLLER_FUNCTIONS:
+        found = self._store.misfits()
+        for function in self._store.controller_functions:
             family.add_metric([function.replace(" ", "_")], found.get(function, 0))
         yield family
 
@@ -150,21 +163,24 @@ _registered: weakref.WeakKeyDictionary[CollectorRegistry, _Collectors] = weakref
 _registered_lock = threading.Lock()
 
 
-def _collectors_for(registry: CollectorRegistry) -> _Collectors:
+def _collectors_for(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
     """Register tq-gc's collectors on `registry` once; later calls get the same ones back."""
     with _registered_lock:
         collectors = _registered.get(registry)
         if collectors is None:
-            collectors = _registered[registry] = _register(registry)
+            collectors = _registered[registry] = _register(registry, store)
         return collectors
 
 
 class SweepMetrics:
-    """tq-gc's metrics on one registry (a fresh one unless given). Thread-safe, like prometheus-client."""
+    """tq-gc's metrics on one registry (a fresh one unless given), with the row store's series (the first
+    instance on a registry sets them). Thread-safe, like prometheus-client."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, store: StoreSeries = NO_STORE_SERIES
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self._c = _collectors_for(self.registry)
+        self._c = _collectors_for(self.registry, store)
 
     def observe(self, report: SweepReport) -> None:
         """Count one finished sweep (any outcome)."""
@@ -212,21 +228,17 @@ class SweepMetrics:
 
 
 def kept_by_reason(report: SweepReport) -> dict[str, int]:
-    """The report's kept rows under the metric's reasons (admission, manifest, tag, owner, grace, recheck,
-    cap)."""
-    counts = report.counts
-    kept = {reason: counts.referenced.get(source.value, 0) for source, reason in _KEEP_BY_SOURCE.items()}
-    kept.update(grace=counts.within_grace, recheck=counts.recheck_saved, cap=counts.over_cap)
-    return kept
+    """The report's kept rows under the metric's reasons (KEEP_REASONS)."""
+    return {decision.value: rows for decision, rows in report.counts.kept().items()}
 
 
-def push_report(url: str, namespace: str, report: SweepReport) -> bool:
+def push_report(url: str, namespace: str, report: SweepReport, store: StoreSeries = NO_STORE_SERIES) -> bool:
     """Push one sweep's metrics to the Pushgateway at `url` (job "tq-gc", grouping key namespace).
 
     A push that fails, however it fails, is logged, not raised: the sweep itself is done (it may have
     deleted rows), its report and exit code must stand, and a stale tqgc_last_success_timestamp_seconds
     is what alerts on a CronJob that stopped reporting. Returns whether the push went through."""
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=store)
     metrics.observe(report)
     try:
         metrics.push(url, namespace, succeeded=report.outcome in _SUCCESS)
@@ -245,4 +257,12 @@ def _timestamp(iso: str) -> float:
         return 0.0
 
 
-__all__ = ["KEEP_REASONS", "PREFIX", "SweepMetrics", "kept_by_reason", "push_report"]
+__all__ = [
+    "KEEP_REASONS",
+    "NO_STORE_SERIES",
+    "PREFIX",
+    "StoreSeries",
+    "SweepMetrics",
+    "kept_by_reason",
+    "push_report",
+]

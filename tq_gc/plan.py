@@ -3,58 +3,54 @@
     plan(listing, references, first_seen, now_ms, policy) -> Plan
 
 No I/O and no clock of its own: the collector gathers the snapshots, the store's clock gives `now_ms`.
-Every in-scope row lands in exactly one bucket (model.Decision); the property tests hold us to that.
+Every in-scope row lands in exactly one bucket (decisions.Decision); the property tests hold us to that.
 The work is done with set operations per partition, not per-row objects: a sweep plans 100k-row
 partitions, and the plan must cost little next to TransferQueue's own list and clear.
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
+from typing import Protocol
 
-from tq_gc.config import Config, ScopeEntry, compile_key_pattern
-from tq_gc.model import (
-    KEEP_BY_SOURCE,
-    Counts,
-    Decision,
-    FirstSeen,
-    Identity,
-    KeysByPartition,
-    Listing,
-    References,
-    RowId,
-    Tags,
-    rows_of,
-)
-from tq_gc.model import tags_digest as digest_of
-from tq_gc.sightings import times_of
+from tq_gc.decisions import KEEP_BY_SOURCE, PLANNED, Decision
+from tq_gc.first_seen import FirstSeen, first_seen_ms
+from tq_gc.referenced import References
+from tq_gc.report import Counts
+from tq_gc.rows import Identity, KeysByPartition, Listing, RowId, Tags, rows_of
+from tq_gc.rows import tags_digest as digest_of
 
 FirstSeenByPartition = Mapping[str, Mapping[str, FirstSeen]]
 
 
+class ScopeRule(Protocol):
+    """Which keys of one partition a sweep may delete: those with one of `prefixes`, every key
+    (`all_keys`), or those `key_pattern` matches whole. Exactly one way, as config.ScopeEntry checks."""
+
+    @property
+    def partition(self) -> str: ...
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+    @property
+    def all_keys(self) -> bool: ...
+    @property
+    def key_pattern(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class PlanPolicy:
-    scope: tuple[ScopeEntry, ...]
+    """What the plan is allowed: the scope, the grace, the caps (config.policy.plan_policy makes one)."""
+
+    scope: tuple[ScopeRule, ...]
     grace_ms: int
     max_deletes: int
     max_delete_fraction: float
     fraction_min_rows: int
-
-    @classmethod
-    def from_config(cls, config: Config, max_deletes: int | None = None) -> PlanPolicy:
-        limits = config.limits
-        cap = limits.max_deletes_per_run
-        return cls(
-            scope=config.scope,
-            grace_ms=int(config.grace_seconds * 1000),
-            max_deletes=cap if max_deletes is None else min(max_deletes, cap),
-            max_delete_fraction=limits.max_delete_fraction,
-            fraction_min_rows=limits.fraction_min_rows,
-        )
 
     def scoped_keys(self, partition: str, keys: Iterable[str]) -> set[str]:
         """The keys of `keys` that are in scope in `partition`."""
@@ -64,12 +60,12 @@ class PlanPolicy:
         if entry.all_keys:
             return set(keys)
         if entry.key_pattern is not None:
-            matches = compile_key_pattern(entry.key_pattern).fullmatch
+            matches = re.compile(entry.key_pattern).fullmatch  # re caches it
             return {key for key in keys if matches(key)}
         return {key for key in keys if key.startswith(entry.prefixes)}
 
     @cached_property
-    def _entries(self) -> dict[str, ScopeEntry]:
+    def _entries(self) -> dict[str, ScopeRule]:
         return {entry.partition: entry for entry in self.scope}
 
 
@@ -99,11 +95,10 @@ class Plan:
         return sum(len(keys) for keys in self.buckets.get(decision, {}).values())
 
     def counts(self) -> Counts:
-        counts = Counts(listed=self.listed, in_scope=sum(self.count(decision) for decision in Decision))
-        for source, decision in KEEP_BY_SOURCE.items():
-            counts.referenced[source.value] = self.count(decision)
-        counts.within_grace = self.count(Decision.KEEP_GRACE)
-        counts.over_cap = self.count(Decision.KEEP_OVER_CAP)
+        counts = Counts(listed=self.listed, in_scope=sum(self.count(decision) for decision in PLANNED))
+        for decision in PLANNED:
+            if decision is not Decision.DELETE:
+                counts.set_kept(decision, self.count(decision))
         counts.eligible = self.count(Decision.DELETE) + counts.over_cap
         return counts
 
@@ -113,7 +108,7 @@ class _Draft:
     """The plan while it is being built, partition by partition."""
 
     buckets: dict[Decision, dict[str, frozenset[str]]] = field(
-        default_factory=lambda: {decision: {} for decision in Decision}
+        default_factory=lambda: {decision: {} for decision in PLANNED}
     )
     eligible: dict[str, set[str]] = field(default_factory=dict)
     upserts: dict[str, dict[str, FirstSeen]] = field(default_factory=dict)
@@ -130,7 +125,7 @@ class _Draft:
         when the cap bites keeps the common case cheap."""
         if sum(len(keys) for keys in self.eligible.values()) <= max_deletes:
             return {p: tuple(sorted(keys)) for p, keys in sorted(self.eligible.items())}
-        times = {p: times_of(first_seen[p]) for p in self.eligible}
+        times = {p: first_seen_ms(first_seen[p]) for p in self.eligible}
         chosen = _oldest(self.eligible, times, max_deletes)
         for partition, keys in self.eligible.items():
             over = keys.difference(chosen.get(partition, ()))
@@ -189,7 +184,7 @@ def plan(
     draft = _Draft()
     for partition, rows in listing.items():
         in_scope = policy.scoped_keys(partition, rows)
-        unreferenced = _sort_referenced(draft, partition, in_scope, references)
+        unreferenced = _bucket_referenced(draft, partition, in_scope, references)
         records = first_seen.get(partition, {})
         _judge_unreferenced(draft, partition, rows, unreferenced, records, now_ms, policy)
     # A record is kept only while its row is listed, in scope and unreferenced: seen referenced
@@ -284,7 +279,7 @@ def stale_partitions(
     return stale
 
 
-def _sort_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
+def _bucket_referenced(draft: _Draft, partition: str, in_scope: set[str], references: References) -> set[str]:
     """Put referenced rows in their source's bucket (admissions, manifests, tags, then owners); return
     the rest: `in_scope` itself, emptied of them (in place: at 1M rows a copy a source cost 60 ms)."""
     rest = in_scope
@@ -307,7 +302,7 @@ def _judge_unreferenced(
     # Never delete a row on first sight, whatever the grace: an earlier sweep must have recorded it
     # unreferenced (an unobserved owner is verified, never presumed gone). A record from the future
     # (the store's clock went back) is not trusted either: the row is seen afresh.
-    times = times_of(records)
+    times = first_seen_ms(records)
     seen = unreferenced & times.keys()
     cutoff = now_ms - policy.grace_ms  # seen unreferenced at or before this: grace has passed
     # Records in their order, not looked up key by key from a set: half the time at 1M rows.

@@ -16,18 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tq_gc.errors import LeaseLost
-from tq_gc.model import (
-    DELETED_SAMPLE_SIZE,
-    AuditBatch,
-    Cause,
-    FirstSeen,
-    Identity,
-    Outcome,
-    SweepReport,
-    identity_columns,
-)
+from tq_gc.first_seen import FirstSeen, first_seen_ms_of
+from tq_gc.model import AuditBatch, identity_columns
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
-from tq_gc.sightings import times_of_keys
+from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
+from tq_gc.rows import Identity
 from tq_gc.state.base import Lease
 
 log = logging.getLogger(__name__)
@@ -84,7 +77,7 @@ class Sweep:
             run_id=self.report.run_id,
             partition=partition,
             keys=keys,
-            unreferenced_ms=tuple(now_ms - at_ms for at_ms in times_of_keys(records, keys)),
+            unreferenced_ms=tuple(now_ms - at_ms for at_ms in first_seen_ms_of(records, keys)),
             global_indexes=tuple(indexes),
             tags_digests=tuple(digests),
         )

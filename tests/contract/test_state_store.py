@@ -16,8 +16,11 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tq_gc.config import MEMORY_SCHEME, STATE_SCHEMES, parse_config
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
-from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
+from tq_gc.first_seen import FirstSeen
+from tq_gc.model import AuditBatch, DeletedRow
+from tq_gc.rows import Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys
 
@@ -705,15 +708,15 @@ def test_a_partition_is_a_few_fields_and_a_confirmed_batch_one_tombstone(redis_u
         client.hset(keys.legacy_first_seen("staging"), "old-row", "1|d1|")  # the earlier layout
         records = {f"key/{i}": seen(7, "d1", i) for i in range(GENERATION_ROWS + 1)}
         save(store, "staging", records)
-        assert client.hlen(keys.sightings("staging")) == 3  # two generation fields and the version
+        assert client.hlen(keys.first_seen("staging")) == 3  # two generation fields and the version
         assert not client.exists(keys.legacy_first_seen("staging"))
 
         record(store, batch("run-1", "key/1", "key/2"), deleted={"key/1", "key/2"})
         record(store, batch("run-1", "key/3"), deleted={"key/3"})
-        assert client.llen(keys.sightings_gone("staging")) == 2
+        assert client.llen(keys.first_seen_tombstones("staging")) == 2
         assert len(store.load_first_seen("staging")) == GENERATION_ROWS - 2
         save(store, "staging", {})
-        assert client.llen(keys.sightings_gone("staging")) == 0
+        assert client.llen(keys.first_seen_tombstones("staging")) == 0
         assert len(store.load_first_seen("staging")) == GENERATION_ROWS - 2
     finally:
         client.close()
@@ -884,6 +887,18 @@ def test_open_state_dispatches_on_scheme(redis_url: str) -> None:
         shared.close()
     with pytest.raises(ConfigError, match="not a state store URL"):
         open_state("postgres://:pw@db/0", "job")
+
+
+def test_every_scheme_a_config_accepts_opens_a_state_store() -> None:
+    """One list of schemes: whatever state_url the config accepts, open_state opens (Redis lazily)."""
+    urls = {"memory": "memory://", "redis": "redis://127.0.0.1:1/0", "rediss": "rediss://127.0.0.1:1/0"}
+    for scheme in STATE_SCHEMES:
+        url = urls.get(scheme, f"{scheme}:///nowhere/redis.sock")
+        store = open_state(parse_config({"state_url": url}).state_url, "job")
+        try:
+            assert isinstance(store, MemoryState if scheme == MEMORY_SCHEME else RedisState), scheme
+        finally:
+            store.close()
 
 
 def test_namespace_with_braces_is_refused() -> None:

@@ -22,7 +22,8 @@ import yaml
 from prometheus_client.utils import floatToGoString
 
 from tq_gc.metrics import PHASE_BUCKETS_SECONDS, PUSH_JOB, SweepMetrics
-from tq_gc.model import PHASES
+from tq_gc.report import PHASES
+from tq_gc.stores.transferqueue import STORE_SERIES
 
 from .kustomize import ROOT
 
@@ -95,7 +96,7 @@ def exported() -> tuple[dict[str, str], dict[str, dict[str, set[str]]]]:
     suffixes = {"counter": ("_total", "_created"), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
     series: dict[str, str] = {}
     labels: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for family in SweepMetrics().registry.collect():
+    for family in SweepMetrics(store=STORE_SERIES).registry.collect():
         for suffix in suffixes[family.type] + (("_created",) if family.type == "histogram" else ()):
             series[family.name + suffix] = family.name
         for sample in family.samples:

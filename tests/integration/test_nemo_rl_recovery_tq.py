@@ -27,7 +27,7 @@ import yaml
 
 from tq_gc.collector import Collector
 from tq_gc.config import TransferQueueConfig, parse_config
-from tq_gc.model import Cause, Outcome, SweepReport
+from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 

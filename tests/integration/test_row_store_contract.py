@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.model import Identity, tags_digest
+from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores import MemoryRowStore, RowStore
 
 Put = Callable[[str, Sequence[str], Sequence[Mapping[str, Any]]], None]

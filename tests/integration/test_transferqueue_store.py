@@ -15,7 +15,7 @@ from conftest import fresh_partition
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
-from tq_gc.model import Identity, tags_digest
+from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.attach import find_controller, open_client
 from tq_gc.stores.transferqueue.index_range import IndexPaging

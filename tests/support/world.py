@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
-from tq_gc.model import SweepReport
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.report import SweepReport
 from tq_gc.state.memory import ManualClock
 
 from support.scripted_store import ScriptedRowStore, ScriptedState

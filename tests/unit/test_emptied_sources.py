@@ -20,7 +20,7 @@ from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_USAGE, main
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.errors import ConfigError
-from tq_gc.model import Cause, Outcome, SweepReport
+from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state import RedisState
 from tq_gc.wiring import Runtime
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tq_gc.model import FirstSeen, Identity
-from tq_gc.sightings import Sightings, times_of
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords, first_seen_ms
+from tq_gc.rows import Identity
 from tq_gc.state import generations
 
 CHUNK = 3  # small, so that generations span several fields
@@ -74,7 +74,7 @@ def test_saves_and_tombstones_read_back_as_a_plain_dict(steps: list[tuple]) -> N
             redis.confirm(step[1])
             for key in step[1]:
                 model.pop(key, None)
-        assert redis.load().sightings == model
+        assert redis.load().records == model
 
 
 @given(STEPS)
@@ -111,7 +111,7 @@ def test_an_unreadable_generation_is_forgotten_and_removed_by_the_next_save() ->
     redis.hash["junk"] = "[]"
 
     layout = redis.load()
-    assert layout.sightings == {"a": seen(10)}
+    assert layout.records == {"a": seen(10)}
     redis.save(layout, {}, set())
     assert set(redis.hash) == {"g:10:0", generations.VERSION_FIELD}
 
@@ -124,7 +124,7 @@ def test_an_unreadable_tombstone_forgets_every_record() -> None:
     redis.gone.append("{broken")
 
     layout = redis.load()
-    assert layout.sightings == {}
+    assert layout.records == {}
     redis.save(layout, {}, set())
     assert redis.hash == {generations.VERSION_FIELD: "2"} and redis.gone == []
 
@@ -135,22 +135,22 @@ def test_a_key_in_two_generations_keeps_the_later_time_and_is_written_once() -> 
     redis.hash["g:20:0"] = json.dumps([["a"], ["d1"], [None]])  # a save cut short, by hand
 
     layout = redis.load()
-    assert layout.sightings == {"a": seen(20), "b": seen(10)}
+    assert layout.records == {"a": seen(20), "b": seen(10)}
     redis.save(layout, {}, set())
     assert json.loads(redis.hash["g:10:0"])[0] == ["b"]
-    assert redis.load().sightings == {"a": seen(20), "b": seen(10)}
+    assert redis.load().records == {"a": seen(20), "b": seen(10)}
 
 
 def test_columns_that_do_not_line_up_change_nothing() -> None:
-    sightings = Sightings()
-    sightings.update({"a": seen(1)})
+    records = FirstSeenRecords()
+    records.update({"a": seen(1)})
     try:
-        sightings.add(2, ["b", "c"], ["d1"], [None, None])
+        records.add(2, ["b", "c"], ["d1"], [None, None])
     except ValueError:
         pass
     else:
         raise AssertionError("columns of different lengths were accepted")
-    assert sightings == {"a": seen(1)} and times_of(sightings) == {"a": 1}
+    assert records == {"a": seen(1)} and first_seen_ms(records) == {"a": 1}
 
 
 def seen(at_ms: int, digest: str = "d1", index: int | None = None) -> FirstSeen:

@@ -10,8 +10,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tq_gc.model import FirstSeen, Identity, IdentityColumns, identity_columns, tags_digest
-from tq_gc.sightings import Sightings, identities_of_keys
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords, first_seen_identities
+from tq_gc.model import IdentityColumns, identity_columns
+from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue.rows import unchanged
 
 KEYS = st.text(alphabet="abcdef/_0123", min_size=1, max_size=6)
@@ -22,26 +23,26 @@ INDEXES = st.none() | st.integers(min_value=0, max_value=5)
 RECORDS = st.dictionaries(KEYS, st.tuples(st.integers(0, 10), TAGS, INDEXES), min_size=1, max_size=12)
 
 
-def sightings_of(records: dict[str, tuple[int, Any, int | None]]) -> Sightings:
-    sightings = Sightings()
-    sightings.update(
+def first_seen_of(records: dict[str, tuple[int, Any, int | None]]) -> FirstSeenRecords:
+    first_seen = FirstSeenRecords()
+    first_seen.update(
         {
             key: FirstSeen(at_ms, Identity(tags_digest(tags), index))
             for key, (at_ms, tags, index) in records.items()
         }
     )
-    return sightings
+    return first_seen
 
 
 @given(records=RECORDS, data=st.data())
-def test_the_identities_of_sightings_are_columns_equal_to_a_dict_of_identities(
+def test_the_identities_of_first_seen_records_are_columns_equal_to_a_dict_of_identities(
     records: dict[str, tuple[int, Any, int | None]], data: st.DataObject
 ) -> None:
-    sightings = sightings_of(records)
+    first_seen = first_seen_of(records)
     keys = data.draw(st.lists(st.sampled_from(sorted(records)), unique=True))
-    identities = identities_of_keys(sightings, keys)
+    identities = first_seen_identities(first_seen, keys)
     assert isinstance(identities, IdentityColumns)
-    as_dict = {key: sightings[key].identity for key in keys}
+    as_dict = {key: first_seen[key].identity for key in keys}
     assert identities == as_dict and list(identities) == keys
     assert identity_columns(identities, keys) == identity_columns(as_dict, keys)
     assert identity_columns(identities, keys[::-1]) == identity_columns(as_dict, keys[::-1])
@@ -61,7 +62,7 @@ def test_the_recheck_answers_the_same_for_columns_as_for_a_dict(
 ) -> None:
     """Every row of the snapshot (its index and tags now, drawn to match or not) is judged the same
     whichever form the expected identities take."""
-    sightings = sightings_of(records)
+    first_seen = first_seen_of(records)
     keys = data.draw(st.lists(st.sampled_from(sorted(records)), unique=True, min_size=1))
     now = [
         (records[key][2] if same else data.draw(st.integers(0, 5)), records[key][1] if same else tags)
@@ -69,8 +70,8 @@ def test_the_recheck_answers_the_same_for_columns_as_for_a_dict(
         for same, tags in [(data.draw(st.booleans()), data.draw(TAGS))]
     ]
     snapshot = Snapshot([index if index is not None else 0 for index, _ in now], [tags for _, tags in now])
-    as_dict = {key: sightings[key].identity for key in keys}
-    matched = unchanged(keys, snapshot, identities_of_keys(sightings, keys))
+    as_dict = {key: first_seen[key].identity for key in keys}
+    matched = unchanged(keys, snapshot, first_seen_identities(first_seen, keys))
     assert matched == unchanged(keys, snapshot, as_dict)
     for i, key in enumerate(keys):
         want = as_dict[key]

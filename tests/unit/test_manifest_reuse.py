@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.model import KeysByPartition, RowId
 from tq_gc.publish.manifest import NATIVE_FORMAT
 from tq_gc.references import nemo_rl
 from tq_gc.references.manifests import READERS, ManifestsSource
 from tq_gc.references.manifests.text import TextFormatReader
+from tq_gc.rows import KeysByPartition, RowId
 
 from support.nemo_rl_checkpoints import inventory, write_checkpoint
 

@@ -15,9 +15,9 @@ import pytest
 
 from tq_gc.config import ManifestSource, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.model import RowId, rows_of
 from tq_gc.publish.manifest import NATIVE_FORMAT, write_manifest
 from tq_gc.references.manifests import ManifestsSource, read_manifest
+from tq_gc.rows import RowId, rows_of
 
 STAGING = "rollout_staging"
 CUT = "__generation_cut__/ckpt-000123/r7_g0_a1/call3/0"

@@ -13,8 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tq_gc.metrics import KEEP_REASONS, SweepMetrics, push_report
-from tq_gc.model import Cause, Counts, Outcome, SweepReport
+from tq_gc.decisions import KEEPS
+from tq_gc.metrics import KEEP_REASONS, StoreSeries, SweepMetrics, kept_by_reason, push_report
+from tq_gc.report import Cause, Counts, Outcome, SweepReport
+from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
 from tq_gc.stores.transferqueue.internals import QUIET_WAITS
 
@@ -96,6 +98,25 @@ def test_an_aborted_sweep_is_not_a_success_and_a_dry_run_is() -> None:
     assert value(metrics, "tqgc_orphans_waiting") == 4
 
 
+def test_each_keep_reason_is_counted_under_its_field_and_exported_under_its_label() -> None:
+    counts = Counts()
+    for rows, decision in enumerate(KEEPS, start=1):
+        counts.set_kept(decision, rows)
+    assert counts.kept() == {decision: rows for rows, decision in enumerate(KEEPS, start=1)}
+    fields = counts.to_dict()
+    assert (fields["referenced"], fields["within_grace"], fields["recheck_saved"], fields["over_cap"]) == (
+        {"admissions": 1, "manifests": 2, "tags": 3, "owners": 4},
+        5,
+        6,
+        7,
+    )
+    assert Counts.from_dict(fields) == counts
+    done = report()
+    done.counts = counts
+    assert kept_by_reason(done) == dict(zip(KEEP_REASONS, range(1, 8), strict=True))
+    assert KEEP_REASONS == ("admission", "manifest", "tag", "owner", "grace", "recheck", "cap")
+
+
 def test_errors_are_counted_apart_from_outcomes() -> None:
     metrics = SweepMetrics()
     metrics.record_error()
@@ -121,13 +142,28 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
 
 
 def test_each_controller_function_found_not_to_fit_is_counted_by_function() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=STORE_SERIES)
     before = value(metrics, "tqgc_tq_controller_function_misfits_total", function="quiet_waits")
     MISFITS_FOUND.add(QUIET_WAITS)
     assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == before + 1
-    assert value(SweepMetrics(), "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == (
+    again = SweepMetrics(store=STORE_SERIES)
+    assert value(again, "tqgc_tq_controller_function_misfits_total", function="quiet_waits") == (
         before + 1
     ), "a count of this process's, whichever registry reads it"
+
+
+def test_the_row_store_hands_in_its_series_and_their_label_values() -> None:
+    found = {"pages": 3}
+    metrics = SweepMetrics(store=StoreSeries(("list", "clear"), ("pages", "waits"), found.copy))
+    assert value(metrics, "tqgc_tq_request_seconds_count", op="list") == 0  # exported from the start
+    assert value(metrics, "tqgc_tq_request_seconds_count", op="clear") == 0
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="pages") == 3
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="waits") == 0
+    found["pages"] = 4
+    assert value(metrics, "tqgc_tq_controller_function_misfits_total", function="pages") == 4, "read anew"
+    bare = SweepMetrics()
+    assert value(bare, "tqgc_tq_request_seconds_count", op="list") is None
+    assert value(bare, "tqgc_tq_controller_function_misfits_total", function="pages") is None
 
 
 def test_registration_is_idempotent_and_instances_do_not_collide() -> None:
@@ -209,6 +245,13 @@ def test_push_report_replaces_the_group_after_a_successful_sweep(gateway: FakeGa
     assert "tqgc_last_success_timestamp_seconds" in push.body
 
 
+def test_a_push_carries_the_row_stores_series(gateway: FakeGateway) -> None:
+    assert push_report(gateway.url, "job-42", report(deleted=1), StoreSeries(("kv_list",), ("pages",), dict))
+    [push] = gateway.pushes
+    assert 'tqgc_tq_request_seconds_count{op="kv_list"} 0.0' in push.body
+    assert 'tqgc_tq_controller_function_misfits_total{function="pages"} 0.0' in push.body
+
+
 def test_push_after_a_failed_sweep_keeps_the_last_good_gauges(gateway: FakeGateway) -> None:
     assert push_report(gateway.url, "job-42", report(Outcome.ABORTED, reason="blast radius"))
     [push] = gateway.pushes
@@ -256,7 +299,7 @@ def test_a_reply_that_is_not_http_or_a_malformed_url_is_logged_not_raised(
 
 
 def test_each_tq_request_of_a_sweep_is_observed_under_its_operation() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=STORE_SERIES)
     done = report(deleted=1)
     done.record_tq_requests({"kv_retrieve_keys": [0.0008, 0.002], "clear_samples": [0.3]})
     metrics.observe(done)
@@ -276,6 +319,6 @@ def test_each_tq_request_of_a_sweep_is_observed_under_its_operation() -> None:
 
 
 def test_a_sweep_that_made_no_tq_request_observes_none() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(store=STORE_SERIES)
     metrics.observe(report(outcome=Outcome.SKIPPED, cause=Cause.LEASE_HELD))
     assert value(metrics, "tqgc_tq_request_seconds_count", op="kv_retrieve_meta") == 0

@@ -21,9 +21,10 @@ from tq_gc.cli import EXIT_SKIPPED, main
 from tq_gc.collector import Collector
 from tq_gc.config import ManifestSource, load_config, parse_config
 from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
-from tq_gc.model import Cause, Outcome, RowId, rows_of
 from tq_gc.references import nemo_rl
 from tq_gc.references.manifests import ManifestsSource
+from tq_gc.report import Cause, Outcome
+from tq_gc.rows import RowId, rows_of
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.wiring import Runtime

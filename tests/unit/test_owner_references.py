@@ -14,11 +14,12 @@ import yaml
 
 from tq_gc.cli import main
 from tq_gc.collector import Collector
-from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config
+from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config, plan_policy
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.model import Outcome, RowId, Tags, rows_of
 from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
+from tq_gc.report import Outcome
+from tq_gc.rows import RowId, Tags, rows_of
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.wiring import Runtime
@@ -421,7 +422,7 @@ def test_the_verl_example_scopes_trajectories_and_padding_never_prompt_rows() ->
     uid, pad = str(uuid.uuid4()), f"pad{uuid.uuid4().hex}"  # verl's uid and padding uid
     trajectories = [f"{uid}_0_0", f"{uid}_7_12", f"{pad}_0_0", f"{pad}_3_0"]
     keys = [uid, *trajectories, f"{uid}_0", uuid.uuid4().hex + "_0_0", "pad_0_0", f"{uid}_x_0"]
-    policy = PlanPolicy.from_config(config)
+    policy = plan_policy(config)
     for partition in (TRAIN, VAL):
         assert policy.scoped_keys(partition, keys) == set(trajectories)
     store = store_with(

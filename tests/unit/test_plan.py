@@ -9,17 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tq_gc.config import ScopeEntry
-from tq_gc.model import (
-    Decision,
-    FirstSeen,
-    Identity,
-    References,
-    RowId,
-    group_by_partition,
-    merge_keys,
-    tags_digest,
-)
+from tq_gc.decisions import Decision
+from tq_gc.first_seen import FirstSeen
 from tq_gc.plan import PlanPolicy, admitted_meanwhile, plan, stale_partitions
+from tq_gc.referenced import References
+from tq_gc.rows import Identity, RowId, group_by_partition, merge_keys, tags_digest
 
 STAGING = "rollout_staging"
 DATA = "rollout_data"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tq_gc.model import Outcome, SweepReport
+from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores import RowStore
 from tq_gc.stores.deferred import DeferredRowStore
 

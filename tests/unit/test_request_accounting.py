@@ -7,7 +7,7 @@ import uuid
 
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
-from tq_gc.model import DeletedRow, LongestRequest, SweepReport
+from tq_gc.report import LongestRequest, SweepReport
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 
@@ -64,12 +64,3 @@ def test_the_longest_request_survives_the_run_record() -> None:
     again = SweepReport.from_dict(report.to_dict())
     assert again.longest_tq_request == LongestRequest("get_partition_index_range", 20.5)
     assert SweepReport.from_dict({**report.to_dict(), "longest_tq_request": None}).longest_tq_request is None
-
-
-def test_the_deleted_sample_survives_the_run_record() -> None:
-    report = SweepReport(run_id="r", namespace="n", dry_run=False)
-    report.deleted_sample.append(DeletedRow("staging", "k1", 901.25))
-    again = SweepReport.from_dict(report.to_dict())
-    assert [(row.partition, row.key, row.unreferenced_seconds) for row in again.deleted_sample] == [
-        ("staging", "k1", 901.25)
-    ]

@@ -15,9 +15,9 @@ import pytest
 
 from tq_gc.config import ManifestSource
 from tq_gc.errors import ConfigError, ReferenceSourceError
-from tq_gc.model import RowId, rows_of
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.references.manifests import ManifestsSource
+from tq_gc.rows import RowId, rows_of
 
 STAGING = "rollout_staging"
 # A tmpfs this machine mounts for every process (checked below): a real mount point to write under.

@@ -12,7 +12,7 @@ import pytest
 
 from tq_gc.collector import Collector
 from tq_gc.errors import StoreUnavailable
-from tq_gc.model import Outcome, SweepReport
+from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores.memory import MemoryRowStore
 
 from support.world import DATA, GRACE_S, STAGING, World

@@ -18,7 +18,7 @@ import pytest
 
 from tq_gc.collector import Collector
 from tq_gc.config import parse_config
-from tq_gc.model import SweepReport
+from tq_gc.report import SweepReport
 from tq_gc.state import RedisState
 
 from support.scripted_store import ScriptedRowStore

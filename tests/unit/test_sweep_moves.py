@@ -46,8 +46,8 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
-from tq_gc.model import SweepReport
 from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.report import SweepReport
 from tq_gc.state.memory import ManualClock
 
 from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState, Timeline

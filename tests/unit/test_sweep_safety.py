@@ -16,8 +16,9 @@ import pytest
 
 from tq_gc.collector import Collector
 from tq_gc.errors import StoreUnavailable
-from tq_gc.model import Cause, Identity, Outcome
 from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.report import Cause, Outcome
+from tq_gc.rows import Identity
 from tq_gc.state.memory import MemoryState, SteadyClock
 
 from support.world import DATA, GRACE_S, STAGING, World

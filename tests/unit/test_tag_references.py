@@ -8,8 +8,8 @@ import pytest
 
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError, StoreUnavailable
-from tq_gc.model import Identity, RowId, Tags, rows_of
 from tq_gc.references.tags import TagsSource
+from tq_gc.rows import Identity, RowId, Tags, rows_of
 from tq_gc.stores.memory import MemoryRowStore
 
 DATA, STAGING = "rollout_data", "rollout_staging"

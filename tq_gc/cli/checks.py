@@ -11,12 +11,12 @@ from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
 from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
 from tq_gc.formats.keypath import split_key_path
 from tq_gc.integrations import verl
-from tq_gc.model import KeysByPartition
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_emptied
 from tq_gc.references.manifests import ManifestsSource, reader_of
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
+from tq_gc.rows import KeysByPartition
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
 from tq_gc.state.redis import NamespaceSeen

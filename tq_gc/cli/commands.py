@@ -20,9 +20,9 @@ from tq_gc.cli import render
 from tq_gc.collector import Collector
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
+from tq_gc.first_seen import first_seen_ms
 from tq_gc.logs import configure_logging
-from tq_gc.model import Outcome
-from tq_gc.sightings import times_of
+from tq_gc.report import Outcome
 from tq_gc.wiring import Runtime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
@@ -101,8 +101,9 @@ def sweep(
     _emit(report.to_dict(), as_json, render.sweep_report)
     if pushgateway:
         from tq_gc.metrics import push_report
+        from tq_gc.stores.transferqueue import STORE_SERIES
 
-        push_report(pushgateway, config.namespace, report)
+        push_report(pushgateway, config.namespace, report, STORE_SERIES)
     ctx.exit(OUTCOME_EXIT[report.outcome])
 
 
@@ -118,7 +119,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
         now_ms = state.now_ms()
         lease = state.lease_holder()
         waiting = {
-            entry.partition: _waiting_summary(times_of(state.load_first_seen(entry.partition)), now_ms)
+            entry.partition: _waiting_summary(first_seen_ms(state.load_first_seen(entry.partition)), now_ms)
             for entry in config.scope
         }
         doc = {

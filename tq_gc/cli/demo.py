@@ -21,7 +21,7 @@ from rich.table import Table
 
 from tq_gc.cli.simulation import CANONICAL, STAGING, LeakScenario
 from tq_gc.config import Config, parse_config
-from tq_gc.model import RowId
+from tq_gc.rows import RowId
 
 TQ_CONFIG = {
     "controller": {"polling_mode": True},

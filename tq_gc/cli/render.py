@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from tq_gc.decisions import WHY_KEPT
+from tq_gc.report import Counts
+
 
 def _console() -> Console:
     # Built per call: tests and the CLI swap sys.stdout, and a console caches its file.
@@ -39,11 +42,8 @@ def sweep_report(doc: dict[str, Any]) -> None:
     table.add_column("rows", justify="right")
     table.add_row("listed", str(counts["listed"]))
     table.add_row("in scope", str(counts["in_scope"]))
-    for source, n in counts["referenced"].items():
-        table.add_row(f"kept: referenced by {source}", str(n))
-    table.add_row("kept: within grace", str(counts["within_grace"]))
-    table.add_row("kept: over the cap", str(counts.get("over_cap", 0)))
-    table.add_row("kept: re-check saved", str(counts["recheck_saved"]))
+    for decision, rows in Counts.from_dict(counts).kept().items():
+        table.add_row(f"kept: {WHY_KEPT[decision]}", str(rows))
     table.add_row("eligible", str(counts["eligible"]))
     table.add_row("deleted", str(counts["deleted"]))
     console.print(table)

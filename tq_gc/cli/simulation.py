@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tq_gc.model import RowId
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.rows import RowId
 
 STAGING = "rollout_staging"
 CANONICAL = "rollout_data"

@@ -5,6 +5,7 @@ models.py     Config and its sections, and the safety rules that refuse a config
 sources.py    the reference sources' sections: manifests, tag references, owner references
 loading.py    YAML + env + flags -> Config, and the error messages that name each field
 redaction.py  what is shown of a state store URL's secrets
+policy.py     the planner's policy from a config (the pure planner knows nothing of config)
 """
 
 from tq_gc.config.loading import (
@@ -20,8 +21,10 @@ from tq_gc.config.loading import (
 from tq_gc.config.models import (
     CANONICAL_PARTITION,
     MAX_LEASE_TTL_SECONDS,
+    MEMORY_SCHEME,
     MIN_GRACE_SECONDS,
     MIN_LEASE_TTL_SECONDS,
+    REDIS_SCHEMES,
     STATE_SCHEMES,
     AdmissionsConfig,
     Config,
@@ -31,6 +34,7 @@ from tq_gc.config.models import (
     SidecarConfig,
     TransferQueueConfig,
 )
+from tq_gc.config.policy import plan_policy
 from tq_gc.config.redaction import REDACTED, redact_url
 from tq_gc.config.sources import (
     NEMO_RL_STAGING_PARTITION,
@@ -44,11 +48,13 @@ __all__ = [
     "CANONICAL_PARTITION",
     "ENV_PREFIX",
     "MAX_LEASE_TTL_SECONDS",
+    "MEMORY_SCHEME",
     "MIN_GRACE_SECONDS",
     "MIN_LEASE_TTL_SECONDS",
     "NEMO_RL_STAGING_PARTITION",
     "NOT_CONFIG_ENV",
     "REDACTED",
+    "REDIS_SCHEMES",
     "STATE_SCHEMES",
     "AdmissionsConfig",
     "Config",
@@ -67,5 +73,6 @@ __all__ = [
     "format_validation_error",
     "load_config",
     "parse_config",
+    "plan_policy",
     "redact_url",
 ]

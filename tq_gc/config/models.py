@@ -33,7 +33,11 @@ MAX_REQUEST_BATCH = 20_000
 # The canonical samples: protected even when protected_partitions leaves them out.
 CANONICAL_PARTITION = "rollout_data"
 
-STATE_SCHEMES = ("memory", "redis", "rediss", "unix")
+# The state-URL schemes, the one list of them: memory:// opens the embedded store, the others Redis
+# (tq_gc.state.open_state).
+MEMORY_SCHEME = "memory"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+STATE_SCHEMES = (MEMORY_SCHEME, *REDIS_SCHEMES)
 
 
 def not_a_state_url(url: str) -> str:

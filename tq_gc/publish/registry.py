@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from tq_gc.config import MEMORY_SCHEME
 from tq_gc.errors import ConfigError, StoreUnavailable
 from tq_gc.state.base import AdmissionRows, AdmissionStore
 
@@ -63,7 +64,7 @@ class AdmissionRegistry:
         """A registry on the shared state store at `url` (redis://, rediss://, unix://)."""
         from tq_gc.state import open_state  # the state package imports Redis: only when connecting
 
-        if urlsplit(url).scheme == "memory":
+        if urlsplit(url).scheme == MEMORY_SCHEME:
             # A memory:// registry made here would live in this process only: the collector would
             # never see it and would delete the rows it claims to protect.
             raise ConfigError(

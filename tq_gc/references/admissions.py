@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tq_gc.errors import ReferenceSourceError, StoreUnavailable
-from tq_gc.model import KeysByPartition
+from tq_gc.rows import KeysByPartition
 from tq_gc.state.base import AdmissionRows, AdmissionSnapshots
 
 

@@ -8,7 +8,8 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.model import Listing, Source, Tags
+from tq_gc.referenced import Source
+from tq_gc.rows import Listing, Tags
 from tq_gc.stores.base import RowStore
 
 T = TypeVar("T")

@@ -34,8 +34,9 @@ from typing import TypeVar
 from tq_gc.config import OwnerReference, compile_key_pattern
 from tq_gc.errors import ReferenceSourceError
 from tq_gc.formats.keytemplate import KeyTemplate
-from tq_gc.model import KeysByPartition, Listing, Source, Tags
+from tq_gc.referenced import Source
 from tq_gc.references.listed import ListedRows
+from tq_gc.rows import KeysByPartition, Listing, Tags
 from tq_gc.stores.base import RowStore
 
 T = TypeVar("T")

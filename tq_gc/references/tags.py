@@ -14,8 +14,9 @@ from typing import TypeVar
 from tq_gc.config import TagReference
 from tq_gc.errors import ReferenceSourceError
 from tq_gc.formats.keypath import extract_keys
-from tq_gc.model import KeysByPartition, Listing, RowId, Source, Tags, group_by_partition
+from tq_gc.referenced import Source
 from tq_gc.references.listed import ListedRows
+from tq_gc.rows import KeysByPartition, Listing, RowId, Tags, group_by_partition
 from tq_gc.stores.base import RowStore
 
 T = TypeVar("T")

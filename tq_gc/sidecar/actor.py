@@ -42,10 +42,11 @@ from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
-from tq_gc.model import Cause, SweepReport
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
+from tq_gc.report import Cause, SweepReport
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
+from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.sweep import default_holder, iso_now
 from tq_gc.wiring import RowStoreFactory, Runtime
 
@@ -85,7 +86,7 @@ class SidecarActor:
         assert rows is not None
         holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
         self._collector = Collector(config, self._state, rows, holder=holder, pause_cyclic_gc=True)
-        self._metrics = SweepMetrics()
+        self._metrics = SweepMetrics(store=STORE_SERIES)
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
 

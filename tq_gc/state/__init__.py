@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tq_gc.config.models import not_a_state_url
+from tq_gc.config.models import MEMORY_SCHEME, REDIS_SCHEMES, not_a_state_url
 from tq_gc.errors import ConfigError
 from tq_gc.state.base import Lease, StateStore
 from tq_gc.state.memory import MemoryState
@@ -12,13 +12,11 @@ from tq_gc.state.redis import RedisState
 
 __all__ = ["Lease", "MemoryState", "RedisState", "StateStore", "open_state"]
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
-
 
 def open_state(url: str, namespace: str) -> StateStore:
     """The store a state_url names; the caller owns it (close() it)."""
     scheme = urlsplit(url).scheme
-    if scheme == "memory":
+    if scheme == MEMORY_SCHEME:
         return MemoryState(namespace)
     if scheme in REDIS_SCHEMES:
         return RedisState.from_url(url, namespace)

@@ -21,8 +21,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
-from tq_gc.sightings import Sightings
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords
+from tq_gc.model import AuditBatch, DeletedRow
 
 AdmissionRows = dict[str, list[str]]
 
@@ -127,7 +127,7 @@ class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
         ...
 
     # first-seen-unreferenced times; only the lease holder writes them
-    def load_first_seen(self, partition: str) -> Sightings:
+    def load_first_seen(self, partition: str) -> FirstSeenRecords:
         """Every first-seen record of a partition: {key: FirstSeen}, held column-wise."""
         ...
 

@@ -26,8 +26,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tq_gc.model import FirstSeen
-from tq_gc.sightings import Sightings
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ class Layout:
     """A partition's records as read, and where each lives: what a save needs to rewrite them."""
 
     version: str  # '' before the first save
-    sightings: Sightings  # tombstoned rows already removed
+    records: FirstSeenRecords  # tombstoned rows already removed
     fields_by_at: dict[int, list[str]] = field(default_factory=dict)
     gone_at: dict[str, int] = field(default_factory=dict)  # tombstoned keys: their generation's at_ms
     tombstones: int = 0  # tombstone entries read (the oldest of the list)
@@ -63,7 +62,7 @@ class Saved:
     and its changes, applied at that load to a copy (the sweep that saved still reads `base`)."""
 
     version: str
-    base: Sightings
+    base: FirstSeenRecords
     drops: frozenset[str]
     fresh: Mapping[str, FirstSeen]
     fields_by_at: dict[int, list[str]]
@@ -75,13 +74,13 @@ def decode(partition: str, version: str, fields: Mapping[str, str], tombstones: 
     A generation that cannot be read is forgotten (its rows start their grace again: later deletes,
     never earlier ones); so is every record if a tombstone cannot be read (_with_tombstones)."""
     generations, unreadable = _parse_names(fields)
-    sightings = Sightings()
+    records = FirstSeenRecords()
     fields_by_at: dict[int, list[str]] = {}
     rows = 0
-    for at_ms, name in generations:  # oldest first: should a key be in two, the later sighting wins
+    for at_ms, name in generations:  # oldest first: should a key be in two, the later record wins
         try:
             keys, digests, indexes = json.loads(fields[name])
-            sightings.add(at_ms, keys, digests, indexes)
+            records.add(at_ms, keys, digests, indexes)
         except (ValueError, TypeError):
             unreadable.append(name)
             continue
@@ -90,14 +89,14 @@ def decode(partition: str, version: str, fields: Mapping[str, str], tombstones: 
     if unreadable:
         log.warning("ignored %d unreadable first-seen generations of %r", len(unreadable), partition)
     # A key in two generations (a save cut short by hand?): rewriting every generation sorts it out.
-    everywhere = len(sightings) < rows
-    unread = Layout(version, sightings, fields_by_at, unreadable=tuple(unreadable), rewrite_all=everywhere)
+    everywhere = len(records) < rows
+    unread = Layout(version, records, fields_by_at, unreadable=tuple(unreadable), rewrite_all=everywhere)
     return _with_tombstones(partition, unread, tombstones)
 
 
 def saved(layout: Layout, change: Rewrite, version: str) -> Saved:
     """What Redis holds at `version`, once `change` (computed from `layout` by rewrite()) is written."""
-    return Saved(version, layout.sightings, change.dropped, change.fresh, change.fields_by_at)
+    return Saved(version, layout.records, change.dropped, change.fresh, change.fields_by_at)
 
 
 def reload(partition: str, kept: Saved, tombstones: Sequence[str]) -> Layout:
@@ -119,9 +118,12 @@ def _with_tombstones(partition: str, unread: Layout, tombstones: Sequence[str]) 
         log.warning("unreadable tombstone in partition %r: every first-seen record forgotten", partition)
         fields = tuple(name for names in unread.fields_by_at.values() for name in names)
         return Layout(
-            unread.version, Sightings(), tombstones=len(tombstones), unreadable=fields + unread.unreadable
+            unread.version,
+            FirstSeenRecords(),
+            tombstones=len(tombstones),
+            unreadable=fields + unread.unreadable,
         )
-    records = unread.sightings
+    records = unread.records
     gone_at = {key: records.at_ms[key] for key in gone if key in records.at_ms}
     records.discard(gone_at)
     return replace(unread, gone_at=gone_at, tombstones=len(tombstones))
@@ -132,7 +134,7 @@ def rewrite(
 ) -> Rewrite:
     """The fields a save deletes and sets: every generation that loses a row is written again without
     it, every row upserted joins the generation of its time. A key both upserted and dropped is dropped."""
-    records = layout.sightings
+    records = layout.records
     dropped = frozenset(drops)
     fresh = {key: record for key, record in upserts.items() if key not in dropped}
     leaving = (dropped | fresh.keys()) & records.keys()
@@ -184,6 +186,6 @@ def _parse_names(fields: Iterable[str]) -> tuple[list[tuple[int, str]], list[str
     return [(at_ms, name) for at_ms, _, name in sorted(generations)], unreadable
 
 
-def _columns(records: Sightings, keys: list[str]) -> tuple[list[str], list[str], list[int | None]]:
+def _columns(records: FirstSeenRecords, keys: list[str]) -> tuple[list[str], list[str], list[int | None]]:
     digests, indexes = records.digests, records.indexes
     return keys, [digests[key] for key in keys], [indexes[key] for key in keys]

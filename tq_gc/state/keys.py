@@ -81,10 +81,11 @@ class Keys:
         self.deleting = f"{self.prefix}:deleting"
         self.source_counts = f"{self.prefix}:source_counts"
 
-    def sightings(self, partition: str) -> str:
+    # The first-seen records' keys say "sightings": stored names, kept as they were written.
+    def first_seen(self, partition: str) -> str:
         return f"{self.prefix}:sightings:{partition}"
 
-    def sightings_gone(self, partition: str) -> str:
+    def first_seen_tombstones(self, partition: str) -> str:
         return f"{self.prefix}:sightings:{partition}:gone"
 
     def legacy_first_seen(self, partition: str) -> str:

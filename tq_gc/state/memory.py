@@ -11,8 +11,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from tq_gc.errors import FenceRaised, LeaseLost
-from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
-from tq_gc.sightings import Sightings
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords
+from tq_gc.model import AuditBatch, DeletedRow
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions, new_version
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 
@@ -51,7 +51,7 @@ class MemoryState:
         self.namespace = check_namespace(namespace)
         self.clock_ms = clock_ms or SteadyClock()
         self._lock = threading.Lock()
-        self._first_seen: dict[str, Sightings] = {}
+        self._first_seen: dict[str, FirstSeenRecords] = {}
         self._observed: dict[str, int] = {}
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
@@ -74,10 +74,10 @@ class MemoryState:
     def now_ms(self) -> int:
         return self.clock_ms()
 
-    def load_first_seen(self, partition: str) -> Sightings:
+    def load_first_seen(self, partition: str) -> FirstSeenRecords:
         with self._lock:
             records = self._first_seen.get(partition)
-            return Sightings() if records is None else records.copy()
+            return FirstSeenRecords() if records is None else records.copy()
 
     def observed(self) -> dict[str, int]:
         with self._lock:
@@ -93,7 +93,7 @@ class MemoryState:
     ) -> None:
         with self._lock:
             self._check_lease(lease)
-            self._first_seen.setdefault(partition, Sightings()).update(upserts)
+            self._first_seen.setdefault(partition, FirstSeenRecords()).update(upserts)
             self._forget_first_seen(partition, drops)
             self._observed[partition] = observed_ms
 

@@ -25,8 +25,8 @@ from redis.retry import Retry
 
 from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
-from tq_gc.model import AuditBatch, DeletedRow, FirstSeen
-from tq_gc.sightings import Sightings
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords
+from tq_gc.model import AuditBatch, DeletedRow
 from tq_gc.state import generations
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions, new_version
@@ -186,16 +186,16 @@ class RedisState:
 
     # first-seen times ---------------------------------------------------------------------------
 
-    def load_first_seen(self, partition: str) -> Sightings:
+    def load_first_seen(self, partition: str) -> FirstSeenRecords:
         layout = self._read_layout(partition)
         self._layouts[partition] = layout  # what the next save rewrites, if still current then
-        return layout.sightings
+        return layout.records
 
     def _read_layout(self, partition: str) -> generations.Layout:
         """The generations and tombstones, read field by field (no reply holds the whole partition),
         between two reads of the version: a save in between makes us read again. If the version is
         still that of our last save, only the tombstones are read."""
-        key, gone = self._keys.sightings(partition), self._keys.sightings_gone(partition)
+        key, gone = self._keys.first_seen(partition), self._keys.first_seen_tombstones(partition)
         version_field = generations.VERSION_FIELD
         kept = self._saved.pop(partition, None)
         with self._guard(f"load first-seen times of {partition!r}"):
@@ -272,9 +272,9 @@ class RedisState:
         """KEYS of the save and forget scripts: lease, generations, observed, tombstones, the old hash."""
         return [
             self._keys.lease,
-            self._keys.sightings(partition),
+            self._keys.first_seen(partition),
             self._keys.observed,
-            self._keys.sightings_gone(partition),
+            self._keys.first_seen_tombstones(partition),
             self._keys.legacy_first_seen(partition),
         ]
 
@@ -413,7 +413,7 @@ class RedisState:
         keys = [
             self._keys.lease,
             self._keys.audit,
-            self._keys.sightings_gone(batch.partition),
+            self._keys.first_seen_tombstones(batch.partition),
             self._keys.deleting,
         ]
         tombstone = json.dumps(list(forget), separators=(",", ":"))

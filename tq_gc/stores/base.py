@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from tq_gc.model import Identity, Tags
+from tq_gc.rows import Identity, Tags
 
 
 class RowStore(Protocol):

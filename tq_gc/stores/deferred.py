@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
-from tq_gc.model import Identity, Tags
+from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, keys_with_indexes, optional_method
 
 

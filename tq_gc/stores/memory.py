@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tq_gc.model import Identity, Tags, tags_digest
+from tq_gc.rows import Identity, Tags, tags_digest
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ import ray
 
 from tq_gc import stores
 from tq_gc.config import Config
-from tq_gc.model import Tags
+from tq_gc.rows import Tags
 from tq_gc.sidecar.client import sidecar_registry
 from tq_gc.stores import RowStore, attach_transfer_queue
 

@@ -14,9 +14,9 @@ from harness import keys_in
 
 from tq_gc.config import Config
 from tq_gc.metrics import KEEP_REASONS, kept_by_reason
-from tq_gc.model import SweepReport
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.registry import AdmissionRegistry
+from tq_gc.report import SweepReport
 from tq_gc.sidecar.client import sidecar_registry
 from tq_gc.state import RedisState
 

@@ -16,8 +16,8 @@ from typing import Generic, Protocol, TypeVar
 
 from tq_gc.config import ManifestSource
 from tq_gc.formats.manifest_formats import ManifestFormat
-from tq_gc.model import RowId
 from tq_gc.references.globwalk import match_files
+from tq_gc.rows import RowId
 
 
 class ManifestBytes(Protocol):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.model import Source
+from tq_gc.referenced import Source
 
 _FILE_TYPES = {
     stat.S_IFDIR: "a directory",

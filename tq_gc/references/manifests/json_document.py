@@ -7,8 +7,8 @@ from typing import IO
 
 from tq_gc.config import ManifestSource
 from tq_gc.formats.manifest_formats import FORMATS
-from tq_gc.model import RowId
 from tq_gc.references.manifests.text import TextFormatReader, load_json, rows_at_key_path
+from tq_gc.rows import RowId
 
 
 class JsonDocumentReader(TextFormatReader):

@@ -9,9 +9,9 @@ from typing import IO
 from tq_gc.config import ManifestSource
 from tq_gc.formats import native_manifest
 from tq_gc.formats.manifest_formats import FORMATS
-from tq_gc.model import RowId
 from tq_gc.references.manifests.files import file_error
 from tq_gc.references.manifests.text import TextFormatReader, load_json
+from tq_gc.rows import RowId
 
 
 class NativeReader(TextFormatReader):

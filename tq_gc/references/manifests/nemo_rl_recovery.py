@@ -13,11 +13,11 @@ from pathlib import Path
 from tq_gc.config import ManifestSource
 from tq_gc.errors import CheckpointInProgress
 from tq_gc.formats.manifest_formats import FORMATS
-from tq_gc.model import RowId
 from tq_gc.references import nemo_rl
 from tq_gc.references.globwalk import unreadable
 from tq_gc.references.manifests.base import FormatReader, SourceSummary
 from tq_gc.references.manifests.files import file_error, read_regular_file
+from tq_gc.rows import RowId
 
 
 class NemoRlRecoveryReader(FormatReader[nemo_rl.PointFiles]):

@@ -20,11 +20,12 @@ from pathlib import Path
 from tq_gc.config import ManifestSource
 from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
 from tq_gc.formats.keypath import split_key_path
-from tq_gc.model import KeysByPartition, RowId, Source, group_by_partition, merge_keys
+from tq_gc.referenced import Source
 from tq_gc.references.emptied import Yield
 from tq_gc.references.globwalk import UnreadablePath, check_volume
 from tq_gc.references.manifests.base import ManifestBytes, SourceSummary
 from tq_gc.references.manifests.readers import reader_of
+from tq_gc.rows import KeysByPartition, RowId, group_by_partition, merge_keys
 
 # A sweep reads the manifests twice, before and after its listing (collector.Collector._read_references).
 READS_PER_SWEEP = 2

@@ -10,10 +10,10 @@ from typing import IO, Any
 
 from tq_gc.config import ManifestSource
 from tq_gc.formats.keypath import extract_keys
-from tq_gc.model import RowId
 from tq_gc.references.globwalk import unreadable
 from tq_gc.references.manifests.base import FormatReader
 from tq_gc.references.manifests.files import FileBytes, file_error, read_regular_file
+from tq_gc.rows import RowId
 
 
 class TextFormatReader(FormatReader[FileBytes]):

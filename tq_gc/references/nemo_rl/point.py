@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tq_gc.model import RowId
 from tq_gc.references.nemo_rl import gym, replay, schema2, schema3, torchfile
 from tq_gc.references.nemo_rl.budget import KeyBudget
 from tq_gc.references.nemo_rl.errors import InventoryError, SaveInProgress
 from tq_gc.references.nemo_rl.layout import INVENTORY, SNAPSHOT
 from tq_gc.references.nemo_rl.ledger import VERSION_4_REFUSAL, LedgerRows, schema_version
+from tq_gc.rows import RowId
 
 METADATA = "data_plane/metadata.json"
 MANIFEST = "manifest.json"

@@ -41,8 +41,8 @@ from typing import Any
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import Interrupted
-from tq_gc.model import Identity, Tags
 from tq_gc.ray_cluster import join_ray
+from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import keys_with_indexes
 from tq_gc.stores.transferqueue.attach import (
     find_controller,

@@ -1,4 +1,6 @@
-"""A partition's first-seen records held column-wise: {key: FirstSeen} without a tuple per row.
+"""First-seen records: when a sweep first saw a row unreferenced, and the row's identity then.
+
+A partition's records are held column-wise (FirstSeenRecords): {key: FirstSeen} without a tuple per row.
 
 A sweep of a million-row partition loads half a million records. As NamedTuples (two per row) they cost
 three times more to build than to read, most of it the cyclic garbage collector walking the young
@@ -9,11 +11,20 @@ build at C speed and the planner compares times without touching a record.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
+from typing import NamedTuple
 
-from tq_gc.model import FirstSeen, Identity, IdentityColumns
+from tq_gc.model import IdentityColumns
+from tq_gc.rows import Identity
 
 
-class Sightings(Mapping[str, FirstSeen]):
+class FirstSeen(NamedTuple):
+    """When the collector first saw a row unreferenced (store clock, ms), and the row's identity then."""
+
+    at_ms: int
+    identity: Identity
+
+
+class FirstSeenRecords(Mapping[str, FirstSeen]):
     """{key: FirstSeen}, stored as {key: at_ms}, {key: tags digest} and {key: global index or None}."""
 
     __slots__ = ("at_ms", "digests", "indexes")
@@ -37,13 +48,13 @@ class Sightings(Mapping[str, FirstSeen]):
 
     def __repr__(self) -> str:
         shown = dict(self) if len(self) <= 10 else f"{len(self)} records"
-        return f"Sightings({shown!r})"
+        return f"FirstSeenRecords({shown!r})"
 
     def keys(self) -> KeysView[str]:
         return self.at_ms.keys()  # a dict view: set operations at C speed
 
-    def copy(self) -> Sightings:
-        twin = Sightings()
+    def copy(self) -> FirstSeenRecords:
+        twin = FirstSeenRecords()
         twin.at_ms, twin.digests, twin.indexes = dict(self.at_ms), dict(self.digests), dict(self.indexes)
         return twin
 
@@ -69,22 +80,22 @@ class Sightings(Mapping[str, FirstSeen]):
                 del self.digests[key], self.indexes[key]
 
 
-def times_of(records: Mapping[str, FirstSeen]) -> Mapping[str, int]:
-    """{key: first seen at (ms)} of any records, without building a record per row for Sightings."""
-    if isinstance(records, Sightings):
+def first_seen_ms(records: Mapping[str, FirstSeen]) -> Mapping[str, int]:
+    """{key: first seen at (ms)} of any records, without building a record per row for FirstSeenRecords."""
+    if isinstance(records, FirstSeenRecords):
         return records.at_ms
     return {key: record.at_ms for key, record in records.items()}
 
 
-def times_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list[int]:
-    if isinstance(records, Sightings):
+def first_seen_ms_of(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list[int]:
+    if isinstance(records, FirstSeenRecords):
         at_ms = records.at_ms
         return [at_ms[key] for key in keys]
     return [records[key].at_ms for key in keys]
 
 
-def identities_of_keys(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> Mapping[str, Identity]:
-    if isinstance(records, Sightings):
+def first_seen_identities(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> Mapping[str, Identity]:
+    if isinstance(records, FirstSeenRecords):
         keys = list(keys)
         digests, indexes = records.digests, records.indexes
         return IdentityColumns({key: digests[key] for key in keys}, {key: indexes[key] for key in keys})

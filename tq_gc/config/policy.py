@@ -1,0 +1,20 @@
+"""The planner's policy from a config: the pure core (tq_gc.plan) knows nothing of config."""
+
+from __future__ import annotations
+
+from tq_gc.config.models import Config
+from tq_gc.plan import PlanPolicy
+
+
+def plan_policy(config: Config, max_deletes: int | None = None) -> PlanPolicy:
+    """What a sweep of `config` may plan: its scope and grace, and at most `max_deletes` deletes
+    (--max-deletes), never more than limits.max_deletes_per_run."""
+    limits = config.limits
+    cap = limits.max_deletes_per_run
+    return PlanPolicy(
+        scope=config.scope,
+        grace_ms=int(config.grace_seconds * 1000),
+        max_deletes=cap if max_deletes is None else min(max_deletes, cap),
+        max_delete_fraction=limits.max_delete_fraction,
+        fraction_min_rows=limits.fraction_min_rows,
+    )

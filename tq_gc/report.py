@@ -1,0 +1,179 @@
+"""The sweep report: how a sweep ended and why, what it counted, how long each phase took. Its JSON
+(to_dict) is a documented contract: the CLI's --json, the runs in the state store, the metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from tq_gc.decisions import KEEP_BY_SOURCE, Decision
+from tq_gc.model import DeletedRow
+from tq_gc.referenced import Source
+
+# The field of the counts that holds each keep reason but a source's (Counts.referenced, by source).
+COUNTED_AS: Mapping[Decision, str] = {
+    Decision.KEEP_GRACE: "within_grace",
+    Decision.KEEP_OVER_CAP: "over_cap",
+    Decision.KEEP_RECHECK: "recheck_saved",
+}
+_SOURCE_OF = {decision: source for source, decision in KEEP_BY_SOURCE.items()}
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    DRY_RUN = "dry_run"
+    SKIPPED = "skipped"
+    ABORTED = "aborted"
+
+
+class Cause(StrEnum):
+    """Why a sweep ended skipped or aborted: what metrics, alerts and the CLI branch on, not the wording.
+
+    A sweep that stops may have deleted rows before it stopped: `counts.deleted` says how many."""
+
+    LEASE_HELD = "lease_held"  # skipped: another sweeper holds the lease
+    FENCE_UP = "fence_up"  # skipped: a checkpoint fence is up
+    FENCE_RAISED = "fence_raised"  # skipped: a fence came (and maybe went) since the references were read
+    CHECKPOINT_IN_PROGRESS = "checkpoint_in_progress"  # skipped: a checkpoint is being written
+    LEASE_LOST = "lease_lost"  # aborted: our lease expired or was taken; we wrote nothing more
+    SOURCE_FAILED = "source_failed"  # aborted: a reference source could not be read completely
+    STORE_FAILED = "store_failed"  # aborted: the state store or the row store failed
+    BLAST_RADIUS = "blast_radius"  # aborted: more rows eligible than max_delete_fraction allows
+    STOPPED = "stopped"  # aborted: the sweeper was asked to stop (sidecar shutdown) before its next request
+    ERROR = "error"  # aborted: an unexpected exception; the reason names its type
+
+
+@dataclass(slots=True)
+class Counts:
+    """A sweep's rows, by what became of them. The field names are the report's JSON (a contract)."""
+
+    listed: int = 0
+    in_scope: int = 0
+    referenced: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Source})
+    within_grace: int = 0
+    eligible: int = 0
+    over_cap: int = 0
+    deleted: int = 0
+    recheck_saved: int = 0
+    failed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "in_scope": self.in_scope,
+            "referenced": dict(self.referenced),
+            "within_grace": self.within_grace,
+            "eligible": self.eligible,
+            "over_cap": self.over_cap,
+            "deleted": self.deleted,
+            "recheck_saved": self.recheck_saved,
+            "failed": self.failed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Counts:
+        return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
+
+    def kept(self) -> dict[Decision, int]:
+        """The rows kept, by reason."""
+        kept = {decision: self.referenced.get(source.value, 0) for source, decision in KEEP_BY_SOURCE.items()}
+        kept.update((decision, getattr(self, name)) for decision, name in COUNTED_AS.items())
+        return kept
+
+    def set_kept(self, decision: Decision, rows: int) -> None:
+        """Count `rows` as kept for `decision` (a keep)."""
+        source = _SOURCE_OF.get(decision)
+        if source is None:
+            setattr(self, COUNTED_AS[decision], rows)
+        else:
+            self.referenced[source.value] = rows
+
+
+PHASES = ("lease", "attach", "list", "references", "plan", "delete")
+DELETED_SAMPLE_SIZE = 20
+
+
+class LongestRequest(NamedTuple):
+    """The longest single request tq-gc made to TransferQueue in a sweep: the longest it held up the job's
+    controller (which serves one request at a time) in one go, as tq-gc's client saw it."""
+
+    op: str
+    ms: float
+
+
+@dataclass(slots=True)
+class SweepReport:
+    run_id: str
+    namespace: str
+    dry_run: bool
+    # Aborted until the sweep says otherwise: a sweep that dies in a way nobody foresaw must not
+    # read as completed.
+    outcome: Outcome = Outcome.ABORTED
+    reason: str | None = None
+    cause: Cause | None = None
+    started_at: str = ""
+    finished_at: str = ""
+    counts: Counts = field(default_factory=Counts)
+    phases_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    deleted_sample: list[DeletedRow] = field(default_factory=list)
+    longest_tq_request: LongestRequest | None = None
+    # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
+    tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def record_tq_requests(self, seconds_by_op: Mapping[str, list[float]]) -> None:
+        """Keep the sweep's TQ requests, and the longest of them."""
+        self.tq_request_seconds = {op: list(seconds) for op, seconds in seconds_by_op.items() if seconds}
+        longest = max(((max(seconds), op) for op, seconds in self.tq_request_seconds.items()), default=None)
+        self.longest_tq_request = None if longest is None else LongestRequest(longest[1], longest[0] * 1000)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "namespace": self.namespace,
+            "dry_run": self.dry_run,
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "cause": self.cause.value if self.cause else None,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "counts": self.counts.to_dict(),
+            "phases_ms": {k: round(v, 3) for k, v in self.phases_ms.items()},
+            "deleted_sample": [
+                {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_seconds, 3)}
+                for d in self.deleted_sample
+            ],
+            "longest_tq_request": (
+                None
+                if self.longest_tq_request is None
+                else {"op": self.longest_tq_request.op, "ms": round(self.longest_tq_request.ms, 3)}
+            ),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepReport:
+        counts = Counts.from_dict(data.get("counts", {}))
+        return cls(
+            run_id=data["run_id"],
+            namespace=data["namespace"],
+            dry_run=data["dry_run"],
+            outcome=Outcome(data["outcome"]),
+            reason=data.get("reason"),
+            cause=Cause(data["cause"]) if data.get("cause") else None,
+            started_at=data.get("started_at", ""),
+            finished_at=data.get("finished_at", ""),
+            counts=counts,
+            phases_ms=dict(data.get("phases_ms", {})),
+            deleted_sample=[_sampled_row(row) for row in data.get("deleted_sample", [])],
+            longest_tq_request=_longest_request(data.get("longest_tq_request")),
+        )
+
+
+def _sampled_row(data: Mapping[str, Any]) -> DeletedRow:
+    """A deleted_sample entry: its JSON names the row's age `unreferenced_s` (a documented field)."""
+    return DeletedRow(str(data["partition"]), str(data["key"]), float(data["unreferenced_s"]))
+
+
+def _longest_request(data: Mapping[str, Any] | None) -> LongestRequest | None:
+    return None if not data else LongestRequest(str(data["op"]), float(data["ms"]))
