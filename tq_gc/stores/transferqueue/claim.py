@@ -17,6 +17,12 @@ finds it held and its sweep is skipped with nothing deleted, and a reason that n
 A dry run only looks (it deletes nothing, so it takes nothing); it is skipped too when the TQ is
 claimed for another state, as an executing sweep would be.
 
+What it does not cover: sweepers that never overlap in time (two CronJobs on different stores) take it
+in turn; a sweeper that shares a claim (same state) and is mid-sweep when the claim's creator ends goes
+on to the end of that sweep unclaimed, and another state's sweeper may claim the TQ meanwhile (whose
+first sweeps delete nothing: its rows' clocks restart after a gap longer than the grace); a hung holder
+keeps its claim while its process lives.
+
 The actor's class is built inside a function so that Ray ships its code by value: a CronJob may join a
 cluster whose workers do not have tq-gc installed.
 """
