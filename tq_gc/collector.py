@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 from tq_gc.config import Config, plan_policy
 from tq_gc.errors import (
@@ -59,6 +60,9 @@ from tq_gc.sweep import (
     without_cyclic_gc,
 )
 
+if TYPE_CHECKING:
+    from tq_gc.stores.transferqueue.claim import TqClaim
+
 log = logging.getLogger(__name__)
 
 # The lease is renewed in the background every third of its TTL (sweep.LeaseKeeper): two renewals can fail
@@ -78,10 +82,15 @@ class Collector:
         holder: str | None = None,
         *,
         pause_cyclic_gc: bool = False,
+        claim: TqClaim | None = None,
     ):
         """`pause_cyclic_gc`: the process is tq-gc's own (the sidecar's actor, the CLI), so a sweep may
         switch the cyclic garbage collector off while it runs (sweep.without_cyclic_gc). Embedded in a
-        trainer's process, leave it False: the trainer's own objects are that collector's too."""
+        trainer's process, leave it False: the trainer's own objects are that collector's too.
+
+        `claim`: the job's TQ's claim for this sweeper's state (stores/transferqueue/claim.py), held by
+        each sweep once attached: a TQ claimed for another state store skips the sweep."""
+        self.claim = claim
         self.config = config
         self.state = state
         self.row_store = row_store
@@ -139,6 +148,7 @@ class Collector:
             keeper.start()
             with self._phase(report, "attach"):
                 self._attach_row_store()
+                self._hold_claim(dry_run)
             self._stop_if_asked()
             self._mark(sweep)
             if dry_run:
@@ -195,6 +205,12 @@ class Collector:
         ensure_attached = optional_method(self.row_store, "ensure_attached")
         if ensure_attached is not None:
             ensure_attached()
+
+    def _hold_claim(self, dry_run: bool) -> None:
+        """Hold the TQ's claim for our state store (a dry run only looks), or stop with nothing deleted."""
+        refused = None if self.claim is None else self.claim.hold(take=not dry_run)
+        if refused is not None:
+            raise SweepStopped(Outcome.SKIPPED, Cause.TQ_CLAIMED, refused)
 
     def _mark(self, sweep: Sweep) -> None:
         report = sweep.report

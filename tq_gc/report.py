@@ -34,6 +34,7 @@ class Cause(StrEnum):
     A sweep that stops may have deleted rows before it stopped: `counts.deleted` says how many."""
 
     LEASE_HELD = "lease_held"  # skipped: another sweeper holds the lease
+    TQ_CLAIMED = "tq_claimed"  # skipped: a sweeper of another state store claims the TransferQueue
     FENCE_UP = "fence_up"  # skipped: a checkpoint fence is up
     FENCE_RAISED = "fence_raised"  # skipped: a fence came (and maybe went) since the references were read
     CHECKPOINT_IN_PROGRESS = "checkpoint_in_progress"  # skipped: a checkpoint is being written

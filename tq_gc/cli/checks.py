@@ -22,6 +22,8 @@ from tq_gc.state.base import StateStore
 from tq_gc.state.redis import NamespaceSeen
 from tq_gc.stores import RowStore
 from tq_gc.stores.base import optional_method
+from tq_gc.stores.transferqueue.claim import describe_claim
+from tq_gc.sweep import default_holder
 from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]
@@ -61,6 +63,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
+        if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
+            results.append(_check("TransferQueue claim", lambda: describe_claim(config, default_holder())))
         controller_fit = optional_method(rows, "controller_fit") if row_store["ok"] else None
         fit = controller_fit() if controller_fit is not None else None
         if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed

@@ -23,6 +23,8 @@ from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.logs import configure_logging
 from tq_gc.report import Outcome
+from tq_gc.stores.transferqueue.claim import claimed
+from tq_gc.sweep import default_holder
 from tq_gc.wiring import Runtime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
@@ -91,9 +93,14 @@ def sweep(
     """One sweep: lease, fence, list, references, plan, re-check, delete, report."""
     config = _load(ctx, config_path)
     runtime: Runtime = ctx.obj
-    with runtime.stores(config) as (state, rows), render.progress(enabled=not as_json) as progress:
+    holder = default_holder()
+    with (
+        runtime.stores(config) as (state, rows),
+        claimed(config, holder, enabled=runtime.row_store is None) as claim,  # the job's TQ's
+        render.progress(enabled=not as_json) as progress,
+    ):
         assert rows is not None
-        report = Collector(config, state, rows, pause_cyclic_gc=True).sweep(
+        report = Collector(config, state, rows, holder, pause_cyclic_gc=True, claim=claim).sweep(
             dry_run=not execute, max_deletes=max_deletes, progress=progress, accept_empty=accept_empty
         )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which

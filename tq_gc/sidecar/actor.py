@@ -18,6 +18,12 @@ not restarted either (max_restarts=0): with `memory://` state a restarted actor 
 without the admissions publishers recorded in it, so a dead sidecar, which deletes nothing, is the
 safe failure. Publishers then see their calls fail, not a registry that silently forgot them.
 
+One state store per TQ: with memory:// the state lives in this actor, so a second sidecar (another
+name: another job's, a restart beside a live one) has a lease and registry of its own. Each executing
+sweep holds the job's TQ's claim for this sidecar's state (stores/transferqueue/claim.py), which the
+actor owns: a sidecar of another state finds it held and its sweeps are skipped (tq_claimed), nothing
+deleted, until this one shuts down or dies.
+
 The actor is threaded (max_concurrency): status(), admit() and friends are served while a sweep runs.
 """
 
@@ -47,6 +53,7 @@ from tq_gc.report import Cause, SweepReport
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.transferqueue import STORE_SERIES
+from tq_gc.stores.transferqueue.claim import claimed, sidecar_holder
 from tq_gc.sweep import default_holder, iso_now
 from tq_gc.wiring import RowStoreFactory, Runtime
 
@@ -80,12 +87,17 @@ class SidecarActor:
         if row_store_factory is attach_transfer_queue:
             import_transfer_queue_soon()
         runtime = Runtime(row_store_factory=row_store_factory)
+        holder = sidecar_holder(config.sidecar.name, default_holder())
+        # Released last, after the sweep stopped and the stores closed: held from the first executing
+        # sweep that reaches the TQ until shutdown (or this process's death, which Ray ends it with).
+        claim = self._closing.enter_context(claimed(config, holder))
         self._state, rows = self._closing.enter_context(
             runtime.stores(config, missing_queue_is_transient=True)
         )
         assert rows is not None
-        holder = f"sidecar:{config.sidecar.name}@{default_holder()}"
-        self._collector = Collector(config, self._state, rows, holder=holder, pause_cyclic_gc=True)
+        self._collector = Collector(
+            config, self._state, rows, holder=holder, pause_cyclic_gc=True, claim=claim
+        )
         self._metrics = SweepMetrics(store=STORE_SERIES)
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
