@@ -382,7 +382,7 @@ class Collector:
             self._forget_saved(sweep, batch)
             return
         identities = identities_of_keys(records, keys)
-        intent = sweep.intent(batch.partition, identities, records)
+        intent = sweep.intent(batch.partition, records, keys)
         try:
             intent_id = self.state.record_intent(
                 sweep.holds_lease, intent, sweep.fence_epoch, self._lease_ttl_ms

@@ -21,13 +21,11 @@ from tq_gc.model import (
     AuditBatch,
     Cause,
     FirstSeen,
-    Identity,
     Outcome,
     SweepReport,
-    identity_columns,
 )
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
-from tq_gc.sightings import times_of_keys
+from tq_gc.sightings import audit_intent
 from tq_gc.state.base import Lease
 
 log = logging.getLogger(__name__)
@@ -71,23 +69,10 @@ class Sweep:
         assert self.lease is not None, "the sweep took its lease first"
         return self.lease
 
-    def intent(
-        self, partition: str, identities: Mapping[str, Identity], records: Mapping[str, FirstSeen]
-    ) -> AuditBatch:
-        """The audit intent of deleting the rows of `identities`: each row's identity, and its unreferenced
-        time from its record."""
+    def intent(self, partition: str, records: Mapping[str, FirstSeen], keys: Sequence[str]) -> AuditBatch:
+        """The audit intent of deleting the rows of `keys`, from their first-seen records."""
         assert self.plan is not None, "the sweep planned first"
-        keys = tuple(identities)
-        now_ms = self.plan.now_ms
-        digests, indexes = identity_columns(identities, keys)
-        return AuditBatch(
-            run_id=self.report.run_id,
-            partition=partition,
-            keys=keys,
-            unreferenced_ms=tuple(now_ms - at_ms for at_ms in times_of_keys(records, keys)),
-            global_indexes=tuple(indexes),
-            tags_digests=tuple(digests),
-        )
+        return audit_intent(self.report.run_id, partition, records, keys, self.plan.now_ms)
 
     def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:
         """Add the first deleted rows to the report's sample, until it is full."""
