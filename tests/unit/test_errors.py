@@ -1,9 +1,11 @@
 """Each error class carries how a sweep that meets it ends (errors.py): its outcome, its cause, its
-message as the report's reason."""
+message as the report's reason; and a sweep ends exactly so, whichever of its steps raised it."""
 
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,8 @@ from tq_gc.errors import (
     TransferQueueNotFound,
 )
 from tq_gc.model import Cause, Outcome
+
+from support.world import World
 
 SKIPPED, ABORTED = Outcome.SKIPPED, Outcome.ABORTED
 
@@ -78,3 +82,26 @@ def test_every_error_class_has_its_ending_in_the_table_and_its_branch_in_the_tre
     assert {type(error) for error, *_ in ENDINGS} == classes - {TqGcError}
     tree = (errors.__doc__ or "").split("\n\n")[1]
     assert all(f"── {cls.__name__} " in tree for cls in classes - {TqGcError})
+
+
+@pytest.mark.parametrize(("error", "outcome", "cause", "reason"), ENDINGS, ids=IDS)
+def test_a_sweep_that_meets_an_error_ends_as_the_error_says_and_records_it(
+    tmp_path: Path, error: TqGcError, outcome: Outcome, cause: Cause, reason: str
+) -> None:
+    world = World(tmp_path)
+
+    def fail(partition: str) -> dict[str, Any]:
+        raise error
+
+    world.rows.list_keys = fail  # type: ignore[method-assign]
+    if isinstance(error, ConfigError):  # the caller must fix it: raised on, once the run is recorded
+        with pytest.raises(type(error)):
+            world.sweep()
+        [recorded] = world.state.recent_runs(1)
+    else:
+        report = world.sweep()
+        assert (report.outcome, report.cause, report.reason) == (outcome, cause, str(error))
+        [recorded] = world.state.recent_runs(1)
+        assert recorded["run_id"] == report.run_id
+    assert (recorded["outcome"], recorded["cause"], recorded["reason"]) == (outcome, cause, str(error))
+    assert world.state.lease_holder() is None, "the lease is given back"

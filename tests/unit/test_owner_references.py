@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from tq_gc.cli import main
-from tq_gc.collector import Collector
 from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.model import Outcome, RowId, Tags, rows_of
@@ -21,6 +20,7 @@ from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 TRAIN, VAL = "train", "val"

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from tq_gc.collector import Collector
 from tq_gc.config.models import MIN_GRACE_SECONDS
 from tq_gc.errors import StoreUnavailable
 from tq_gc.model import Cause, Identity, Outcome, SweepReport
 from tq_gc.publish.client import DEFAULT_TTL_SECONDS, GcClient
 from tq_gc.publish.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.state import MemoryState, RedisState, StateStore
+from tq_gc.sweep import Collector
 
 from redis_server import RedisServer
 from support.world import STAGING, World

@@ -17,12 +17,12 @@ from typing import Any
 import click
 
 from tq_gc.cli import render
-from tq_gc.collector import Collector
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.logs import configure_logging
 from tq_gc.model import Outcome
 from tq_gc.sightings import times_of
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4

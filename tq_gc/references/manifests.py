@@ -46,7 +46,7 @@ from tq_gc.references.emptied import Yield
 from tq_gc.references.globwalk import UnreadablePath, check_volume, match_files, unreadable
 from tq_gc.references.keypath import extract_keys, split_key_path
 
-# A sweep reads the manifests twice, before and after its listing (collector.Collector._read_references).
+# A sweep reads the manifests twice, before and after its listing (sweep.observe.Observer.read).
 READS_PER_SWEEP = 2
 
 _FILE_TYPES = {
@@ -93,7 +93,7 @@ class ManifestsSource:
         self._sources = tuple(sources)
         self._parsed: dict[tuple[int, Path], ParsedFile] = {}  # (source index, path) -> as last read
         self._merged: tuple[tuple[tuple[int, Path, bytes], ...], KeysByPartition] | None = None
-        # {source_id: what it yielded} of each of the last reads: a sweep's two (collector.py)
+        # {source_id: what it yielded} of each of the last reads: a sweep's two (sweep/observe.py)
         self._yields: deque[dict[str, Yield]] = deque(maxlen=READS_PER_SWEEP)
 
     def files(self) -> list[MatchedFiles]:
