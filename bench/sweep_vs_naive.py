@@ -80,7 +80,7 @@ class Sides:
             self._published = True
 
     def mark(self) -> float:
-        from tq_gc.collector import Collector
+        from tq_gc.sweep import Collector
 
         started = time.perf_counter()
         report = Collector(self.config, self.state, self.rows, holder="bench").sweep(dry_run=False)
@@ -94,7 +94,7 @@ class Sides:
         shift_first_seen(self.state, PARTITION, int(self.config.grace_seconds * 1000) + 1000)
 
     def tq_gc(self) -> int:
-        from tq_gc.collector import Collector
+        from tq_gc.sweep import Collector
 
         report = Collector(self.config, self.state, self.rows, holder="bench").sweep(dry_run=False)
         assert report.outcome.value == "completed", report.to_dict()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tq_gc.collector import Collector
 from tq_gc.config import Config, ConfigLike, load_config
 from tq_gc.errors import (
     CheckpointInProgress,
@@ -20,6 +19,7 @@ from tq_gc.publish.client import GcClient
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import Cause, Outcome, SweepReport
+from tq_gc.sweep import Collector
 
 __version__ = "0.1.0"
 

@@ -1,17 +1,37 @@
-"""Every error tq-gc raises on purpose, and what the sweep does about it.
+"""Every error tq-gc raises on purpose, and how a sweep that meets one ends: each class carries the
+outcome and cause its sweep reports, and its message is the report's reason (the CLI's exit code
+follows the outcome: skipped 3, aborted 4).
 
-    TqGcError
-    ├── ConfigError              bad config or usage; nothing was touched            -> exit 2
-    │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one) -> exit 2
-    ├── StoreUnavailable         the state store or row store failed; stop, delete nothing more
-    ├── ReferenceSourceError     a reference source could not be read completely   -> abort, exit 4
-    ├── CheckpointInProgress     a checkpoint directory is being written; its references are not
-    │                            readable yet                                       -> skip, exit 3
-    ├── LeaseLost                our lease expired or was taken; stop before the next delete
-    ├── FenceRaised              a checkpoint fence is up, or came and went, since the sweep read its
-    │                            references; stop before the next delete (skipped, exit 3)
-    └── Interrupted              the sweeper was asked to stop (the sidecar's shutdown) while the
-                                 row store listed or read: stop, delete nothing more
+    TqGcError                                                     outcome  cause
+    ├── ConfigError              bad config or usage; nothing     aborted  error, and raised on: exit 2
+    │   │                        was touched
+    │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one)
+    ├── StoreUnavailable         the state store or row store     aborted  store_failed
+    │                            failed; delete nothing more
+    ├── ReferenceSourceError     a reference source could not     aborted  source_failed
+    │                            be read completely
+    ├── CheckpointInProgress     a checkpoint directory is being  skipped  checkpoint_in_progress
+    │                            written: its references are not
+    │                            readable yet
+    ├── LeaseHeld                another sweeper holds the lease  skipped  lease_held
+    ├── TqClaimed                a sweeper of another state store skipped  tq_claimed
+    │                            claims the TransferQueue
+    ├── LeaseLost                our lease expired or was taken;  aborted  lease_lost
+    │   │                        stop before the next delete
+    │   └── SweeperPaused        so long since the last renewal that the lease may be someone
+    │                            else's by the clear: stop before clearing
+    ├── FenceUp                  a checkpoint fence is up         skipped  fence_up
+    ├── FenceRaised              a fence is up, or came and went, skipped  fence_raised
+    │   │                        since the sweep read its
+    │   │                        references; stop before the next delete
+    │   └── FenceEpochMoved      seen at a delete batch's re-check: the fence epoch moved
+    ├── BlastRadiusExceeded      more rows eligible than          aborted  blast_radius
+    │                            max_delete_fraction allows
+    └── Interrupted              the sweeper was asked to stop    aborted  stopped
+                                 (the sidecar's shutdown); delete
+                                 nothing more
+
+Any other exception ends a sweep aborted with cause `error`, its reason naming its type.
 
 A sweep never retries inside itself: a transient failure ends this sweep, and the next one starts
 from a fresh snapshot. That is what keeps "fail closed" simple.
@@ -19,13 +39,26 @@ from a fresh snapshot. That is what keeps "fail closed" simple.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import ClassVar
+
+from tq_gc.report import Cause, Outcome
+
 
 class TqGcError(Exception):
-    """Base of every error tq-gc raises on purpose."""
+    """Base of every error tq-gc raises on purpose: a sweep that meets one ends with its `outcome` and
+    `cause`, its message the report's reason."""
+
+    outcome: ClassVar[Outcome] = Outcome.ABORTED
+    cause: ClassVar[Cause] = Cause.ERROR
+    # Raised on to the sweep's caller once the run is recorded: what the caller must fix.
+    reaches_caller: ClassVar[bool] = False
 
 
 class ConfigError(TqGcError):
     """The config or the command line is wrong. The message names the field and the fix."""
+
+    reaches_caller = True
 
 
 class TransferQueueNotFound(ConfigError):
@@ -41,9 +74,13 @@ class TransferQueueNotFound(ConfigError):
 class StoreUnavailable(TqGcError):
     """The state store or the row store failed mid-operation."""
 
+    cause = Cause.STORE_FAILED
+
 
 class ReferenceSourceError(TqGcError):
     """A reference source could not be read completely: the sweep must delete nothing."""
+
+    cause = Cause.SOURCE_FAILED
 
     def __init__(self, source: str, detail: str) -> None:
         super().__init__(f"reference source {source!r} failed: {detail}")
@@ -54,6 +91,9 @@ class ReferenceSourceError(TqGcError):
 class CheckpointInProgress(TqGcError):
     """A checkpoint directory a manifest glob covers is being written (or swapped): the references it
     will hold cannot be read yet, so the sweep skips instead of reading without them."""
+
+    outcome = Outcome.SKIPPED
+    cause = Cause.CHECKPOINT_IN_PROGRESS
 
     def __init__(self, glob: str, directories: list[str]) -> None:
         more = len(directories) - 5
@@ -66,7 +106,28 @@ class CheckpointInProgress(TqGcError):
         self.directories = directories
 
 
+class LeaseHeld(TqGcError):
+    """Another sweeper holds the namespace's lease: this sweep skips, the holder sweeps."""
+
+    outcome = Outcome.SKIPPED
+    cause = Cause.LEASE_HELD
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"lease held by {holder}")
+        self.holder = holder
+
+
+class TqClaimed(TqGcError):
+    """A sweeper of another state store claims the job's TransferQueue (stores/transferqueue/claim.py):
+    its lease and registry are not ours, so this sweep skips. The message names the holder."""
+
+    outcome = Outcome.SKIPPED
+    cause = Cause.TQ_CLAIMED
+
+
 class LeaseLost(TqGcError):
+    cause = Cause.LEASE_LOST
+
     def __init__(self, namespace: str) -> None:
         super().__init__(
             f"the sweep lease of namespace {namespace!r} expired or was taken by another sweeper; "
@@ -74,7 +135,34 @@ class LeaseLost(TqGcError):
         )
 
 
+class SweeperPaused(LeaseLost):
+    """Right before a clear, the last renewal on the sweeping thread is too old to vouch for the lease:
+    the sweeper was paused (SIGSTOP, a long GC pause) and the store would not tell it in time."""
+
+    def __init__(self, elapsed_seconds: float) -> None:
+        TqGcError.__init__(
+            self,
+            f"{elapsed_seconds:.1f} s passed between the lease renewal and the clear (the sweeper was "
+            "paused?); stopped before clearing, the lease may already be someone else's",
+        )
+        self.elapsed_seconds = elapsed_seconds
+
+
+class FenceUp(TqGcError):
+    """A checkpoint fence is up: no delete happens while it is."""
+
+    outcome = Outcome.SKIPPED
+    cause = Cause.FENCE_UP
+
+    def __init__(self, fences: Iterable[str]) -> None:
+        self.fences = sorted(fences)
+        super().__init__(f"checkpoint fence up: {', '.join(self.fences)}")
+
+
 class FenceRaised(TqGcError):
+    outcome = Outcome.SKIPPED
+    cause = Cause.FENCE_RAISED
+
     def __init__(self, namespace: str) -> None:
         super().__init__(
             f"a checkpoint fence of namespace {namespace!r} is up, or was raised since this sweep read its "
@@ -83,5 +171,27 @@ class FenceRaised(TqGcError):
         )
 
 
+class FenceEpochMoved(FenceRaised):
+    """A delete batch's re-check found the fence epoch moved since the sweep read its references: a
+    fence came (and maybe went) in between."""
+
+    def __init__(self) -> None:
+        TqGcError.__init__(
+            self,
+            "a checkpoint fence was raised since this sweep read its references (it may have written a "
+            "manifest this sweep did not read); the next sweep starts afresh",
+        )
+
+
+class BlastRadiusExceeded(TqGcError):
+    """The plan would delete more of the in-scope rows than max_delete_fraction allows: nothing is
+    deleted, the reason says how many."""
+
+    cause = Cause.BLAST_RADIUS
+
+
 class Interrupted(TqGcError):
-    """The row store was asked to stop (Collector.stop): a paced read stopped before its next request."""
+    """The sweeper was asked to stop (Collector.stop): before its next request to the row store, or a
+    paced read stopped before its next request."""
+
+    cause = Cause.STOPPED

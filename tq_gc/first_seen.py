@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from typing import NamedTuple
 
-from tq_gc.model import IdentityColumns
+from tq_gc.model import AuditBatch, IdentityColumns
 from tq_gc.rows import Identity
 
 
@@ -87,11 +87,28 @@ def first_seen_ms(records: Mapping[str, FirstSeen]) -> Mapping[str, int]:
     return {key: record.at_ms for key, record in records.items()}
 
 
-def first_seen_ms_of(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> list[int]:
+def audit_intent(
+    run_id: str, partition: str, records: Mapping[str, FirstSeen], keys: Sequence[str], now_ms: int
+) -> AuditBatch:
+    """The audit intent of deleting the rows of `keys` at `now_ms`: each row's identity and how long it
+    has been unreferenced, from its first-seen record (read column by column from FirstSeenRecords)."""
     if isinstance(records, FirstSeenRecords):
-        at_ms = records.at_ms
-        return [at_ms[key] for key in keys]
-    return [records[key].at_ms for key in keys]
+        at_ms = list(map(records.at_ms.__getitem__, keys))
+        digests = list(map(records.digests.__getitem__, keys))
+        indexes = list(map(records.indexes.__getitem__, keys))
+    else:
+        chosen = [records[key] for key in keys]
+        at_ms = [record.at_ms for record in chosen]
+        digests = [record.identity.tags_digest for record in chosen]
+        indexes = [record.identity.global_index for record in chosen]
+    return AuditBatch(
+        run_id=run_id,
+        partition=partition,
+        keys=tuple(keys),
+        unreferenced_ms=tuple(now_ms - at for at in at_ms),
+        global_indexes=tuple(indexes),
+        tags_digests=tuple(digests),
+    )
 
 
 def first_seen_identities(records: Mapping[str, FirstSeen], keys: Iterable[str]) -> Mapping[str, Identity]:

@@ -19,7 +19,7 @@ class Source(StrEnum):
 @dataclass(frozen=True, slots=True)
 class References:
     """Every reference the sweep read: each source read completely, some more than once (see
-    collector.Collector._read_references for the order that keeps a moving reference in view).
+    sweep.observe.Observer.read for the order that keeps a moving reference in view).
 
     Each source's rows are kept as {partition: keys}: the planner and the per-batch re-check work one
     partition at a time, and the admissions arrive grouped that way, so no sweep regroups 100k rows."""

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tq_gc.collector import Collector
 from tq_gc.config import TransferQueueConfig, parse_config
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.sweep import Collector
 
 pytestmark = pytest.mark.ray
 

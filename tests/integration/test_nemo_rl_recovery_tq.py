@@ -25,11 +25,11 @@ import pytest
 import torch
 import yaml
 
-from tq_gc.collector import Collector
 from tq_gc.config import TransferQueueConfig, parse_config
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.sweep import Collector
 
 from support.nemo_rl_checkpoints import (
     INVENTORY,

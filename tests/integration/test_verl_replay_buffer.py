@@ -21,7 +21,6 @@ import yaml
 from conftest import fresh_partition
 
 from tq_gc.cli.checks import run_checks
-from tq_gc.collector import Collector
 from tq_gc.config import Config, TransferQueueConfig, parse_config
 from tq_gc.integrations.verl import TqGcTrainerMixin, wrap_registered_trainers
 from tq_gc.publish.client import GcClient
@@ -29,6 +28,7 @@ from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 from support.verl_job import VerlShapedTrainer, padding_keys

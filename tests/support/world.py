@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.state.memory import ManualClock
+from tq_gc.sweep import Collector
 
 from support.scripted_store import ScriptedRowStore, ScriptedState
 

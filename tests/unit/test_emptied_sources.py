@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_USAGE, main
-from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.errors import ConfigError
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state import RedisState
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 from support.world import DATA, STAGING, World

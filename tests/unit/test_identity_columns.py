@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tq_gc.first_seen import FirstSeen, FirstSeenRecords, first_seen_identities
+from tq_gc.first_seen import FirstSeen, FirstSeenRecords, audit_intent, first_seen_identities
 from tq_gc.model import IdentityColumns, identity_columns
 from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue.rows import unchanged
@@ -46,6 +46,24 @@ def test_the_identities_of_first_seen_records_are_columns_equal_to_a_dict_of_ide
     assert identities == as_dict and list(identities) == keys
     assert identity_columns(identities, keys) == identity_columns(as_dict, keys)
     assert identity_columns(identities, keys[::-1]) == identity_columns(as_dict, keys[::-1])
+
+
+@given(records=RECORDS, data=st.data())
+def test_the_audit_intent_of_first_seen_records_is_the_intent_of_a_dict_of_records(
+    records: dict[str, tuple[int, Any, int | None]], data: st.DataObject
+) -> None:
+    """One call builds a delete batch's audit intent from its first-seen records: the same batch whether
+    they are held as columns or as a record a row, each row's identity and unreferenced age its own."""
+    held = first_seen_of(records)
+    keys = data.draw(st.lists(st.sampled_from(sorted(records)), unique=True))
+    as_dict = dict(held.items())
+    intent = audit_intent("run-1", "staging", held, keys, now_ms=20)
+    assert intent == audit_intent("run-1", "staging", as_dict, keys, now_ms=20)
+    assert (intent.run_id, intent.partition, intent.keys) == ("run-1", "staging", tuple(keys))
+    assert not intent.confirmed
+    assert intent.unreferenced_ms == tuple(20 - records[key][0] for key in keys)
+    assert list(intent.tags_digests) == [tags_digest(records[key][1]) for key in keys]
+    assert list(intent.global_indexes) == [records[key][2] for key in keys]
 
 
 @dataclass

@@ -18,7 +18,6 @@ import torch
 import yaml
 
 from tq_gc.cli import EXIT_SKIPPED, main
-from tq_gc.collector import Collector
 from tq_gc.config import ManifestSource, load_config, parse_config
 from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
 from tq_gc.references import nemo_rl
@@ -27,6 +26,7 @@ from tq_gc.report import Cause, Outcome
 from tq_gc.rows import RowId, rows_of
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 from support.nemo_rl_checkpoints import (

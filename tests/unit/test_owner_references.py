@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from tq_gc.cli import main
-from tq_gc.collector import Collector
 from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config, plan_policy
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.plan import PlanPolicy
@@ -22,6 +21,7 @@ from tq_gc.report import Outcome
 from tq_gc.rows import RowId, Tags, rows_of
 from tq_gc.state.memory import ManualClock, MemoryState
 from tq_gc.stores.memory import MemoryRowStore
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 TRAIN, VAL = "train", "val"

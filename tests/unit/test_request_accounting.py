@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.report import LongestRequest, SweepReport
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
+from tq_gc.sweep import Collector
 
 PARTITION = "rollout_staging"
 

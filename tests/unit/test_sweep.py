@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tq_gc.collector import Collector
 from tq_gc.errors import StoreUnavailable
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores.memory import MemoryRowStore
+from tq_gc.sweep import Collector
 
 from support.world import DATA, GRACE_S, STAGING, World
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.report import SweepReport
 from tq_gc.state import RedisState
+from tq_gc.sweep import Collector
 
 from support.scripted_store import ScriptedRowStore
 from support.world import STAGING, World

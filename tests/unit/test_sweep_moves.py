@@ -44,11 +44,11 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
-from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.state.memory import ManualClock
+from tq_gc.sweep import Collector
 
 from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState, Timeline
 

@@ -25,10 +25,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.state.memory import ManualClock
+from tq_gc.sweep import Collector
 
 from support.scripted_store import ScriptedRowStore, ScriptedState
 

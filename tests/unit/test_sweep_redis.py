@@ -14,11 +14,11 @@ import redis
 import yaml
 
 from tq_gc.cli import EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, main
-from tq_gc.collector import Collector
 from tq_gc.config import parse_config
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.state import RedisState
+from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
 from support.scripted_store import ScriptedRowStore

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from tq_gc.collector import Collector
 from tq_gc.errors import StoreUnavailable
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import Cause, Outcome
 from tq_gc.rows import Identity
 from tq_gc.state.memory import MemoryState, SteadyClock
+from tq_gc.sweep import Collector
 
 from support.world import DATA, GRACE_S, STAGING, World
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from tq_gc.collector import Collector
 from tq_gc.config.models import MIN_GRACE_SECONDS
 from tq_gc.errors import StoreUnavailable
 from tq_gc.publish.client import DEFAULT_TTL_SECONDS, GcClient
@@ -20,6 +19,7 @@ from tq_gc.publish.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.rows import Identity
 from tq_gc.state import MemoryState, RedisState, StateStore
+from tq_gc.sweep import Collector
 
 from redis_server import RedisServer
 from support.world import STAGING, World

@@ -23,7 +23,7 @@ from tq_gc.state.redis import NamespaceSeen
 from tq_gc.stores import RowStore
 from tq_gc.stores.base import optional_method
 from tq_gc.stores.transferqueue.claim import describe_claim
-from tq_gc.sweep import default_holder
+from tq_gc.sweep.lease import default_holder
 from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]

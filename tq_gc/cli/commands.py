@@ -17,14 +17,14 @@ from typing import Any
 import click
 
 from tq_gc.cli import render
-from tq_gc.collector import Collector
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.logs import configure_logging
 from tq_gc.report import Outcome
 from tq_gc.stores.transferqueue.claim import claimed
-from tq_gc.sweep import default_holder
+from tq_gc.sweep import Collector
+from tq_gc.sweep.lease import default_holder
 from tq_gc.wiring import Runtime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4

@@ -18,7 +18,7 @@ only while that tag is true on it. A row the pattern does not match, or without 
 other rules; a row whose owner is absent is unreferenced, and its grace runs as always.
 
 Owners are looked up in the sweep's own listing of the owner partition (one snapshot, read in the
-tags' slot: see collector.Collector._read_references). Fails closed: a partition the row store lacks
+tags' slot: see sweep.observe.Observer.read). Fails closed: a partition the row store lacks
 (owned or owner), an owner tag that is not a key string, a match that leaves a group of the template
 unset, and a reference marked `expect_nonempty` whose pattern matches no row of a non-empty partition
 all fail the source.

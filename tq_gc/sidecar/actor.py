@@ -43,7 +43,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from tq_gc.collector import Collector
 from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.logs import configure_logging
@@ -54,7 +53,9 @@ from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.claim import claimed, sidecar_holder
-from tq_gc.sweep import default_holder, iso_now
+from tq_gc.sweep import Collector
+from tq_gc.sweep.clocks import utc_now_iso
+from tq_gc.sweep.lease import default_holder
 from tq_gc.wiring import RowStoreFactory, Runtime
 
 log = logging.getLogger(__name__)
@@ -163,12 +164,12 @@ class SidecarActor:
             report = self._collector.sweep(dry_run=dry_run)
         except Exception as exc:
             self._metrics.record_error()
-            self._last_error = {"at": iso_now(), "error": f"{type(exc).__name__}: {exc}"}
+            self._last_error = {"at": utc_now_iso(), "error": f"{type(exc).__name__}: {exc}"}
             log.exception("sweep raised %s; the next scheduled sweep starts afresh", type(exc).__name__)
             raise
         if report.cause is Cause.ERROR:  # unforeseen: counted as an error too, as if it had raised
             self._metrics.record_error()
-            self._last_error = {"at": iso_now(), "error": report.reason}
+            self._last_error = {"at": utc_now_iso(), "error": report.reason}
         self._metrics.observe(report)
         self._reports.appendleft(report.to_dict())
         counts = report.counts

@@ -1,0 +1,182 @@
+"""One sweep: lease -> attach -> references and listing -> plan -> (re-check -> intent -> clear -> confirm)*
+-> report.
+
+The imperative shell around plan.py, as a sequence of named steps, each done by one part of the sweep
+(observe.py, record.py, delete.py, lease.py). Every failure ends the sweep with nothing more
+deleted, and the report says how it ended (an unforeseen exception included) and how many rows it
+deleted before it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Collection
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+from tq_gc.config import Config, plan_policy
+from tq_gc.errors import BlastRadiusExceeded, Interrupted, TqClaimed, TqGcError
+from tq_gc.plan import plan
+from tq_gc.referenced import References
+from tq_gc.references.emptied import accepted_sources
+from tq_gc.report import Cause, Outcome, SweepReport
+from tq_gc.rows import Listing
+from tq_gc.state.base import StateStore
+from tq_gc.stores.base import RowStore, optional_method
+from tq_gc.sweep.clocks import timed_phase, utc_now_iso
+from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
+from tq_gc.sweep.delete import Deleter
+from tq_gc.sweep.lease import SweepLease, default_holder
+from tq_gc.sweep.observe import Observer
+from tq_gc.sweep.record import Recorder
+from tq_gc.sweep.run import Progress, SweepRun
+
+if TYPE_CHECKING:
+    from tq_gc.stores.transferqueue.claim import TqClaim
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    def __init__(
+        self,
+        config: Config,
+        state: StateStore,
+        row_store: RowStore,
+        holder: str | None = None,
+        *,
+        pause_cyclic_gc: bool = False,
+        claim: TqClaim | None = None,
+    ):
+        """`pause_cyclic_gc`: the process is tq-gc's own (the sidecar's actor, the CLI), so a sweep may
+        switch the cyclic garbage collector off while it runs (cyclic_gc.paused_cyclic_gc). Embedded in a
+        trainer's process, leave it False: the trainer's own objects are that collector's too.
+
+        `claim`: the job's TQ's claim for this sweeper's state (stores/transferqueue/claim.py), held by
+        each sweep once attached: a TQ claimed for another state store skips the sweep."""
+        self.claim = claim
+        self.config = config
+        self.state = state
+        self.row_store = row_store
+        self.holder = holder or default_holder()
+        self._stop = threading.Event()
+        self._pause_cyclic_gc = pause_cyclic_gc
+        self.lease = SweepLease(config, state, self.holder)
+        self.observer = Observer(config, state, row_store)
+        self.recorder = Recorder(config, state, row_store)
+        self.deleter = Deleter(config, state, row_store, self.lease, self._stop_if_asked)
+
+    def sweep(
+        self,
+        *,
+        dry_run: bool = True,
+        max_deletes: int | None = None,
+        progress: Progress | None = None,
+        accept_empty: Collection[str] = (),
+    ) -> SweepReport:
+        """One sweep. The report says how it ended; it raises only ConfigError (bad config or usage,
+        no TransferQueue to attach to), after recording the run, and BaseExceptions (interrupts).
+
+        `accept_empty`: source ids (references/emptied.py) that may read as empty this sweep although
+        they named rows at the last one: the operator's word that it is on purpose."""
+        if max_deletes is not None and max_deletes < 0:
+            raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
+        accepted = accepted_sources(self.config, accept_empty)
+        report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
+        run = SweepRun(report, plan_policy(self.config, max_deletes), progress, accepted)
+        with paused_cyclic_gc() if self._pause_cyclic_gc else nullcontext():
+            self._run(run, dry_run)
+        return report
+
+    def stop(self) -> None:
+        """Make a sweep in progress stop before its next request to the row store (a delete call runs
+        to its end first), and every later sweep at once."""
+        self._stop.set()
+        interrupt = optional_method(self.row_store, "interrupt")
+        if interrupt is not None:
+            interrupt()
+
+    # -- the sequence -----------------------------------------------------------------------------
+
+    def _run(self, run: SweepRun, dry_run: bool) -> None:
+        report = run.report
+        report.started_at = utc_now_iso()
+        self._take_request_stats()  # requests made before this sweep are not its own
+        renewal = self.lease.renewed_in_background(run)
+        try:
+            self._stop_if_asked()
+            with timed_phase(report, "lease"):
+                self.lease.take(run)
+            renewal.start()
+            with timed_phase(report, "attach"):
+                self._attach_row_store()
+                self._hold_claim(dry_run)
+            self._stop_if_asked()
+            listing, references = self.observer.read(run)
+            self._plan_and_record(run, listing, references)
+            if dry_run:
+                report.outcome = Outcome.DRY_RUN
+            else:
+                with timed_phase(report, "delete"):
+                    self.deleter.delete(run)
+                report.outcome = Outcome.COMPLETED
+        except TqGcError as exc:  # foreseen: the error says how the sweep ends (errors.py)
+            run.end(exc.outcome, exc.cause, str(exc))
+            if exc.reaches_caller:
+                raise
+        except Exception as exc:  # unforeseen: the sweep stops, and says so; it never reads as completed
+            log.exception("sweep %s failed", report.run_id)
+            run.end(Outcome.ABORTED, Cause.ERROR, f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:
+            run.end(Outcome.ABORTED, Cause.ERROR, f"interrupted ({type(exc).__name__})")
+            raise
+        finally:
+            renewal.stop()
+            report.finished_at = utc_now_iso()
+            report.record_tq_requests(self._take_request_stats())
+            self._finish(run)
+
+    def _take_request_stats(self) -> dict[str, list[float]]:
+        """The row store's TQ requests since the last call ({operation: [seconds]}); none if it keeps none."""
+        take = optional_method(self.row_store, "take_request_stats")
+        return take() if take is not None else {}
+
+    def _attach_row_store(self) -> None:
+        """Join the job's TransferQueue now, so that `attach` is timed apart from the listing."""
+        ensure_attached = optional_method(self.row_store, "ensure_attached")
+        if ensure_attached is not None:
+            ensure_attached()
+
+    def _hold_claim(self, dry_run: bool) -> None:
+        """Hold the TQ's claim for our state store (a dry run only looks), or stop with nothing deleted."""
+        refused = None if self.claim is None else self.claim.hold(take=not dry_run)
+        if refused is not None:
+            raise TqClaimed(refused)
+
+    def _plan_and_record(self, run: SweepRun, listing: Listing, references: References) -> None:
+        """Plan from what the sweep saw and the records it trusts, record its new sightings, and take
+        back the rows admitted meanwhile (the write barrier). BlastRadiusExceeded if the plan aborts."""
+        with timed_phase(run.report, "plan"):
+            now_ms = self.state.now_ms()
+            run.first_seen = self.recorder.trusted(run)
+            run.plan = plan(listing, references, run.first_seen, now_ms, run.policy)
+            self.recorder.save(run, run.plan, listing)
+            run.plan = self.recorder.without_admitted_meanwhile(run, run.plan)
+        run.report.counts = run.plan.counts()
+        if run.plan.abort_reason:
+            raise BlastRadiusExceeded(run.plan.abort_reason)
+
+    def _stop_if_asked(self) -> None:
+        if self._stop.is_set():
+            raise Interrupted("asked to stop (the sidecar shutting down?)")
+
+    def _finish(self, run: SweepRun) -> None:
+        report = run.report
+        try:
+            if not self.state.record_run(report.to_dict(), run.lease):
+                log.warning("run %s not recorded: its lease was lost (%s)", report.run_id, report.outcome)
+        except Exception as exc:  # the outcome is decided; a summary we cannot write is only logged
+            log.warning("could not record run %s: %s", report.run_id, exc)
+        self.lease.release(run)

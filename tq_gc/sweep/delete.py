@@ -1,0 +1,123 @@
+"""Deleting what the plan chose, batch by batch: re-check, write the intent, clear, confirm. Every
+failure stops the deletes with nothing more cleared; a row that changed under us is kept and counted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from tq_gc.config import Config
+from tq_gc.errors import FenceEpochMoved
+from tq_gc.first_seen import audit_intent, first_seen_identities
+from tq_gc.state.base import Recheck, StateStore
+from tq_gc.stores.base import RowStore, optional_method
+from tq_gc.sweep.lease import SweepLease, stop_if_fenced
+from tq_gc.sweep.run import SweepRun
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    partition: str
+    keys: tuple[str, ...]
+
+
+def batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batch]:
+    """Batches of one partition each, keeping the plan's order within a partition."""
+    for partition, keys in to_delete.items():
+        for start in range(0, len(keys), size):
+            yield Batch(partition, tuple(keys[start : start + size]))
+
+
+def throttle_deletes(deleted: int, max_per_second: float, started: float) -> None:
+    """Sleep until `deleted` rows since `started` (time.monotonic()) keep to `max_per_second` (0: no cap)."""
+    if max_per_second <= 0:
+        return
+    wait = deleted / max_per_second - (time.monotonic() - started)
+    if wait > 0:
+        time.sleep(wait)
+
+
+class Deleter:
+    """Deletes a sweep's plan. `stop_if_asked` raises Interrupted once the sweeper is asked to stop."""
+
+    def __init__(
+        self,
+        config: Config,
+        state: StateStore,
+        row_store: RowStore,
+        lease: SweepLease,
+        stop_if_asked: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.row_store = row_store
+        self.lease = lease
+        self._stop_if_asked = stop_if_asked
+
+    def delete(self, run: SweepRun) -> None:
+        to_delete = run.planned.to_delete
+        limits = self.config.limits
+        total = sum(len(keys) for keys in to_delete.values())
+        counts = run.report.counts
+        # Before the re-check, not between it and the clear: the wait must not widen that window. So a
+        # batch is also one of the store's clears (rows_per_delete): a batch it split would clear its
+        # later parts after waits of their own.
+        wait_for_quiet = optional_method(self.row_store, "wait_for_quiet")
+        rows_per_delete = optional_method(self.row_store, "rows_per_delete")
+        store_rows = rows_per_delete() if rows_per_delete is not None else None  # a wrapper may say None
+        size = limits.delete_batch if store_rows is None else min(limits.delete_batch, store_rows)
+        for batch in batches(to_delete, size):
+            started = time.monotonic()
+            self._stop_if_asked()
+            if wait_for_quiet is not None:
+                wait_for_quiet()
+            check = self.lease.recheck(run)
+            stop_if_fenced(check.fences)
+            if check.fence_epoch != run.fence_epoch:
+                raise FenceEpochMoved()
+            self._delete_batch(run, batch, check)
+            if run.progress is not None:
+                run.progress(counts.deleted + counts.recheck_saved, total)
+            throttle_deletes(len(batch.keys), limits.max_deletes_per_second, started)
+
+    def _delete_batch(self, run: SweepRun, batch: Batch, check: Recheck) -> None:
+        """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can
+        (with the lease renewal); the store then matches each row's identity and clears in back-to-back
+        calls (TQ has no compare-and-delete)."""
+        counts = run.report.counts
+        records = run.first_seen.get(batch.partition, {})
+        # Every planned row has a record: rows are never deleted on first sight.
+        recorded = records.keys()  # a FirstSeenRecords' is its dict's view: membership at C speed
+        keys = [key for key in batch.keys if key in recorded]
+        # Kept: admitted since this sweep took its lease (the write barrier). That covers every admission
+        # live now that the reads before the plan did not see, and every reference that moved by the
+        # protocol since the sweep began, wherever it went and however often.
+        admitted = self.state.admitted_since_lease(run.held_lease, batch.partition, keys)
+        keys = [key for key in keys if key not in admitted]
+        counts.recheck_saved += len(batch.keys) - len(keys)
+        if not keys:
+            self._forget_saved(run, batch)
+            return
+        identities = first_seen_identities(records, keys)
+        intent = audit_intent(run.report.run_id, batch.partition, records, keys, run.planned.now_ms)
+        # FenceRaised if a fence came since the re-check: the intent was refused, nothing written.
+        intent_id = self.state.record_intent(run.held_lease, intent, run.fence_epoch, self.lease.ttl_ms)
+        self.lease.check_fresh(run)
+        try:
+            cleared = self.row_store.delete_if_unchanged(batch.partition, identities)
+        except BaseException:
+            counts.failed += len(keys)  # deleted or not, nobody knows: the intent stays unconfirmed
+            raise
+        # Kept too: recreated under the same key (new global index or tags) or already gone. Each is a
+        # race we lost, counted, not an error; its record is dropped, so its grace starts again.
+        counts.deleted += len(cleared)
+        counts.recheck_saved += len(keys) - len(cleared)
+        self.state.confirm_deletes(run.held_lease, intent_id, intent, cleared, forget=batch.keys)
+        run.sample(intent, cleared)
+
+    def _forget_saved(self, run: SweepRun, batch: Batch) -> None:
+        """A batch the re-check saved whole: its rows were referenced during the sweep, so their records
+        go and their grace starts again at their next sighting (a partly saved batch's records go with
+        its confirmation)."""
+        self.state.save_first_seen(run.held_lease, batch.partition, {}, batch.keys, run.planned.now_ms)
