@@ -15,7 +15,7 @@ from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.state import RedisState, StateStore
-from tq_gc.state import redis as redis_state
+from tq_gc.state import redis_barrier as redis_state
 
 from redis_server import RedisServer
 

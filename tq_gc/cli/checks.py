@@ -19,7 +19,7 @@ from tq_gc.references.tags import TagsSource
 from tq_gc.rows import KeysByPartition
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
-from tq_gc.state.redis import NamespaceSeen
+from tq_gc.state.redis_namespaces import NamespaceSeen
 from tq_gc.stores import RowStore
 from tq_gc.stores.base import optional_method
 from tq_gc.stores.transferqueue.claim import describe_claim

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from harness import keys_in
 
-from tq_gc.state.redis import CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
+from tq_gc.state.redis_connection import CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
 
 from .conftest import DELETE_BATCH, MakeJob
 from .helpers import KillableRedisServer, Processes, RecordTiming, assert_readable

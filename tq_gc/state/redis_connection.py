@@ -1,0 +1,130 @@
+"""The state store's Redis connection: the state URL's own options (`?wait_replicas=`), the client made from
+the URL (its timeouts, no retries), and the two rules every command follows (a failure is StoreUnavailable;
+a write a failover must not lose waits for the replicas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.client import Pipeline
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from tq_gc.config import redact_url
+from tq_gc.errors import ConfigError, StoreUnavailable
+
+# A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
+CONNECT_TIMEOUT_SECONDS = 5.0
+SOCKET_TIMEOUT_SECONDS = 10.0
+# With a replicated Redis, `?wait_replicas=N` in the state URL: the writes a failover must not lose (an
+# admission, a fence, an audit intent) return only once N replicas have them (WAIT), or raise.
+WAIT_TIMEOUT_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """How many replicas must acknowledge a durable write, and how long to wait for them."""
+
+    replicas: int = 0
+    timeout_ms: int = WAIT_TIMEOUT_MS
+
+    @classmethod
+    def split_from(cls, url: str) -> tuple[str, Replication]:
+        """The URL without tq-gc's own options (redis-py refuses them), and those options."""
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {name: value for name, value in query if name.startswith("wait_")}
+        rest = urlencode([(name, value) for name, value in query if not name.startswith("wait_")])
+        unknown = sorted(set(ours) - {"wait_replicas", "wait_timeout_ms"})
+        if unknown:
+            raise ConfigError(f"unknown state_url option {unknown[0]!r}: use wait_replicas, wait_timeout_ms")
+        replicas = _whole(ours, "wait_replicas", 0, minimum=0)
+        timeout_ms = _whole(ours, "wait_timeout_ms", WAIT_TIMEOUT_MS, minimum=1)
+        if not ours:
+            return url, cls(replicas, timeout_ms)
+        return url.split("?", 1)[0] + (f"?{rest}" if rest else ""), cls(replicas, timeout_ms)
+
+
+def _whole(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    if name not in options:
+        return default
+    value = options[name]
+    if not value.isdigit() or int(value) < minimum:
+        raise ConfigError(f"state_url option {name}={value!r} must be a whole number of at least {minimum}")
+    return int(value)
+
+
+def client_from_url(url: str) -> tuple[redis.Redis, Replication]:
+    """A client of its own for a state URL, and the URL's replication options. No retries inside: a
+    failure ends the sweep."""
+    try:
+        plain_url, replication = Replication.split_from(url)
+    except ConfigError as exc:
+        raise ConfigError(f"{redact_url(url)!r}: {exc}") from None
+    try:
+        client = redis.Redis.from_url(
+            plain_url,
+            decode_responses=True,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except ValueError:
+        client = None
+    if client is None:
+        # redis-py's message (and its chain) may quote the URL, password included: say it ourselves,
+        # outside the handler so that no part of it rides along as context.
+        raise ConfigError(
+            f"{redact_url(url)!r} is not a valid Redis URL: use redis://[:password@]host:6379/0, "
+            "rediss://... or unix:///path/to/redis.sock"
+        )
+    return client, replication
+
+
+def describe(connection_kwargs: Mapping[str, Any]) -> str:
+    """A log-safe address for a client we were handed (no password: we never read it)."""
+    if connection_kwargs.get("path"):
+        return f"unix://{connection_kwargs['path']}"
+    host = connection_kwargs.get("host", "localhost")
+    return f"redis://{host}:{connection_kwargs.get('port', 6379)}/{connection_kwargs.get('db', 0)}"
+
+
+class RedisConnection:
+    """The client every part of one RedisState uses, with its log-safe URL and replication options."""
+
+    def __init__(self, client: redis.Redis, url: str) -> None:
+        self.client = client
+        self.url = url
+        self.replication = Replication()
+
+    @contextmanager
+    def guard(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except RedisError as exc:
+            raise StoreUnavailable(
+                f"state store {self.url} failed to {action}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def replicated(self, action: str) -> None:
+        """After a write a failover must not lose: wait for the configured replicas to have it."""
+        wanted = self.replication.replicas
+        if wanted == 0:
+            return
+        with self.guard(f"wait for replicas to {action}"):
+            acknowledged = int(self.client.wait(wanted, self.replication.timeout_ms))
+        if acknowledged < wanted:
+            raise StoreUnavailable(
+                f"state store {self.url}: only {acknowledged} of {wanted} replicas acknowledged the write to "
+                f"{action} within {self.replication.timeout_ms} ms; a failover could lose it"
+            )
+
+    def pipeline(self) -> Pipeline:
+        return self.client.pipeline(transaction=False)
