@@ -27,7 +27,7 @@ from tq_gc.references.manifests.base import ManifestBytes, SourceSummary
 from tq_gc.references.manifests.readers import reader_of
 from tq_gc.rows import KeysByPartition, RowId, group_by_partition, merge_keys
 
-# A sweep reads the manifests twice, before and after its listing (collector.Collector._read_references).
+# A sweep reads the manifests twice, before and after its listing (sweep.observe.Observer.read).
 READS_PER_SWEEP = 2
 
 
@@ -54,7 +54,7 @@ class ManifestsSource:
         self._sources = tuple(sources)
         self._parsed: dict[tuple[int, Path], ParsedFile] = {}  # (source index, path) -> as last read
         self._merged: tuple[tuple[tuple[int, Path, bytes], ...], KeysByPartition] | None = None
-        # {source_id: what it yielded} of each of the last reads: a sweep's two (collector.py)
+        # {source_id: what it yielded} of each of the last reads: a sweep's two (sweep/observe.py)
         self._yields: deque[dict[str, Yield]] = deque(maxlen=READS_PER_SWEEP)
 
     def files(self) -> list[MatchedFiles]:
