@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
 from tq_gc.config import Config
@@ -52,14 +52,13 @@ from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.sightings import identities_of_keys
 from tq_gc.state.base import Recheck, StateStore
-from tq_gc.stores.base import RowStore, optional_method
+from tq_gc.stores.base import RowStore, as_row_store
 from tq_gc.sweep import (
     Batch,
     LeaseKeeper,
     Progress,
     Sweep,
     SweepStopped,
-    batches,
     default_holder,
     end_sweep,
     iso_now,
@@ -93,7 +92,8 @@ class Collector:
         trainer's process, leave it False: the trainer's own objects are that collector's too."""
         self.config = config
         self.state = state
-        self.row_store = row_store
+        self.row_store = as_row_store(row_store)
+        self._identity_space: str | None = None  # the row store's at the last sweep that listed it
         self.holder = holder or default_holder()
         self.admissions = AdmissionsSource(state, expect_nonempty=config.admissions.expect_nonempty)
         self.manifests = ManifestsSource(config.manifests)
@@ -130,9 +130,7 @@ class Collector:
         """Make a sweep in progress stop before its next request to the row store (a delete call runs
         to its end first), and every later sweep at once."""
         self._stop.set()
-        interrupt = optional_method(self.row_store, "interrupt")
-        if interrupt is not None:
-            interrupt()
+        self.row_store.interrupt()
 
     # -- the sequence -----------------------------------------------------------------------------
 
@@ -147,7 +145,7 @@ class Collector:
                 self._take_lease(sweep)
             keeper.start()
             with self._phase(report, "attach"):
-                self._attach_row_store()
+                self._attach_row_store(sweep)
             self._stop_if_asked()
             self._mark(sweep)
             if dry_run:
@@ -185,8 +183,7 @@ class Collector:
 
     def _take_request_stats(self) -> dict[str, list[float]]:
         """The row store's TQ requests since the last call ({operation: [seconds]}); none if it keeps none."""
-        take = optional_method(self.row_store, "take_request_stats")
-        return take() if take is not None else {}
+        return self.row_store.take_request_stats()
 
     def _take_lease(self, sweep: Sweep) -> None:
         lease = self.state.acquire_lease(self.holder, self._lease_ttl_ms)
@@ -199,11 +196,17 @@ class Collector:
         stop_if_fenced(check.fences)
         sweep.fence_epoch = check.fence_epoch
 
-    def _attach_row_store(self) -> None:
-        """Join the job's TransferQueue now, so that `attach` is timed apart from the listing."""
-        ensure_attached = optional_method(self.row_store, "ensure_attached")
-        if ensure_attached is not None:
-            ensure_attached()
+    def _attach_row_store(self, sweep: Sweep) -> None:
+        """Join the job's TransferQueue now, so that `attach` is timed apart from the listing. Attached
+        to another TQ than the last sweep (the job replaced its controller): the first-seen records
+        hold the old one's identities, which may name a new row (its global indexes start afresh), so
+        they go, and every row's grace starts at its first sighting in the new one."""
+        self.row_store.ensure_attached()
+        space = self.row_store.identity_space()
+        if self._identity_space is not None and space != self._identity_space:
+            for entry in self.config.scope:
+                self.state.forget_partition(sweep.holds_lease, entry.partition)
+        self._identity_space = space
 
     def _mark(self, sweep: Sweep) -> None:
         report = sweep.report
@@ -259,13 +262,12 @@ class Collector:
         existing = set(self.row_store.partitions())
         referring = set(self.tags.partitions) | set(self.owners.partitions)
         partitions = {entry.partition for entry in self.config.scope} | referring
-        list_keys = optional_method(self.row_store, "list_keys")
         listing: dict[str, Mapping[str, Tags]] = {}
         for partition in sorted(partitions):
-            if partition in referring or list_keys is None:
+            if partition in referring:
                 listing[partition] = self.row_store.list_rows(partition)
             else:
-                listing[partition] = ListedKeys(list_keys(partition))
+                listing[partition] = ListedKeys(self.row_store.list_keys(partition))
         return listing, existing
 
     def _trusted_first_seen(self, sweep: Sweep) -> FirstSeenByPartition:
@@ -337,18 +339,9 @@ class Collector:
         limits = self.config.limits
         total = sum(len(keys) for keys in sweep.plan.to_delete.values())
         counts = sweep.report.counts
-        # Before the re-check, not between it and the clear: the wait must not widen that window. So a
-        # batch is also one of the store's clears (rows_per_delete): a batch it split would clear its
-        # later parts after waits of their own.
-        wait_for_quiet = optional_method(self.row_store, "wait_for_quiet")
-        rows_per_delete = optional_method(self.row_store, "rows_per_delete")
-        store_rows = rows_per_delete() if rows_per_delete is not None else None  # a wrapper may say None
-        size = limits.delete_batch if store_rows is None else min(limits.delete_batch, store_rows)
-        for batch in batches(sweep.plan.to_delete, size):
-            started = time.monotonic()
+        started = time.monotonic()
+        for batch in self._delete_batches(sweep.plan.to_delete):
             self._stop_if_asked()
-            if wait_for_quiet is not None:
-                wait_for_quiet()
             check = self._recheck(sweep)
             stop_if_fenced(check.fences)
             if check.fence_epoch != sweep.fence_epoch:
@@ -362,6 +355,15 @@ class Collector:
             if sweep.progress is not None:
                 sweep.progress(counts.deleted + counts.recheck_saved, total)
             throttle(len(batch.keys), limits.max_deletes_per_second, started)
+            started = time.monotonic()  # the store's wait before the next batch counts, as the delete
+
+    def _delete_batches(self, to_delete: Mapping[str, Sequence[str]]) -> Iterator[Batch]:
+        """The plan's deletes in the row store's batches: it sizes each, and waits for its quiet moment
+        before it yields one, so before the batch's re-check, never between the re-check and the clear."""
+        most_rows = self.config.limits.delete_batch
+        for partition, keys in to_delete.items():
+            for keys_batch in self.row_store.delete_batches(partition, keys, most_rows):
+                yield Batch(partition, tuple(keys_batch))
 
     def _delete_batch(self, sweep: Sweep, batch: Batch, check: Recheck) -> None:
         """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can

@@ -21,7 +21,6 @@ from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
 from tq_gc.state.redis import NamespaceSeen
 from tq_gc.stores import RowStore
-from tq_gc.stores.base import optional_method
 from tq_gc.wiring import Runtime
 
 CheckResult = dict[str, Any]
@@ -62,8 +61,7 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
-        controller_fit = optional_method(rows, "controller_fit") if row_store["ok"] else None
-        fit = controller_fit() if controller_fit is not None else None
+        fit = rows.controller_fit() if row_store["ok"] else None
         if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
             results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
         files = tuple(source for source in config.manifests if source.format != NEMO_RL)
@@ -246,7 +244,7 @@ def _eviction_check(state: RedisState) -> CheckResult:
 
 
 def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
-    listing = optional_method(rows, "list_keys") or rows.list_rows  # keys are enough to count, cheaper
+    listing = rows.list_keys  # keys are enough to count, cheaper
 
     def probe() -> str:
         sizes = ", ".join(f"{e.partition}: {len(listing(e.partition))} rows" for e in config.scope)
