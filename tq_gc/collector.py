@@ -355,7 +355,7 @@ class Collector:
             if sweep.progress is not None:
                 sweep.progress(counts.deleted + counts.recheck_saved, total)
             throttle(len(batch.keys), limits.max_deletes_per_second, started)
-            started = time.monotonic()  # the store's wait before the next batch counts, as the delete
+            started = time.monotonic()  # the store's wait for the next batch counts toward its throttle
 
     def _delete_batches(self, to_delete: Mapping[str, Sequence[str]]) -> Iterator[Batch]:
         """The plan's deletes in the row store's batches: it sizes each, and waits for its quiet moment
