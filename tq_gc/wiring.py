@@ -12,6 +12,7 @@ from tq_gc.config import Config
 from tq_gc.state import open_state
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore, attach_transfer_queue
+from tq_gc.stores.base import as_row_store
 from tq_gc.stores.deferred import DeferredRowStore
 
 RowStoreFactory = Callable[[Config], RowStore]
@@ -45,7 +46,7 @@ class Runtime:
             if state is None:
                 state = open_state(config.state_url, config.namespace)
                 opened.callback(state.close)
-            rows = self.row_store
+            rows = None if self.row_store is None else as_row_store(self.row_store)
             if rows is None and need_rows:
                 deferred = DeferredRowStore(lambda: self.attach(config), missing_queue_is_transient)
                 opened.callback(deferred.close)  # only the client we attached, never the job's TQ

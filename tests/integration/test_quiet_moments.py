@@ -124,7 +124,7 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
 
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2)
     logger = "tq_gc.stores.transferqueue.quiet"
-    store = TransferQueueRowStore.attach(config, quiet_waiter=misfit())
+    store = TransferQueueRowStore.attach(config, request_thread_watch=misfit())
     with store, caplog.at_level("WARNING", logger=logger):
         if first == "listing":
             listed = store.list_keys(tq_partition)
@@ -133,23 +133,29 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
         calls_by_waits = len(controller_functions) - calls_before_waits
         if first == "waits":
             listed = store.list_keys(tq_partition)
-        rows_per_delete = store.rows_per_delete()
+        delete_batches = [len(b) for b in store.delete_batches(tq_partition, list(listed), 100)]
 
     assert not any(wait.found for wait in waits)
     assert calls_by_waits == (1 if first == "waits" else 0)  # the first finds out, then no more
     assert set(listed) == {f"k{i}" for i in range(5)}
     warnings = [r.getMessage() for r in caplog.records if r.name == logger]
     assert len(warnings) == 1 and "quiet moment" in warnings[0], warnings
-    assert rows_per_delete == 2  # whole request batches: no quiet moment to fit in
+    assert delete_batches == [2, 2, 1]  # whole request batches: no quiet moment to fit in
 
 
 @pytest.mark.parametrize(("quiet_ms", "rows"), [(20, 500), (0, 2000)])
 def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
-    ray_cluster: Any, tq: Any, quiet_ms: float, rows: int
+    ray_cluster: Any, tq: Any, tq_partition: str, quiet_ms: float, rows: int
 ) -> None:
+    """The store's delete batches: request_batch/4 rows while requests wait for quiet moments (a re-check
+    and clear that fit in what is left of one), else request_batch; never more than the sweep's limit."""
     config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2000, quiet_ms=quiet_ms)
+    keys = [f"k{i}" for i in range(2 * rows + 1)]
     with TransferQueueRowStore.attach(config) as store:
-        assert store.rows_per_delete() == rows
+        sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys, 5000)]
+        capped = [len(batch) for batch in store.delete_batches(tq_partition, keys, rows // 2)]
+    assert sizes == [rows, rows, 1]
+    assert capped == [rows // 2] * 4 + [1]
 
 
 def test_while_requests_wait_for_quiet_moments_even_a_small_partition_is_read_in_pages(

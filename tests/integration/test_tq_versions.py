@@ -98,7 +98,7 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
         waits = [store.wait_for_quiet() for _ in range(2)]
         requests = store.take_request_stats()
         said = store.controller_fit()
-        rows_per_delete = store.rows_per_delete()
+        delete_batches = [len(b) for b in store.delete_batches(tq_partition, sorted(listed), 100)]
     after = MISFITS_FOUND.counts()
 
     assert set(listed) == {f"k{i}" for i in range(9)}
@@ -106,7 +106,7 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
     assert "get_partition_index_range" in requests and "partition_index_page" not in requests, requests
     assert "partition_keys_window" in requests, "the key windows still fit"
     assert not any(wait.found for wait in waits)
-    assert rows_per_delete == 4  # whole request batches: no quiet moment to fit them in
+    assert delete_batches == [4, 4, 1]  # whole request batches: no quiet moment to fit them in
     assert "quiet waits: not available on this TransferQueue (no request loop here)" in said
     assert "index pages: not available on this TransferQueue" in said and "key windows: fit" in said
     for name in (QUIET_WAITS, INDEX_PAGES):

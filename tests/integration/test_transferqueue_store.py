@@ -662,10 +662,16 @@ class ListingWithWriter(TransferQueueRowStore):
     writer: Callable[[int], None] = staticmethod(lambda n: None)
     windows_read = 0
 
-    def _keys_of(self, partition: str, window: list[int], pacer: Any) -> tuple[dict[int, str], float]:
-        self.writer(self.windows_read)
-        self.windows_read += 1
-        return super()._keys_of(partition, window, pacer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        keys_of = self._listing._keys_of  # the listing's read of one window's keys (listing.py)
+
+        def writer_first(*args: Any, **kwargs: Any) -> tuple[dict[int, str], float]:
+            self.writer(self.windows_read)
+            self.windows_read += 1
+            return keys_of(*args, **kwargs)
+
+        self._listing._keys_of = writer_first  # type: ignore[method-assign]
 
 
 def listing_with_writer(ray_cluster: Any, writer: Callable[[int], None]) -> ListingWithWriter:

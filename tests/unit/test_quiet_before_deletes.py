@@ -1,11 +1,14 @@
-"""Each delete batch waits for the store's quiet moment (TransferQueueRowStore.wait_for_quiet) before its
-re-check: the wait may last a quarter of a second, and must not widen the window between the re-check
-of admissions and fences and the clear (docs/safety.md, rule 6)."""
+"""The row store sizes each delete batch and waits for its quiet moment before it yields one
+(RowStore.delete_batches; TransferQueueRowStore waits for the controller's): so the wait comes before
+the batch's re-check, and may last a quarter of a second without widening the window between the
+re-check of admissions and fences and the clear (docs/safety.md, rule 6)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+import pytest
 
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores import RowStore
@@ -16,7 +19,8 @@ from support.world import DATA, STAGING, World
 
 
 class QuietRows(ScriptedRowStore):
-    """A memory row store with a wait for quiet moments, recorded on the sweep's timeline."""
+    """A memory row store that waits for a quiet moment before it yields each delete batch, as the TQ
+    store does; the wait is recorded on the sweep's timeline."""
 
     def __init__(self, timeline: Timeline) -> None:
         super().__init__(timeline)
@@ -24,6 +28,11 @@ class QuietRows(ScriptedRowStore):
 
     def wait_for_quiet(self) -> None:
         return None
+
+    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
+        for batch in super().delete_batches(partition, keys, most_rows):
+            self.wait_for_quiet()
+            yield batch
 
 
 def deleting_sweep(
@@ -50,48 +59,62 @@ def deleting_sweep(
     return world, start, world.sweep()
 
 
-def test_each_delete_batch_waits_for_a_quiet_moment_before_its_recheck(tmp_path: Path) -> None:
-    world, start, report = deleting_sweep(tmp_path, QuietRows, orphans=5, delete_batch=2)
-
-    assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 5
-    calls = [
+def waits_rechecks_and_deletes(world: World, start: int) -> list[str]:
+    return [
         call.method
         for call in world.state.timeline.calls[start:]
         if call.method in ("wait_for_quiet", "recheck", "record_intent", "delete_if_unchanged")
     ]
+
+
+def assert_each_delete_follows_a_wait_then_its_own_recheck(calls: list[str]) -> None:
     deletes = [i for i, method in enumerate(calls) if method == "delete_if_unchanged"]
-    assert len(deletes) == 3  # batches of 2, 2, 1
     for at in deletes:
         before = calls[:at]
         last_wait = len(before) - 1 - before[::-1].index("wait_for_quiet")
         assert before[last_wait:] == ["wait_for_quiet", "recheck", "record_intent"], calls
 
 
+def test_each_delete_batch_waits_for_a_quiet_moment_before_its_recheck(tmp_path: Path) -> None:
+    world, start, report = deleting_sweep(tmp_path, QuietRows, orphans=5, delete_batch=2)
+
+    assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 5
+    calls = waits_rechecks_and_deletes(world, start)
+    assert calls.count("delete_if_unchanged") == 3  # batches of 2, 2, 1
+    assert_each_delete_follows_a_wait_then_its_own_recheck(calls)
+
+
 class SmallDeleteRows(QuietRows):
     """A store whose re-checked clears carry at most 2 rows (a TQ store waiting for quiet moments)."""
 
-    def rows_per_delete(self) -> int:
-        return 2
+    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
+        return super().delete_batches(partition, keys, min(most_rows, 2))
 
 
-def test_each_delete_batch_is_at_most_the_stores_rows_per_delete_so_every_clear_follows_its_own_recheck(
-    tmp_path: Path,
+@pytest.mark.parametrize("deferred", [False, True], ids=["unwrapped", "behind-the-deferred-store"])
+def test_the_store_sizes_each_delete_batch_and_every_clear_follows_its_own_wait_and_recheck(
+    tmp_path: Path, deferred: bool
 ) -> None:
-    """A store that clears in smaller requests than limits.delete_batch gets batches of that size from
-    the collector: a batch split inside the store would clear its later parts after waits of their own,
-    further from the re-check."""
-    world, start, report = deleting_sweep(tmp_path, SmallDeleteRows, orphans=7, delete_batch=5)
+    """A store that clears in smaller requests than limits.delete_batch yields batches of that size, and
+    the collector clears each as it came, after its own re-check: a batch split after the re-check would
+    clear its later parts after waits of their own, further from it. The sidecar's DeferredRowStore
+    passes the store's batches on as they are."""
+    wrap: Callable[[ScriptedRowStore], RowStore] = (
+        (lambda rows: DeferredRowStore(lambda: rows)) if deferred else (lambda rows: rows)
+    )
+    world, start, report = deleting_sweep(tmp_path, SmallDeleteRows, orphans=7, delete_batch=5, wrap=wrap)
 
     assert report.outcome is Outcome.COMPLETED and report.counts.deleted == 7
     sizes = [c.n for c in world.state.timeline.calls[start:] if c.method == "delete_if_unchanged"]
     assert sizes == [2, 2, 2, 1]
+    assert_each_delete_follows_a_wait_then_its_own_recheck(waits_rechecks_and_deletes(world, start))
 
 
-def test_a_store_stating_no_rows_per_delete_gets_batches_of_delete_batch_behind_the_deferred_store(
+def test_a_store_with_the_default_batches_gets_batches_of_delete_batch_behind_the_deferred_store(
     tmp_path: Path,
 ) -> None:
     """The sidecar's row store attaches at first use (DeferredRowStore) to whatever its factory makes;
-    a store without rows_per_delete gets limits.delete_batch, as it does unwrapped."""
+    a store with RowStore's default delete_batches gets limits.delete_batch, as it does unwrapped."""
     world, start, report = deleting_sweep(
         tmp_path,
         ScriptedRowStore,

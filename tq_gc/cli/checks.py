@@ -21,7 +21,6 @@ from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
 from tq_gc.state.redis_namespaces import NamespaceSeen
 from tq_gc.stores import RowStore
-from tq_gc.stores.base import optional_method
 from tq_gc.stores.transferqueue.claim import describe_claim
 from tq_gc.sweep.lease import default_holder
 from tq_gc.wiring import Runtime
@@ -65,8 +64,7 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         results.append(row_store)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
             results.append(_check("TransferQueue claim", lambda: describe_claim(config, default_holder())))
-        controller_fit = optional_method(rows, "controller_fit") if row_store["ok"] else None
-        fit = controller_fit() if controller_fit is not None else None
+        fit = rows.controller_fit() if row_store["ok"] else None
         if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
             results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
         counted = tuple(source for source in config.manifests if not reader_of(source).checked_alone)
@@ -245,7 +243,7 @@ def _eviction_check(state: RedisState) -> CheckResult:
 
 
 def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
-    listing = optional_method(rows, "list_keys") or rows.list_rows  # keys are enough to count, cheaper
+    listing = rows.list_keys  # keys are enough to count, cheaper
 
     def probe() -> str:
         sizes = ", ".join(f"{e.partition}: {len(listing(e.partition))} rows" for e in config.scope)

@@ -4,45 +4,43 @@
 |--------------|-------------------------------------------|
 | partitions   | client.get_partition_list()               |
 | list_rows    | tq.kv_list(partition_id)                  |
+| list_keys    | kv_retrieve_keys over the partition's global indexes |
 | identities   | client.kv_retrieve_meta(keys, pid, create=False) |
 | delete_if_unchanged | kv_retrieve_meta, then clear_samples of exactly the rows it matched |
 
-Every method raises StoreUnavailable when the store cannot answer; the sweep then stops and deletes
-nothing more. Implementations batch calls to the store themselves where the store needs it.
-
-Optional methods, used when a store has them (the stores here do):
-
-- `list_keys(partition) -> {key: global index}`: every row present for the whole listing, without tags
-  (TQ: kv_retrieve_keys over the partition's global indexes). The collector lists a partition that is
-  only swept this way; without it, with list_rows.
-- `ensure_attached()`, `take_request_stats()`, `interrupt()`, `wait_for_quiet()`: see
-  TransferQueueRowStore. The collector calls `wait_for_quiet()` before each delete batch's re-check.
+`RowStore` is the base class of every row store: four methods each store has its own answer to, and the
+rest with defaults that fit a store living in this process (`MemoryRowStore`, a test's wrapper
+subclass). Every method that reads or deletes raises StoreUnavailable when the store cannot answer; the
+sweep then stops and deletes nothing more. Implementations batch calls to the store themselves where the
+store needs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from tq_gc.rows import Identity, Tags
 
 
-class RowStore(Protocol):
+class RowStore(ABC):
+    @abstractmethod
     def partitions(self) -> list[str]:
         """Every partition id the store knows, in any order."""
-        ...
 
+    @abstractmethod
     def list_rows(self, partition: str) -> dict[str, Tags]:
         """Every keyed row of a partition: {key: tags}. An unknown partition is empty, not an error."""
-        ...
 
+    @abstractmethod
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         """The current identity (global index + tags digest) of each key that still exists.
 
         Keys that do not exist are absent from the result: they are never created.
         """
-        ...
 
+    @abstractmethod
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         """Delete each key whose identity is still `expected[key]`; return the keys deleted.
 
@@ -50,13 +48,51 @@ class RowStore(Protocol):
         TQ has no compare-and-delete: the store reads the identities and clears, back to back, exactly
         the rows it just matched (by global index), which leaves the narrowest window it can.
         """
-        ...
 
+    def list_keys(self, partition: str) -> dict[str, int]:
+        """{key: global index} of every row present for the whole listing, without tags: how the sweep
+        lists a partition that is only swept (a tags source's partition is listed with list_rows).
+        Default: list_rows, then the listed rows' identities (keys_with_indexes)."""
+        return keys_with_indexes(self, partition)
 
-def optional_method(store: object, name: str) -> Callable[..., Any] | None:
-    """One of the optional methods above, if `store` has it."""
-    method = getattr(store, name, None)
-    return method if callable(method) else None
+    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
+        """The batches in which a sweep deletes `keys` of `partition` (the plan's order kept), at most
+        `most_rows` each: the store alone decides a batch's size, and yields each batch when it is ready
+        for it. The sweep re-checks admissions and fences, then clears the batch in one
+        delete_if_unchanged call, before it asks for the next: so whatever the store waits for before
+        yielding comes before the re-check, never between the re-check and the clear.
+        Default: batches of `most_rows`, at once."""
+        return _slices(keys, most_rows)
+
+    def ensure_attached(self) -> None:
+        """Attach to the rows' store now if not attached (the sweep times this apart from its listing),
+        and attach afresh if the store it was attached to is gone or replaced. Default: nothing to do."""
+        return None
+
+    def identity_space(self) -> str | None:
+        """What issued the identities this store reports, now (a TQ controller instance): a new value
+        means a new store whose global indexes start afresh, so no identity read from the old one names
+        a row of the new one. None: the store cannot tell, or never changes (the default)."""
+        return None
+
+    def interrupt(self) -> None:
+        """Make a read in progress, and every later one, raise Interrupted before its next request to
+        the store; a delete call runs to its end. Default: nothing to interrupt (reads are short)."""
+        return None
+
+    def take_request_stats(self) -> dict[str, list[float]]:
+        """{operation: [seconds of each request]} since the last call, and start afresh: what the
+        store's requests held up. Default: none kept."""
+        return {}
+
+    def controller_fit(self) -> str | None:
+        """For `tq-gc check`: how the store's controller fits tq-gc's functions run inside it. Default:
+        None, no controller to describe."""
+        return None
+
+    def close(self) -> None:
+        """Close what the store opened (never the job's TQ itself). Idempotent. Default: nothing."""
+        return None
 
 
 def keys_with_indexes(store: RowStore, partition: str) -> dict[str, int]:
@@ -64,3 +100,31 @@ def keys_with_indexes(store: RowStore, partition: str) -> dict[str, int]:
     the listed rows' identities (a row gone in between is left out)."""
     found = store.identities(partition, list(store.list_rows(partition)))
     return {key: index for key, (_, index) in found.items() if index is not None}
+
+
+def as_row_store(store: object) -> RowStore:
+    """`store` as a RowStore: itself if it is one, else a RowStore over its four methods (a user's store
+    written to the protocol alone, without the base class), with the defaults for the rest."""
+    return store if isinstance(store, RowStore) else _ProtocolStore(store)
+
+
+class _ProtocolStore(RowStore):
+    def __init__(self, store: object) -> None:
+        self._store: Any = store  # duck-typed: the four methods above, nothing else assumed
+
+    def partitions(self) -> list[str]:
+        return list(self._store.partitions())
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        return dict(self._store.list_rows(partition))
+
+    def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
+        return dict(self._store.identities(partition, keys))
+
+    def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        return set(self._store.delete_if_unchanged(partition, expected))
+
+
+def _slices(keys: Sequence[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(keys), size):
+        yield list(keys[start : start + size])

@@ -1,25 +1,33 @@
-"""A row store that attaches on first use, and again after a failed attempt.
+"""A row store that attaches on first use, again after a failed attempt, and afresh when the store it was
+attached to is gone or replaced.
 
 The sidecar may start before the job has created its TransferQueue (a driver that starts tq-gc, then the
 training command): with `missing_queue_is_transient`, until TQ is there each sweep ends aborted with the
 reason, and the schedule goes on. The CLI attaches late too, so that a sweep skipped for a held lease or
 a fence costs no Ray connection (nor the seconds it takes to import TransferQueue); a missing TQ is its
 user's mistake there (exit 2).
+
+A job may replace its TQ while tq-gc runs (its controller died, and the job ran `transfer_queue.init`
+again): `ensure_attached()`, at the start of each sweep, asks the attached store whether it still is
+the live one. If not, it closes that store (our client only: the old TQ is gone, the new one is the
+job's) and attaches to the new one; while there is none, the sweep ends aborted, having deleted nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
 from tq_gc.rows import Identity, Tags
-from tq_gc.stores.base import RowStore, keys_with_indexes, optional_method
+from tq_gc.stores.base import RowStore, as_row_store
+
+logger = logging.getLogger(__name__)
 
 
-class DeferredRowStore:
-    def __init__(self, attach: Callable[[], RowStore], missing_queue_is_transient: bool = True) -> None:
+class DeferredRowStore(RowStore):
+    def __init__(self, attach: Callable[[], object], missing_queue_is_transient: bool = True) -> None:
         self._attach = attach
         self._missing_queue_is_transient = missing_queue_is_transient
         self._store: RowStore | None = None
@@ -30,18 +38,41 @@ class DeferredRowStore:
         with self._lock:
             if self._store is None:
                 try:
-                    self._store = self._attach()
+                    self._store = as_row_store(self._attach())
                 except TransferQueueNotFound as exc:
                     if not self._missing_queue_is_transient:
                         raise
                     raise StoreUnavailable(f"{exc} (has the job created its TransferQueue yet?)") from exc
                 if self._interrupted:
-                    _interrupt(self._store)
+                    self._store.interrupt()
             return self._store
 
     def ensure_attached(self) -> None:
-        """Attach now if not yet attached (the collector times this apart from its listing)."""
-        self._attached()
+        """Attach now if not yet attached (the collector times this apart from its listing). Attached to
+        a store that is gone or replaced (its ensure_attached raises StoreUnavailable): close it, and
+        attach afresh; StoreUnavailable while there is nothing to attach to."""
+        with self._lock:
+            store = self._store
+        if store is not None:
+            try:
+                store.ensure_attached()
+                return
+            except StoreUnavailable as exc:
+                logger.warning("the row store is gone or replaced (%s): attaching afresh", exc)
+                self._drop(store)
+        self._attached().ensure_attached()
+
+    def _drop(self, store: RowStore) -> None:
+        with self._lock:
+            if self._store is store:
+                self._store = None
+        store.close()
+
+    def identity_space(self) -> str | None:
+        """The attached store's identity_space; None before it attached."""
+        with self._lock:
+            store = self._store
+        return None if store is None else store.identity_space()
 
     def partitions(self) -> list[str]:
         return self._attached().partitions()
@@ -50,62 +81,38 @@ class DeferredRowStore:
         return self._attached().list_rows(partition)
 
     def list_keys(self, partition: str) -> dict[str, int]:
-        store = self._attached()
-        list_keys = optional_method(store, "list_keys")
-        return list_keys(partition) if list_keys is not None else keys_with_indexes(store, partition)
+        return self._attached().list_keys(partition)
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)
 
+    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
+        return self._attached().delete_batches(partition, keys, most_rows)
+
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self._attached().delete_if_unchanged(partition, expected)
 
-    def wait_for_quiet(self) -> object:
-        """The attached store's wait for a quiet moment (TransferQueueRowStore.wait_for_quiet), if any."""
-        return self._forward("wait_for_quiet")
-
-    def rows_per_delete(self) -> int | None:
-        """The attached store's rows_per_delete (TransferQueueRowStore.rows_per_delete), if any."""
-        rows: int | None = self._forward("rows_per_delete")
-        return rows
-
     def controller_fit(self) -> str | None:
-        """The attached store's controller_fit (TransferQueueRowStore.controller_fit), if any."""
-        fit: str | None = self._forward("controller_fit")
-        return fit
-
-    def _forward(self, name: str) -> Any:
-        """The attached store's optional method `name`, called; None if it has none."""
-        method = optional_method(self._attached(), name)
-        return method() if method is not None else None
+        return self._attached().controller_fit()
 
     def interrupt(self) -> None:
-        """Interrupt the attached store's reads (see TransferQueueRowStore.interrupt), and those of a
-        store attached later."""
+        """Interrupt the attached store's reads, and those of a store attached later."""
         with self._lock:
             self._interrupted = True
             store = self._store
         if store is not None:
-            _interrupt(store)
+            store.interrupt()
 
     def take_request_stats(self) -> dict[str, list[float]]:
         """The attached store's request durations since the last call ({operation: [seconds]}), then
-        afresh; none before it attached or when it keeps none."""
+        afresh; none before it attached."""
         with self._lock:
-            take = optional_method(self._store, "take_request_stats")
-        stats: dict[str, list[float]] = take() if take is not None else {}
-        return stats
+            store = self._store
+        return {} if store is None else store.take_request_stats()
 
     def close(self) -> None:
         """Close the store we attached, if any (its own close(): never the TQ itself)."""
         with self._lock:
-            close = optional_method(self._store, "close")
-            self._store = None
-        if close is not None:
-            close()
-
-
-def _interrupt(store: RowStore) -> None:
-    interrupt = optional_method(store, "interrupt")
-    if interrupt is not None:
-        interrupt()
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()

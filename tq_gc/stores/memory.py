@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.rows import Identity, Tags, tags_digest
+from tq_gc.stores.base import RowStore
 
 
 @dataclass(slots=True)
@@ -17,7 +18,10 @@ class _Row:
     tags: dict[str, Any]
 
 
-class MemoryRowStore:
+class MemoryRowStore(RowStore):
+    """Rows in a dict, with TQ's rules (a new write, a new global index). Subclass it to slip a writer
+    into a sweep (override a method, call the base's)."""
+
     def __init__(self) -> None:
         self._partitions: dict[str, dict[str, _Row]] = {}
         self._next_index = itertools.count()

@@ -24,7 +24,7 @@ from tq_gc.references.emptied import accepted_sources
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.rows import Listing
 from tq_gc.state.base import StateStore
-from tq_gc.stores.base import RowStore, optional_method
+from tq_gc.stores.base import RowStore, as_row_store
 from tq_gc.sweep.clocks import timed_phase, utc_now_iso
 from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
 from tq_gc.sweep.delete import Deleter
@@ -59,7 +59,8 @@ class Collector:
         self.claim = claim
         self.config = config
         self.state = state
-        self.row_store = row_store
+        self.row_store = row_store = as_row_store(row_store)
+        self._identity_space: str | None = None  # the row store's at the last sweep that attached to it
         self.holder = holder or default_holder()
         self._stop = threading.Event()
         self._pause_cyclic_gc = pause_cyclic_gc
@@ -94,9 +95,7 @@ class Collector:
         """Make a sweep in progress stop before its next request to the row store (a delete call runs
         to its end first), and every later sweep at once."""
         self._stop.set()
-        interrupt = optional_method(self.row_store, "interrupt")
-        if interrupt is not None:
-            interrupt()
+        self.row_store.interrupt()
 
     # -- the sequence -----------------------------------------------------------------------------
 
@@ -111,7 +110,7 @@ class Collector:
                 self.lease.take(run)
             renewal.start()
             with timed_phase(report, "attach"):
-                self._attach_row_store()
+                self._attach_row_store(run)
                 self._hold_claim(dry_run)
             self._stop_if_asked()
             listing, references = self.observer.read(run)
@@ -140,14 +139,19 @@ class Collector:
 
     def _take_request_stats(self) -> dict[str, list[float]]:
         """The row store's TQ requests since the last call ({operation: [seconds]}); none if it keeps none."""
-        take = optional_method(self.row_store, "take_request_stats")
-        return take() if take is not None else {}
+        return self.row_store.take_request_stats()
 
-    def _attach_row_store(self) -> None:
-        """Join the job's TransferQueue now, so that `attach` is timed apart from the listing."""
-        ensure_attached = optional_method(self.row_store, "ensure_attached")
-        if ensure_attached is not None:
-            ensure_attached()
+    def _attach_row_store(self, run: SweepRun) -> None:
+        """Join the job's TransferQueue now, so that `attach` is timed apart from the listing. Attached
+        to another TQ than the last sweep (the job replaced its controller): the first-seen records
+        hold the old one's identities, which may name a new row (its global indexes start afresh), so
+        they go, and every row's grace starts at its first sighting in the new one."""
+        self.row_store.ensure_attached()
+        space = self.row_store.identity_space()
+        if self._identity_space is not None and space != self._identity_space:
+            for entry in self.config.scope:
+                self.state.forget_partition(run.held_lease, entry.partition)
+        self._identity_space = space
 
     def _hold_claim(self, dry_run: bool) -> None:
         """Hold the TQ's claim for our state store (a dry run only looks), or stop with nothing deleted."""

@@ -11,7 +11,7 @@ from tq_gc.config import Config
 from tq_gc.errors import FenceEpochMoved
 from tq_gc.first_seen import audit_intent, first_seen_identities
 from tq_gc.state.base import Recheck, StateStore
-from tq_gc.stores.base import RowStore, optional_method
+from tq_gc.stores.base import RowStore
 from tq_gc.sweep.lease import SweepLease, stop_if_fenced
 from tq_gc.sweep.run import SweepRun
 
@@ -22,11 +22,15 @@ class Batch:
     keys: tuple[str, ...]
 
 
-def batches(to_delete: Mapping[str, Sequence[str]], size: int) -> Iterator[Batch]:
-    """Batches of one partition each, keeping the plan's order within a partition."""
+def store_batches(
+    row_store: RowStore, to_delete: Mapping[str, Sequence[str]], most_rows: int
+) -> Iterator[Batch]:
+    """The plan's deletes in the row store's batches, one partition each, in the plan's order: the store
+    sizes each (`most_rows` at most), and waits for its quiet moment before it yields one, so before the
+    batch's re-check, never between the re-check and the clear."""
     for partition, keys in to_delete.items():
-        for start in range(0, len(keys), size):
-            yield Batch(partition, tuple(keys[start : start + size]))
+        for keys_batch in row_store.delete_batches(partition, keys, most_rows):
+            yield Batch(partition, tuple(keys_batch))
 
 
 def throttle_deletes(deleted: int, max_per_second: float, started: float) -> None:
@@ -60,18 +64,9 @@ class Deleter:
         limits = self.config.limits
         total = sum(len(keys) for keys in to_delete.values())
         counts = run.report.counts
-        # Before the re-check, not between it and the clear: the wait must not widen that window. So a
-        # batch is also one of the store's clears (rows_per_delete): a batch it split would clear its
-        # later parts after waits of their own.
-        wait_for_quiet = optional_method(self.row_store, "wait_for_quiet")
-        rows_per_delete = optional_method(self.row_store, "rows_per_delete")
-        store_rows = rows_per_delete() if rows_per_delete is not None else None  # a wrapper may say None
-        size = limits.delete_batch if store_rows is None else min(limits.delete_batch, store_rows)
-        for batch in batches(to_delete, size):
-            started = time.monotonic()
+        started = time.monotonic()
+        for batch in store_batches(self.row_store, to_delete, limits.delete_batch):
             self._stop_if_asked()
-            if wait_for_quiet is not None:
-                wait_for_quiet()
             check = self.lease.recheck(run)
             stop_if_fenced(check.fences)
             if check.fence_epoch != run.fence_epoch:
@@ -80,6 +75,7 @@ class Deleter:
             if run.progress is not None:
                 run.progress(counts.deleted + counts.recheck_saved, total)
             throttle_deletes(len(batch.keys), limits.max_deletes_per_second, started)
+            started = time.monotonic()  # the store's wait for the next batch counts toward its throttle
 
     def _delete_batch(self, run: SweepRun, batch: Batch, check: Recheck) -> None:
         """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can

@@ -14,7 +14,7 @@ from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
 from tq_gc.rows import ListedKeys, Listing, Tags, merge_keys
 from tq_gc.state.base import StateStore
-from tq_gc.stores.base import RowStore, optional_method
+from tq_gc.stores.base import RowStore
 from tq_gc.sweep.clocks import timed_phase
 from tq_gc.sweep.run import SweepRun
 
@@ -73,11 +73,10 @@ class Observer:
         existing = set(self.row_store.partitions())
         referring = set(self.tags.partitions) | set(self.owners.partitions)
         partitions = {entry.partition for entry in self.config.scope} | referring
-        list_keys = optional_method(self.row_store, "list_keys")
         listing: dict[str, Mapping[str, Tags]] = {}
         for partition in sorted(partitions):
-            if partition in referring or list_keys is None:
+            if partition in referring:
                 listing[partition] = self.row_store.list_rows(partition)
             else:
-                listing[partition] = ListedKeys(list_keys(partition))
+                listing[partition] = ListedKeys(self.row_store.list_keys(partition))
         return listing, existing

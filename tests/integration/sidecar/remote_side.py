@@ -9,29 +9,62 @@ from __future__ import annotations
 
 import fcntl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import ray
 
 from tq_gc import stores
 from tq_gc.config import Config
-from tq_gc.rows import Tags
+from tq_gc.rows import Identity, Tags
 from tq_gc.sidecar.client import sidecar_registry
 from tq_gc.stores import RowStore, attach_transfer_queue
 
 T = TypeVar("T")
 
 
-class Wrapped:
-    """Forwards every RowStore method (and close) to the real store; subclasses override one."""
+class Wrapped(RowStore):
+    """Forwards every RowStore method to the real store; subclasses override one."""
 
     def __init__(self, inner: RowStore) -> None:
         self.inner = inner
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def partitions(self) -> list[str]:
+        return self.inner.partitions()
+
+    def list_rows(self, partition: str) -> dict[str, Tags]:
+        return self.inner.list_rows(partition)
+
+    def list_keys(self, partition: str) -> dict[str, int]:
+        return self.inner.list_keys(partition)
+
+    def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
+        return self.inner.identities(partition, keys)
+
+    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
+        return self.inner.delete_batches(partition, keys, most_rows)
+
+    def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
+        return self.inner.delete_if_unchanged(partition, expected)
+
+    def ensure_attached(self) -> None:
+        self.inner.ensure_attached()
+
+    def identity_space(self) -> str | None:
+        return self.inner.identity_space()
+
+    def interrupt(self) -> None:
+        self.inner.interrupt()
+
+    def take_request_stats(self) -> dict[str, list[float]]:
+        return self.inner.take_request_stats()
+
+    def controller_fit(self) -> str | None:
+        return self.inner.controller_fit()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class SlowListing(Wrapped):
@@ -89,11 +122,11 @@ class FailingListing(Wrapped):
 
 
 def slow_tq_store(config: Config, delay_s: float, events: str) -> RowStore:
-    return cast(RowStore, SlowListing(attach_transfer_queue(config), delay_s, Path(events)))
+    return SlowListing(attach_transfer_queue(config), delay_s, Path(events))
 
 
 def failing_tq_store(config: Config, fail_while: str, failures: str) -> RowStore:
-    return cast(RowStore, FailingListing(attach_transfer_queue(config), Path(fail_while), Path(failures)))
+    return FailingListing(attach_transfer_queue(config), Path(fail_while), Path(failures))
 
 
 def max_concurrency(events: Path) -> tuple[int, int]:

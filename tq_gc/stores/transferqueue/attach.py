@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
@@ -62,6 +63,33 @@ def find_controller(ray_address: str) -> Any:
         raise TransferQueueNotFound(ray_address) from None
     except Exception as exc:
         raise StoreUnavailable(f"looking up the TransferQueue controller failed: {exc}") from exc
+
+
+def controller_instance(controller: Any, request_timeout_seconds: float) -> str:
+    """Which controller `controller` is: its Ray actor id and its process (a controller the job made
+    anew, or the same actor restarted by Ray, answers another). Read through Ray beside the request
+    thread. StoreUnavailable when it does not answer (dead)."""
+    import ray
+
+    try:
+        answer = controller.__ray_call__.remote(_instance_reader())
+        return str(ray.get(answer, timeout=request_timeout_seconds))
+    except Exception as exc:
+        raise StoreUnavailable(f"the TransferQueue controller does not answer: {exc}") from exc
+
+
+def _instance_reader() -> Callable[[Any], str]:
+    """A closure (shipped by value: the controller's process need not have tq-gc) that names the
+    controller instance it runs in."""
+
+    def read_instance(controller: Any) -> str:
+        import os
+
+        import ray
+
+        return f"{ray.get_runtime_context().get_actor_id()}/{os.getpid()}/{id(controller)}"
+
+    return read_instance
 
 
 def open_client(controller: Any, request_timeout_seconds: float) -> Any:

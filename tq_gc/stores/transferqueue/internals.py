@@ -63,7 +63,7 @@ KeysReader = Callable[[Any, str, Sequence[int]], list[str | None]]
 
 # (controller, quiet seconds, most seconds to wait, seconds between looks) -> (seconds waited, whether
 # the request thread was idle that long)
-QuietWaiter = Callable[[Any, float, float, float], tuple[float, bool]]
+RequestThreadWatch = Callable[[Any, float, float, float], tuple[float, bool]]
 
 # controller -> what controller_probe() found (see there)
 Probe = Callable[[Any], dict[str, Any]]
@@ -96,7 +96,7 @@ def keys_reader() -> KeysReader:
     return read_keys
 
 
-def quiet_waiter() -> QuietWaiter:
+def request_thread_watch() -> RequestThreadWatch:
     """Wait until the request thread has waited for a request (`recv_multipart` called from TQ's request
     loop, REQUEST_LOOPS) for `quiet_seconds`, or `max_wait_seconds` at most. Reads which function that
     thread is in (`sys._current_frames()`), and nothing else. A thread waiting anywhere else raises

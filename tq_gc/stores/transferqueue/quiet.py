@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.stores.transferqueue.controller_function import MISFITS, ControllerFunction, DoesNotFit
-from tq_gc.stores.transferqueue.internals import QUIET_WAITS, QuietWaiter, quiet_waiter
+from tq_gc.stores.transferqueue.internals import QUIET_WAITS, RequestThreadWatch, request_thread_watch
 from tq_gc.stores.transferqueue.requests import TqRequests
 
 logger = logging.getLogger(__name__)
@@ -47,38 +47,20 @@ QUIET_MAX_WAIT_SECONDS = 0.250
 # How often the wait looks at the request thread (each look takes the controller's GIL; see above).
 QUIET_SAMPLE_SECONDS = 0.005
 
-# The wait's answer inside another function's call: (seconds waited, found), the text of its error where
-# it does not fit the controller, or None when it did not run.
-WaitAnswer = tuple[float, bool] | str | None
-
-
-def quiet_first(
-    wait_quiet: QuietWaiter, function: Callable[..., Any]
-) -> Callable[..., tuple[WaitAnswer, Any]]:
-    """The function run on the controller in place of `function`: the wait (its arguments first, or None
-    for none), then `function`, in one call. A wait that does not fit answers its error's text, and the
-    function runs all the same: it may fit where the wait does not."""
-
-    def in_quiet_moment(controller: Any, wait_args: tuple[float, float, float] | None, *args: Any) -> Any:
-        waited: WaitAnswer = None
-        if wait_args is not None:
-            try:
-                waited = wait_quiet(controller, *wait_args)
-            except MISFITS as exc:  # shipped with the closure, by value
-                waited = f"{type(exc).__name__}: {exc}"
-        return waited, function(controller, *args)
-
-    return in_quiet_moment
+# A wait's answer from inside another function's call on the controller: (seconds waited, found), the
+# text of its error where it does not fit the controller, or None when it did not run.
+_InCallAnswer = tuple[float, bool] | str | None
 
 
 @dataclass(frozen=True)
-class Quiet:
+class QuietSettings:
     """Wait for `quiet_seconds` of the request thread's idleness before each request, `max_wait_seconds`
-    at most; quiet_seconds 0: never wait."""
+    at most; quiet_seconds 0: never wait. `watch`: the function that watches the request thread on the
+    controller (default internals.request_thread_watch())."""
 
     quiet_seconds: float = QUIET_SECONDS
     max_wait_seconds: float = QUIET_MAX_WAIT_SECONDS
-    waiter: QuietWaiter | None = None
+    watch: RequestThreadWatch | None = None
 
     def __post_init__(self) -> None:
         if self.quiet_seconds < 0 or self.max_wait_seconds <= 0:
@@ -90,6 +72,8 @@ class Quiet:
 
 @dataclass(frozen=True)
 class QuietWait:
+    """One wait for a quiet moment: how long it took, and whether it found one."""
+
     waited_seconds: float
     found: bool  # the request thread was idle quiet_seconds (else the wait ran out, or there was none)
 
@@ -104,15 +88,17 @@ class QuietMoments:
 
     WHAT = "request thread's state"
 
-    def __init__(self, controller: Any, requests: TqRequests, quiet: Quiet = Quiet()) -> None:
-        self._quiet = quiet
-        self._waiter = quiet.waiter or quiet_waiter()
+    def __init__(
+        self, controller: Any, requests: TqRequests, settings: QuietSettings = QuietSettings()
+    ) -> None:
+        self._settings = settings
+        self._watch = settings.watch or request_thread_watch()
         self._wait = ControllerFunction(
             requests,
             controller,
             None,
             QUIET_WAITS,
-            self._waiter,
+            self._watch,
             "Making requests without waiting for a quiet moment from now on",
             logger,
         )
@@ -138,15 +124,30 @@ class QuietMoments:
 
     # ---- Before: the wait inside a function's call ----
 
-    def first(self, function: Callable[..., Any]) -> Callable[..., tuple[WaitAnswer, Any]]:
-        return quiet_first(self._waiter, function)
+    def first(self, function: Callable[..., Any]) -> Callable[..., tuple[_InCallAnswer, Any]]:
+        """The function run on the controller in place of `function`: the wait (its arguments first, or
+        None for none), then `function`, in one call. A wait that does not fit answers its error's text,
+        and the function runs all the same: it may fit where the wait does not."""
+        watch = self._watch
+
+        def in_quiet_moment(controller: Any, wait_args: tuple[float, float, float] | None, *args: Any) -> Any:
+            waited: _InCallAnswer = None
+            if wait_args is not None:
+                try:
+                    waited = watch(controller, *wait_args)
+                except MISFITS as exc:  # shipped with the closure, by value
+                    waited = f"{type(exc).__name__}: {exc}"
+            return waited, function(controller, *args)
+
+        return in_quiet_moment
 
     def args(self) -> tuple[float, float, float] | None:
         """The wait's (quiet_seconds, max_wait_seconds, sample_seconds); None once it has not fit."""
-        quiet = self._quiet
-        return (quiet.quiet_seconds, quiet.max_wait_seconds, QUIET_SAMPLE_SECONDS) if self.fits else None
+        if not self.fits:
+            return None
+        return self._settings.quiet_seconds, self._settings.max_wait_seconds, QUIET_SAMPLE_SECONDS
 
-    def took(self, waited: WaitAnswer) -> float:
+    def took(self, waited: _InCallAnswer) -> float:
         if isinstance(waited, str):
             self._wait.does_not_fit(self.WHAT, waited)
             return 0.0

@@ -23,10 +23,10 @@ real TQ of each; every internal it reads is in internals.py):
   the store reads them in pages of the global index space (index_range.py), and falls back to
   `get_partition_index_range` where the pages do not fit. `list_rows()` builds on these: see there.
 - `tq.kv_clear` is `kv_retrieve_meta(create=False)` then `clear_samples(meta)`: not atomic, TQ has no
-  compare-and-delete. `delete_if_unchanged()` reads the rows' identities and clears exactly the rows it
-  matched (the same BatchMeta, narrowed), back to back: the narrowest window TQ allows. In that window
-  a row cleared by someone else can have its global index reissued; the controller's clear is scoped
-  to the partition, but SimpleStorage's is by global index only (a TQ limitation, same for kv_clear).
+  compare-and-delete. `delete_if_unchanged()` re-checks and clears back to back (clearing.py).
+- A job may replace its controller (it died; the job ran `transfer_queue.init` again): the new one
+  issues global indexes afresh. `ensure_attached()` tells (the controller by TQ's name is not the
+  instance attached to), and `identity_space()` names the instance whose indexes this store reports.
 """
 
 from __future__ import annotations
@@ -40,15 +40,21 @@ from types import TracebackType
 from typing import Any
 
 from tq_gc.config import TransferQueueConfig
-from tq_gc.errors import Interrupted
+from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
 from tq_gc.ray_cluster import join_ray
 from tq_gc.rows import Identity, Tags
-from tq_gc.stores.base import keys_with_indexes
+from tq_gc.stores.base import RowStore, keys_with_indexes
 from tq_gc.stores.transferqueue.attach import (
+    controller_instance,
     find_controller,
     open_client,
     probe_controller,
     refuse_another_tq,
+)
+from tq_gc.stores.transferqueue.clearing import (
+    clear_batch_if_unchanged,
+    clear_keys,
+    snapshot,
 )
 from tq_gc.stores.transferqueue.controller_function import ControllerFunction
 from tq_gc.stores.transferqueue.index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
@@ -58,30 +64,24 @@ from tq_gc.stores.transferqueue.internals import (
     QUIET_WAITS,
     ControllerFit,
     Probe,
-    QuietWaiter,
+    RequestThreadWatch,
 )
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
+from tq_gc.stores.transferqueue.listing import PartitionListing
 from tq_gc.stores.transferqueue.pacing import Pacer, smallest_window
-from tq_gc.stores.transferqueue.quiet import NO_WAIT, Quiet, QuietMoments, QuietWait
+from tq_gc.stores.transferqueue.quiet import NO_WAIT, QuietMoments, QuietSettings, QuietWait
 from tq_gc.stores.transferqueue.requests import (
-    OP_CLEAR,
-    OP_KEYS,
     OP_KV_LIST,
-    OP_META,
     OP_PARTITIONS,
     REQUEST_TIMEOUT_SECONDS,
     TqRequests,
 )
-from tq_gc.stores.transferqueue.rows import ListedPass, batches, identities_of, paced_batches, unchanged
+from tq_gc.stores.transferqueue.rows import batches, identities_of, paced_batches
 
 logger = logging.getLogger(__name__)
 
 
-# identities(): rounds to pin down which key each index belongs to when some keys are gone (see there).
-IDENTITY_ROUNDS = 3
-
-
-class TransferQueueRowStore:
+class TransferQueueRowStore(RowStore):
     """RowStore over a running job's TransferQueue. Get one with `attach()`; `close()` when done."""
 
     def __init__(
@@ -98,17 +98,20 @@ class TransferQueueRowStore:
         index_range_reuse_seconds: float = 0.0,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
-        quiet: Quiet | None = None,
+        quiet: QuietSettings | None = None,
         controller_fit: ControllerFit | None = None,
+        instance: str | None = None,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
         With the controller's actor handle, `list_rows` reads in short paced windows; without it, in one
         `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller. With
         `controller_fit` (what the probe at attach found), a function run on the controller that does
-        not fit it is never tried: TQ's own call from the start."""
+        not fit it is never tried: TQ's own call from the start. `instance` (controller_instance() at
+        attach) tells ensure_attached() whether the job's controller is still that one."""
         self._client = client
         self._controller = controller
+        self._instance = instance
         self._request_batch = request_batch
         self._request_target_seconds = request_target_ms / 1000
         self._duty_cycle = duty_cycle
@@ -124,6 +127,14 @@ class TransferQueueRowStore:
             index_paging = replace(index_paging, copy_max=0)
         self._index_ranges = IndexRanges(controller, self._requests, index_paging, self._quiet)
         self._controller_keys = ControllerKeys(controller, self._requests, key_windows, self._quiet)
+        self._listing = PartitionListing(
+            self._requests,
+            self._index_ranges,
+            self._controller_keys,
+            self.wait_for_quiet,
+            self._pacer,
+            self._sleep_unless_interrupted,
+        )
         self._fit = controller_fit
         if controller_fit is not None:
             self._skip_misfits(controller_fit)
@@ -144,7 +155,7 @@ class TransferQueueRowStore:
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
-        quiet_waiter: QuietWaiter | None = None,
+        request_thread_watch: RequestThreadWatch | None = None,
         controller_probe: Probe | None = None,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
@@ -162,6 +173,7 @@ class TransferQueueRowStore:
             controller = find_controller(config.ray_address)
             fit = probe_controller(controller, REQUEST_TIMEOUT_SECONDS, controller_probe)
             refuse_another_tq(fit, config.ray_address)
+            instance = controller_instance(controller, REQUEST_TIMEOUT_SECONDS)
             client = open_client(controller, REQUEST_TIMEOUT_SECONDS)
         except BaseException:
             if owns_ray_connection:
@@ -179,8 +191,11 @@ class TransferQueueRowStore:
             index_range_reuse_seconds=config.index_range_reuse_seconds,
             index_paging=index_paging,
             key_windows=key_windows,
-            quiet=Quiet(config.quiet_ms / 1000, config.quiet_wait_max_ms / 1000, quiet_waiter),
+            quiet=QuietSettings(
+                config.quiet_ms / 1000, config.quiet_wait_max_ms / 1000, request_thread_watch
+            ),
             controller_fit=fit,
+            instance=instance,
         )
 
     # ---- RowStore ----
@@ -190,62 +205,22 @@ class TransferQueueRowStore:
         return list(self._requests.call(OP_PARTITIONS, "get_partition_list", partitions))
 
     def list_rows(self, partition: str) -> dict[str, Tags]:
-        """Every keyed row with its tags, as kv_list would, in short requests: two passes over the
-        partition's global indexes, in windows.
-
-        1. The indexes (in pages, index_range.py), then per window the keys of
-           those indexes (kv_retrieve_keys) and at once their tags (kv_retrieve_meta, matched to the
-           keys by global index: a key re-created in between under another index is left out).
-        2. The indexes again, and per window their keys only; the tags of any (key, index) the first pass
-           did not see.
-
-        A row present for the whole of either pass is listed: so is every row present for the whole
-        listing, and a reference moved make-before-break from one row to another during it (the old row
-        lives through pass 1, or else the new one was written before pass 2 began). kv_list's single
-        snapshot gave that, and tags sources count on it. Rows written or deleted during the listing may
-        be in or out. Each request is paced (pacing.py).
-        """
+        """Every keyed row with its tags, as kv_list would: in two passes of short paced requests over the
+        partition's global indexes (listing.py), or one kv_list without the controller's actor handle.
+        A row present for the whole listing is listed."""
         if self._controller is None:
             whole = self._client.async_kv_list(partition)
             listing = self._requests.call(OP_KV_LIST, f"kv_list({partition!r})", whole)
             return dict(listing.get(partition) or {})
-        pacer = self._pacer()
-        self._sleep_unless_interrupted(0)
-        rows: dict[str, Tags] = {}
-        first_pass = ListedPass()
-        for window in self._index_windows(partition, pacer):
-            owners, keys_seconds = self._keys_of(partition, window, pacer)
-            tags_seconds = self._add_tags(partition, owners, rows, first_pass)
-            self._pause(pacer, max(keys_seconds, tags_seconds))
-        for window in self._index_windows(partition, pacer):
-            owners, keys_seconds = self._keys_of(partition, window, pacer)
-            tags_seconds = self._add_tags(partition, first_pass.not_in(owners), rows, None)
-            self._pause(pacer, max(keys_seconds, tags_seconds))
-        return rows
+        return self._listing.rows(partition)
 
     def list_keys(self, partition: str) -> dict[str, int]:
-        """{key: global index} of every keyed row, in one pass of paced windows: the partition's
-        global indexes, then the keys of each window of KeyWindows.size, read on the controller's actor
-        thread beside the job's requests (key_windows.py; where that does not fit, kv_retrieve_keys
-        of the pacer's windows, ~2 ms held for 2,000 indexes).
-        A row present for the whole pass is listed; one written during it at an index of a window
-        already read is not (a tags source needs list_rows' second pass; a swept partition does not:
-        the row is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's.
-        Within index_range_reuse_seconds of the last listing, the indexes it had: a row put since at an
-        index it did not have waits for a later listing, and a row it had keeps its index while it lives,
-        so its first-seen record stays (a tags source's list_rows always asks again).
-        Without the controller's actor handle: kv_list, then the listed rows' global indexes."""
+        """{key: global index} of every keyed row present for the whole listing, without tags: one pass
+        of paced windows (listing.py). Without the controller's actor handle: kv_list, then the listed
+        rows' global indexes."""
         if self._controller is None:
             return keys_with_indexes(self, partition)
-        pacer = self._pacer()
-        self._sleep_unless_interrupted(0)
-        keys: dict[str, int] = {}
-        reuse_seconds = self._index_range_reuse_seconds
-        for window in self._index_windows(partition, pacer, reuse_seconds, beside_requests=True):
-            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True)  # then paused
-            pacer.adapt(seconds)
-            keys.update((key, index) for index, key in owners.items())
-        return keys
+        return self._listing.keys(partition, self._index_range_reuse_seconds)
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         """Current identity of each key that exists. A key that changes while we ask may be left out.
@@ -258,7 +233,7 @@ class TransferQueueRowStore:
         for batch in paced_batches(list(dict.fromkeys(keys)), pacer):
             self.wait_for_quiet()
             started = time.perf_counter()
-            found.update(identities_of(*self._snapshot(partition, batch)))
+            found.update(identities_of(*snapshot(self._requests, partition, batch)))
             self._pause(pacer, time.perf_counter() - started)
         return found
 
@@ -274,7 +249,7 @@ class TransferQueueRowStore:
         pacer.window = pacer.max_window  # the first pair tells at once if that is too much
         for batch in paced_batches(list(expected), pacer):
             started = time.perf_counter()
-            deleted.update(self._delete_batch_if_unchanged(partition, batch, expected, len(deleted)))
+            deleted.update(clear_batch_if_unchanged(self._requests, partition, batch, expected, len(deleted)))
             seconds = time.perf_counter() - started
             pacer.adapt(seconds / 2)  # two requests: the re-check and the clear
             time.sleep(pacer.pause_after(seconds))
@@ -283,24 +258,30 @@ class TransferQueueRowStore:
     def delete(self, partition: str, keys: Sequence[str]) -> None:
         """Delete unconditionally, like tq.kv_clear (tests and tools; the collector never does)."""
         unique = list(dict.fromkeys(keys))
-        done = 0
-        for batch in batches(unique, self._request_batch):
-            what = f"kv_clear of {len(batch)} keys in {partition!r} (after {done} of {len(unique)})"
-            meta = self._requests.call(OP_META, what, self._retrieve_meta(partition, batch))
-            if meta.size > 0:
-                self._requests.call(OP_CLEAR, what, self._client.async_clear_samples(meta))
-            done += len(batch)
+        size = self._request_batch
+        for done in range(0, len(unique), size):
+            clear_keys(self._requests, partition, unique[done : done + size], done, len(unique))
+
+    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
+        """Batches of at most `most_rows`, and of `_rows_per_delete()`: each one re-check and clear of
+        delete_if_unchanged, so that the clear follows its own re-check. Before yielding each, the wait
+        for a quiet moment (wait_for_quiet), which so comes before the sweep's re-check, never between it
+        and the clear; before the first, the check that the controller is still the one attached to."""
+        self.ensure_attached()
+        for batch in batches(list(keys), min(most_rows, self._rows_per_delete())):
+            self.wait_for_quiet()
+            yield batch
 
     def wait_for_quiet(self) -> QuietWait:
         """Wait until the controller's request thread has been idle transfer_queue.quiet_ms (at most
-        quiet_wait_max_ms): the collector calls this before each delete batch's re-check, so that the
-        batch's requests come between two of the job's bursts without widening the re-check's window.
+        quiet_wait_max_ms): delete_batches waits so before yielding each batch, so that the batch's
+        requests come between two of the job's bursts without widening the re-check's window.
         The store's listings and identity reads wait so before each of their requests by themselves (an
         index page or key window inside its own call to the controller: QuietMoments.first)."""
         return NO_WAIT if self._quiet is None else self._quiet.wait()
 
-    def rows_per_delete(self) -> int:
-        """The most rows a delete_if_unchanged call should carry (the collector's batches are no larger):
+    def _rows_per_delete(self) -> int:
+        """The most rows a batch of delete_batches carries:
         while requests wait for quiet moments, request_batch/4, so that its re-check and clear fit in
         what is left of one (500 rows: ~2 + 3 ms held at 1M rows; 2,000: ~4 + 7 ms, measured
         alone); else request_batch."""
@@ -326,6 +307,26 @@ class TransferQueueRowStore:
         if self._quiet is not None:
             functions[QUIET_WAITS] = self._quiet.function
         return functions
+
+    def ensure_attached(self) -> None:
+        """StoreUnavailable if the controller this store attached to is no longer the job's: none by
+        TQ's name (it died), or another one (the job replaced it: a new TQ, whose global indexes start
+        afresh). A store made without the controller's handle cannot tell, and does nothing."""
+        if self._controller is None or self._instance is None:
+            return
+        try:
+            live = find_controller(self._ray_address)
+        except TransferQueueNotFound as exc:
+            raise StoreUnavailable(f"the TransferQueue controller attached to is gone: {exc}") from exc
+        if controller_instance(live, self._requests.timeout_seconds) != self._instance:
+            raise StoreUnavailable(
+                "the job's TransferQueue controller was replaced since tq-gc attached to it"
+            )
+
+    def identity_space(self) -> str | None:
+        """The controller instance attached to (its Ray actor id and process): global indexes are
+        that controller's."""
+        return self._instance
 
     def interrupt(self) -> None:
         """Make a listing or an identity read in progress, and every later one, raise Interrupted before
@@ -377,139 +378,3 @@ class TransferQueueRowStore:
     def _sleep_unless_interrupted(self, seconds: float) -> None:
         if self._interrupted.wait(max(0.0, seconds)):
             raise Interrupted("asked to stop: the row store stopped reading between two requests")
-
-    def _index_windows(
-        self, partition: str, pacer: Pacer, reuse_seconds: float = 0.0, beside_requests: bool = False
-    ) -> Iterator[list[int]]:
-        """The partition's global indexes, ascending, in windows of the pacer's current size; with
-        `beside_requests`, of KeyWindows.size while the controller's actor thread answers them."""
-        indexes = self._index_ranges.indexes(
-            partition,
-            lambda seconds: self._sleep_unless_interrupted(pacer.pause_after(seconds)),
-            reuse_seconds,
-        )
-        start = 0
-        while start < len(indexes):
-            size = (beside_requests and self._controller_keys.size) or pacer.window
-            window = indexes[start : start + size].tolist()
-            start += len(window)
-            yield window
-
-    def _keys_of(
-        self, partition: str, window: list[int], pacer: Pacer, beside_requests: bool = False
-    ) -> tuple[dict[int, str], float]:
-        """({global index: key} of the window's indexes that have a key now, the request's seconds),
-        in a quiet moment, then the duty cycle's pause. `beside_requests`: on the controller's actor
-        thread if that fits."""
-        read = self._controller_keys.read(partition, window) if beside_requests else None
-        if read is None:
-            self.wait_for_quiet()
-            started = time.perf_counter()
-            keys = self._requests.call(
-                OP_KEYS,
-                f"kv_retrieve_keys of {len(window)} indexes in {partition!r}",
-                self._client.async_kv_retrieve_keys(global_indexes=window, partition_id=partition),
-            )
-            seconds = time.perf_counter() - started
-        else:
-            keys, seconds = read
-        self._sleep_unless_interrupted(pacer.pause_after(seconds))
-        return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
-
-    def _add_tags(
-        self, partition: str, owners: dict[int, str], rows: dict[str, Tags], listed: ListedPass | None
-    ) -> float:
-        """Read the tags of `owners` ({index: key}, ascending indexes) into rows, and each row into
-        `listed` if given; return the request's seconds. A key whose index changed since `owners` was
-        read is left out: it was deleted (and maybe re-created) in between. In a quiet moment."""
-        if not owners:
-            return 0.0
-        self.wait_for_quiet()
-        started = time.perf_counter()
-        meta = self._requests.call(
-            OP_META,
-            f"kv_retrieve_meta of {len(owners)} keys in {partition!r}",
-            self._retrieve_meta(partition, list(owners.values())),
-        )
-        for index, tags in zip(meta.global_indexes, meta.custom_meta, strict=True):
-            key = owners.get(index)
-            if key is not None:
-                rows[key] = tags
-                if listed is not None:
-                    listed.add(index, key)
-        return time.perf_counter() - started
-
-    def _delete_batch_if_unchanged(
-        self, partition: str, batch: list[str], expected: Mapping[str, Identity], done: int
-    ) -> list[str]:
-        what = f"re-check and clear of {len(batch)} rows in {partition!r}"
-        cleared = self._requests.call(None, what, self._clear_if_unchanged(partition, batch, expected))
-        if cleared is not None:  # the usual case: one round trip to the client's loop
-            return cleared
-        keys, meta = self._snapshot(partition, batch)
-        # A row recreated (another index) or retagged since the plan saw it is not the row the
-        # plan judged: it stays, and the collector counts it as recheck_saved.
-        matched = unchanged(keys, meta, expected)
-        if not matched:
-            return []
-        what = f"clear of {len(matched)} rows in {partition!r} (after {done} deleted in this call)"
-        # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
-        doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
-        self._requests.call(OP_CLEAR, what, self._client.async_clear_samples(doomed))
-        return [keys[i] for i in matched]
-
-    async def _clear_if_unchanged(
-        self, partition: str, keys: list[str], expected: Mapping[str, Identity]
-    ) -> list[str] | None:
-        """Snapshot, match and clear in one coroutine, back to back on the client's loop. None when
-        some keys are gone (the snapshot is then not aligned with `keys`): the caller takes the long way."""
-        meta = await self._requests.timed(OP_META, self._retrieve_meta(partition, keys))
-        if meta.size != len(keys):
-            return None
-        matched = unchanged(keys, meta, expected)
-        if matched:
-            # select_samples deep-copies every row's tags: skip it when every row matched (the usual case).
-            doomed = meta if len(matched) == len(keys) else meta.select_samples(matched)
-            await self._requests.timed(OP_CLEAR, self._client.async_clear_samples(doomed))
-        return [keys[i] for i in matched]
-
-    def _snapshot(self, partition: str, keys: list[str]) -> tuple[list[str], Any]:
-        """(keys, meta): the keys of `keys` that exist, and their BatchMeta, row i being keys[i], as one
-        answer of the controller. Keys gone, or changed while we ask, are left out."""
-        # The BatchMeta of kv_retrieve_meta carries no keys and drops unknown ones, so an answer shorter
-        # than the request does not say which index is whose. Then we ask the key of each index
-        # (kv_retrieve_keys) and ask again for exactly the keys still there: an answer as long as its
-        # request is aligned with it, in one snapshot. A key deleted, recreated or created between two
-        # rounds falls out of the request, and is reported absent: the caller keeps that row.
-        wanted = keys
-        for _ in range(IDENTITY_ROUNDS):
-            meta = self._requests.call(
-                OP_META,
-                f"kv_retrieve_meta of {len(wanted)} keys in {partition!r}",
-                self._retrieve_meta(partition, wanted),
-            )
-            if meta.size == len(wanted):
-                return wanted, meta
-            if meta.size == 0:
-                return [], meta
-            owners = self._requests.call(
-                OP_KEYS,
-                f"kv_retrieve_keys of {meta.size} indexes in {partition!r}",
-                self._client.async_kv_retrieve_keys(
-                    global_indexes=list(meta.global_indexes), partition_id=partition
-                ),
-            )
-            still_there = {key for key in owners if key is not None}
-            wanted = [key for key in wanted if key in still_there]
-            if not wanted:
-                return [], None
-        logger.warning(
-            "partition %r kept changing while its identities were read; %d keys reported absent",
-            partition,
-            len(wanted),
-        )
-        return [], None
-
-    def _retrieve_meta(self, partition: str, keys: list[str]) -> Any:
-        # create=False always: with create=True TQ registers the keys it does not know.
-        return self._client.async_kv_retrieve_meta(keys=keys, partition_id=partition, create=False)
