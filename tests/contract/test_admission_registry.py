@@ -17,7 +17,7 @@ from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.state import RedisState, StateStore
 from tq_gc.state import redis as redis_state
 
-from redis_server import RedisServer
+from tools.testbed.redis_server import RedisServer
 
 Advance = Callable[[float], None]
 ROWS = {"rollout_staging": ["r7_g0_a1/call3", "r7_g0_a1/call4"]}

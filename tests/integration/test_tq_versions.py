@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import TQ_GC, cli_env, keys_in
+from harness import keys_in
+from tools.testbed.cli import TQ_GC, cli_env
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError

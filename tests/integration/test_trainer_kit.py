@@ -20,7 +20,7 @@ from tq_gc.publish.client import DEFAULT_TTL_SECONDS, GcClient
 from tq_gc.publish.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.state import MemoryState, RedisState, StateStore
 
-from redis_server import RedisServer
+from tools.testbed.redis_server import RedisServer
 from support.world import STAGING, World
 
 WAIT_S = 10.0

@@ -1,4 +1,7 @@
-"""Hypothesis profiles for the property tests.
+"""Unit tests start no service, and the hypothesis profiles for the property tests.
+
+A unit test that asks for the session's redis-server fails at once: a test that needs Redis belongs in
+tests/integration/, or in tests/contract/ when it runs on every state store.
 
 `ci` (the default) keeps the whole property suite to well under a minute on 2 cores. `thorough` runs
 10,000 examples of every property that does not pin its own count: HYPOTHESIS_PROFILE=thorough. That
@@ -8,6 +11,7 @@ takes minutes per state machine, so it lifts the suite's per-test timeout too.
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +29,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(PROFILE)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> NoReturn:
+    pytest.fail(
+        "tests/unit starts no service: a test that needs Redis belongs in tests/integration/, "
+        "or in tests/contract/ when it runs on every state store"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

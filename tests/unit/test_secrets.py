@@ -27,7 +27,7 @@ from tq_gc.state import RedisState
 from tq_gc.stores import MemoryRowStore
 from tq_gc.wiring import Runtime
 
-from redis_server import free_port
+from tools.testbed.redis_server import free_port
 
 MARKER = "s3cr3t"
 PASSWORD = f"pw-{MARKER}-42"

@@ -1,5 +1,5 @@
-"""`python -m soak` (with tests/integration and tests on the path: scripts/soak sets them)."""
+"""`python -m tools.soak` from the repository root: what scripts/soak runs."""
 
-from soak.run import main
+from tools.soak.run import main
 
 raise SystemExit(main())

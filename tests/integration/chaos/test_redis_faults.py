@@ -17,7 +17,9 @@ from harness import keys_in, wait_until
 from tq_gc import AdmissionRegistry
 
 from .conftest import DELETE_BATCH, MakeJob
-from .helpers import Job, KillableRedisServer, Processes
+from tools.testbed.redis_server import KillableRedisServer
+
+from .helpers import Job, Processes
 from .properties import (
     FAULT_GRACE_S,
     SUBPROCESS_LEASE_TTL_S,
