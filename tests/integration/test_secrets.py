@@ -1,4 +1,4 @@
-"""A state URL's secrets are never printed, whatever form the URL takes (issue 9, defect 12).
+"""A state URL's secrets are never printed, whatever form the URL takes.
 
 Every secret below holds MARKER and nothing else printed does: the CLI runs for real (config file, state
 opened from the URL, real redis-server) and MARKER must appear in no output, log line or report.
