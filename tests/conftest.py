@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from tq_gc.state import MemoryState, RedisState, StateStore
-from tq_gc.state.memory import ManualClock
 
+from support.clock import ManualClock
 from tools.testbed.redis_server import RedisServer
 
 pytest_plugins = ["support.ray_fixtures"]

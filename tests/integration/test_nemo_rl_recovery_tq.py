@@ -28,9 +28,10 @@ import yaml
 from tq_gc.collector import Collector
 from tq_gc.config import TransferQueueConfig, parse_config
 from tq_gc.model import Cause, Outcome, SweepReport
-from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.state.memory import MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 
+from support.clock import ManualClock
 from support.nemo_rl_checkpoints import (
     INVENTORY,
     REPLAY,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.clock import ManualClock
 from support.ray_fixtures import fresh_partition
 
 from tq_gc.cli.checks import run_checks
@@ -27,7 +28,7 @@ from tq_gc.integrations.verl import TqGcTrainerMixin, wrap_registered_trainers
 from tq_gc.model import Outcome, SweepReport
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.state.memory import MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.wiring import Runtime
 

@@ -11,8 +11,8 @@ from tq_gc.config import Config, parse_config
 from tq_gc.model import SweepReport
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.state.memory import ManualClock
 
+from support.clock import ManualClock
 from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING = "rollout_staging"

@@ -48,8 +48,8 @@ from tq_gc.collector import Collector
 from tq_gc.config import Config, parse_config
 from tq_gc.model import SweepReport
 from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.state.memory import ManualClock
 
+from support.clock import ManualClock
 from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState, Timeline
 
 STAGING, DATA, SCRATCH = "rollout_staging", "rollout_data", "rollout_scratch"
