@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from tools.testbed.redis_server import RedisServer
 from tq_gc.state import MemoryState, RedisState, StateStore
 
 from support.clock import ManualClock
-from tools.testbed.redis_server import RedisServer
 
 pytest_plugins = ["support.ray_fixtures"]
 

@@ -16,12 +16,11 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tools.testbed.redis_server import RedisServer, free_port
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.model import AuditBatch, DeletedRow, FirstSeen, Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys
-
-from tools.testbed.redis_server import RedisServer, free_port
 
 Advance = Callable[[float], None]
 TTL_MS = 2_000  # short enough to wait out; a busy 2-core machine may stall a step for a second

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tools.testbed.ray_head import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.ray

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 from harness import CliResult, keys_in
-from tools.testbed.cli import TQ_GC, cli_env
 
+from tools.testbed.cli import TQ_GC, cli_env
 from tq_gc import AdmissionRegistry
 from tq_gc.cli.simulation import CANONICAL, STAGING, TOKENS, LeakScenario
 

@@ -20,14 +20,13 @@ import pytest
 import redis
 import yaml
 
+from tools.testbed.redis_server import free_port
 from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
 from tq_gc.config import load_config, parse_config, redact_url
 from tq_gc.errors import ConfigError
 from tq_gc.state import RedisState
 from tq_gc.stores import MemoryRowStore
 from tq_gc.wiring import Runtime
-
-from tools.testbed.redis_server import free_port
 
 MARKER = "s3cr3t"
 PASSWORD = f"pw-{MARKER}-42"

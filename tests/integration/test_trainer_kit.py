@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tools.testbed.redis_server import RedisServer
 from tq_gc.collector import Collector
 from tq_gc.config.models import MIN_GRACE_SECONDS
 from tq_gc.errors import StoreUnavailable
@@ -20,7 +21,6 @@ from tq_gc.publish.client import DEFAULT_TTL_SECONDS, GcClient
 from tq_gc.publish.registry import RENEW_MAX_SECONDS, AdmissionRegistry
 from tq_gc.state import MemoryState, RedisState, StateStore
 
-from tools.testbed.redis_server import RedisServer
 from support.world import STAGING, World
 
 WAIT_S = 10.0

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from support.clock import ManualClock
-from support.ray_fixtures import fresh_partition
 
+from tools.testbed.verl_job import VerlShapedTrainer, padding_keys
 from tq_gc.cli.checks import run_checks
 from tq_gc.collector import Collector
 from tq_gc.config import Config, TransferQueueConfig, parse_config
@@ -32,7 +31,8 @@ from tq_gc.state.memory import MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.wiring import Runtime
 
-from tools.testbed.verl_job import VerlShapedTrainer, padding_keys
+from support.clock import ManualClock
+from support.ray_fixtures import fresh_partition
 
 pytestmark = pytest.mark.ray
 

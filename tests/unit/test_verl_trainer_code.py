@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tools.testbed.verl_job import VerlShapedTrainer, verl_source
 from tq_gc.errors import ConfigError
 from tq_gc.integrations.verl import CONFIG_ENV, TqGcTrainerMixin, wrap_registered_trainers
-
-from tools.testbed.verl_job import VerlShapedTrainer, verl_source
 
 V1 = ("trainer", "ppo", "v1")
 OVERRIDDEN = {

@@ -24,10 +24,10 @@ from types import FrameType
 from typing import Any
 
 import yaml
-from tools.testbed.redis_server import KillableRedisServer
-from tools.testbed.ray_head import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
-from tools.testbed.cli import TQ_GC, cli_env
 
+from tools.testbed.cli import TQ_GC, cli_env
+from tools.testbed.ray_head import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
+from tools.testbed.redis_server import KillableRedisServer
 from tq_gc import AdmissionRegistry, load_config, start_sidecar
 
 from .job import (

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tq_gc import AdmissionRegistry
-
 from tools.testbed.redis_server import KillableRedisServer
+from tq_gc import AdmissionRegistry
 
 from .helpers import Job, Processes, write_config, write_manifest
 

@@ -11,9 +11,7 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -24,8 +22,8 @@ from typing import Any
 import redis
 import yaml
 from harness import CliResult
-from tools.testbed.cli import TQ_GC, cli_env
 
+from tools.testbed.cli import TQ_GC, cli_env
 
 CLI_TIMEOUT_S = 90.0
 POLL_S = 0.02  # chaos polls TQ while a sweep deletes: finer than the default

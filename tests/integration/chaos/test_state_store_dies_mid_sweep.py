@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from harness import keys_in
 
+from tools.testbed.redis_server import KillableRedisServer
 from tq_gc.state.redis import CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
 
 from .conftest import DELETE_BATCH, MakeJob
-from tools.testbed.redis_server import KillableRedisServer
-
 from .helpers import Processes, RecordTiming, assert_readable
 from .properties import FAULT_GRACE_S, start_deleting_sweep
 
