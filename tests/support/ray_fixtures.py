@@ -35,6 +35,10 @@ from tools.testbed.ray_head import RAY_TEST_ENV, REPO_ROOT, TQ_TEST_CONF, RayClu
 
 SUBPROCESS_TIMEOUT_S = 120.0
 PUT_BATCH = 2000
+# A test on Ray may be the one that starts the session's cluster (`ray start` may take RAY_START_TIMEOUT_S
+# on a busy machine, then tq.init) before its own work: more than the suite's default timeout.
+RAY_TEST_TIMEOUT_SECONDS = 300
+RAY_FIXTURES = frozenset({"ray_cluster", "bare_ray_cluster"})
 
 # name -> seconds; printed at the end of the session (see pytest_terminal_summary)
 TIMINGS: dict[str, float] = {}
@@ -55,6 +59,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("Ray / TransferQueue timings")
         for name, seconds in TIMINGS.items():
             terminalreporter.write_line(f"{name:<48} {seconds:8.3f} s")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs a Ray cluster (whatever fixture brings it in) gets RAY_TEST_TIMEOUT_SECONDS,
+    unless it names a timeout of its own."""
+    for item in items:
+        needs_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if needs_ray and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT_SECONDS))
 
 
 @pytest.fixture(scope="session")
