@@ -62,10 +62,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that needs a Ray cluster (whatever fixture brings it in) gets RAY_TEST_TIMEOUT_SECONDS,
-    unless it names a timeout of its own."""
+    """Every test that needs a Ray cluster (marked `ray`, or using a Ray fixture) gets
+    RAY_TEST_TIMEOUT_SECONDS, unless it names a timeout of its own."""
     for item in items:
-        needs_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        uses_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        needs_ray = uses_ray or item.get_closest_marker("ray") is not None
         if needs_ray and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT_SECONDS))
 
