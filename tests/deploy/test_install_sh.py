@@ -244,7 +244,6 @@ def _install(checkout: Path, env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.timeout(2 * REAL_INSTALL_TIMEOUT_S)  # two real installs, each with its own limit
 def test_a_real_install_keeps_the_cpu_torch_and_fails_on_a_dependency_wanting_another(
     toy_world: tuple[Path, dict[str, str]],
 ) -> None:
