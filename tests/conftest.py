@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server for the session, and the state store on every backend."""
+"""Shared fixtures: a real redis-server for the session, and the state store on every backend; the Ray
+and TransferQueue fixtures (a plugin, support/ray_fixtures.py) for every suite that needs them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from tools.testbed.redis_server import RedisServer
 from tq_gc.state import MemoryState, RedisState, StateStore
-from tq_gc.state.memory import ManualClock
 
-from redis_server import RedisServer
+from support.clock import ManualClock
+
+pytest_plugins = ["support.ray_fixtures"]
 
 
 @pytest.fixture(scope="session")

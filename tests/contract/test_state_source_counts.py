@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tools.testbed.redis_server import RedisServer
 from tq_gc.errors import LeaseLost, StoreUnavailable
 from tq_gc.state import RedisState, StateStore
-
-from redis_server import RedisServer
 
 MANIFESTS = "manifests:/ckpt/**/gc-manifest.json"
 TAGS = "tag_references:rollout_data:route_assembly_plan.cleanup_staging_keys:rollout_staging"

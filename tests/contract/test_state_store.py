@@ -16,6 +16,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tools.testbed.redis_server import RedisServer, free_port
 from tq_gc.config import MEMORY_SCHEME, STATE_SCHEMES, parse_config
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.first_seen import FirstSeen
@@ -23,8 +24,6 @@ from tq_gc.model import AuditBatch, DeletedRow
 from tq_gc.rows import Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys
-
-from redis_server import RedisServer, free_port
 
 Advance = Callable[[float], None]
 TTL_MS = 2_000  # short enough to wait out; a busy 2-core machine may stall a step for a second

@@ -30,6 +30,7 @@ def installed(python: Path) -> dict[str, str]:
     return versions
 
 
+@pytest.mark.timeout(DRY_RUN_TIMEOUT_S + 2 * 120)  # the dry run and two package listings, each limited
 @pytest.mark.parametrize("version", READ_FROM)
 def test_installing_tq_gc_beside_a_job_pinning_this_tq_keeps_its_tq_torch_and_ray(
     version: str, tmp_path: Path

@@ -1,24 +1,13 @@
-"""Helpers shared by integration tests that drive tq-gc as a user would: the CLI in its own process."""
+"""Helpers shared by integration tests that drive tq-gc as a user would: the CLI in its own process
+(its console script and environment: tools/testbed/cli.py)."""
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from conftest import subprocess_env
-
-TQ_GC = Path(sys.executable).with_name("tq-gc")  # the console script users run
-
-
-def cli_env() -> dict[str, str]:
-    """The environment a CLI subprocess needs to join the test cluster, without TQGC_... variables:
-    the config file alone says what the CLI does."""
-    return {k: v for k, v in subprocess_env().items() if not k.startswith("TQGC_")}
 
 
 @dataclass

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, TQ_TEST_CONF, RayHead, subprocess_env
 from harness import wait_until
+
+from tools.testbed.ray_head import REPO_ROOT, TQ_TEST_CONF, RayHead, subprocess_env
 
 pytestmark = pytest.mark.ray
 
@@ -53,7 +54,8 @@ SWEEPER = """
 import json, sys
 from tq_gc.sweep import Collector
 from tq_gc.config import parse_config
-from tq_gc.state.memory import ManualClock, MemoryState
+from support.clock import ManualClock
+from tq_gc.state.memory import MemoryState
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT, subprocess_env
+
+from tools.testbed.ray_head import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.ray
 

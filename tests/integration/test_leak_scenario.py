@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import TQ_GC, CliResult, cli_env, keys_in
+from harness import CliResult, keys_in
 
+from tools.testbed.cli import TQ_GC, cli_env
 from tq_gc import AdmissionRegistry
 from tq_gc.cli.simulation import CANONICAL, STAGING, TOKENS, LeakScenario
 

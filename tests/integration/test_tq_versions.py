@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import TQ_GC, cli_env, keys_in
+from harness import keys_in
 
+from tools.testbed.cli import TQ_GC, cli_env
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError
 from tq_gc.stores.transferqueue import TransferQueueRowStore

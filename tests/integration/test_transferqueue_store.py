@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import fresh_partition
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
@@ -20,6 +19,8 @@ from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.attach import find_controller, open_client
 from tq_gc.stores.transferqueue.index_range import IndexPaging
 from tq_gc.stores.transferqueue.key_windows import KeyWindows
+
+from support.ray_fixtures import fresh_partition
 
 pytestmark = pytest.mark.ray
 

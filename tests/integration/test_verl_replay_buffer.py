@@ -1,6 +1,6 @@
 """verl 0.9.1's own ReplayBuffer and padding on a real TransferQueue, swept with deploy/examples/verl.yaml.
 
-A trainer in verl's fit order (tests/support/verl_job.py) samples with verl's real `ReplayBuffer.sample()`
+A trainer in verl's fit order (tools/testbed/verl_job.py) samples with verl's real `ReplayBuffer.sample()`
 (its kv_list polling, `_materialize_batch`'s clear of the prompt rows, `_clear_groups`' evictions) and pads
 with verl's `upsample_batch_to_divisible_size`. tq-gc sweeps in-process through its TransferQueue row store
 with the example config (partitions renamed for the test), on a manual clock: a step lasts several
@@ -18,20 +18,21 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import fresh_partition
 
+from tools.testbed.verl_job import VerlShapedTrainer, padding_keys
 from tq_gc.cli.checks import run_checks
 from tq_gc.config import Config, TransferQueueConfig, parse_config
 from tq_gc.integrations.verl import TqGcTrainerMixin, wrap_registered_trainers
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import Outcome, SweepReport
-from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.state.memory import MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
-from support.verl_job import VerlShapedTrainer, padding_keys
+from support.clock import ManualClock
+from support.ray_fixtures import fresh_partition
 
 pytestmark = pytest.mark.ray
 

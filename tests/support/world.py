@@ -10,9 +10,9 @@ from tq_gc.config import Config, parse_config
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
-from tq_gc.state.memory import ManualClock
 from tq_gc.sweep import Collector
 
+from support.clock import ManualClock
 from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING = "rollout_staging"

@@ -1,4 +1,4 @@
-"""Config refuses, at load, every value that would make a sweep unsafe or wedge it later (issue 9, defect 10).
+"""Config refuses, at load, every value that would make a sweep unsafe or wedge it later.
 
 Each refusal names the field and the fix; each bound is checked on both sides.
 """

@@ -376,7 +376,7 @@ def test_a_key_path_with_an_empty_segment_is_a_config_error() -> None:
         ManifestsSource([source])
 
 
-# --- Fail closed and bounded (issue 9, defects 2 and 11) -------------------------------------------
+# --- Fail closed and bounded -----------------------------------------------------------------------
 
 
 def absolute(root: Path, pattern: str = "**/gc-manifest.json", **fields: Any) -> ManifestSource:

@@ -24,11 +24,12 @@ from tq_gc.references import nemo_rl
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.report import Cause, Outcome
 from tq_gc.rows import RowId, rows_of
-from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
+from support.clock import ManualClock
 from support.nemo_rl_checkpoints import (
     CANONICAL,
     STAGING,

@@ -19,10 +19,12 @@ from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
 from tq_gc.report import Outcome
 from tq_gc.rows import RowId, Tags, rows_of
-from tq_gc.state.memory import ManualClock, MemoryState
+from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
+
+from support.clock import ManualClock
 
 TRAIN, VAL = "train", "val"
 VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"

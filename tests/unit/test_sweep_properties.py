@@ -27,9 +27,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tq_gc.config import parse_config
 from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.state.memory import ManualClock
 from tq_gc.sweep import Collector
 
+from support.clock import ManualClock
 from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING, DATA = "rollout_staging", "rollout_data"

@@ -1,4 +1,4 @@
-"""Scenarios for the safety defects of issue #9, one per defect class, on the memory stores.
+"""Scenarios for the safety defects a review found, one per defect class, on the memory stores.
 
 Each slips an action into a sweep at the step where the defect bit: a reference moving between sources
 while the sweep lists, a fence coming and going after the references were read, the lease passing to
@@ -44,7 +44,7 @@ def after_the_tag_partition_is_listed(world: World, action: Any) -> None:
     world.rows.before("list_keys", action)
 
 
-# defect 1: a reference moving between sources during the sweep ------------------------------------
+# a reference moving between sources during the sweep ----------------------------------------------
 
 
 def test_admission_to_tag_move_while_listing_is_seen(world: World) -> None:
@@ -87,7 +87,7 @@ def test_tag_to_admission_move_while_listing_is_seen(world: World) -> None:
     assert KEY in world.staging()
 
 
-# defect 8: fences are epochs -----------------------------------------------------------------------
+# fences are epochs ---------------------------------------------------------------------------------
 
 
 def test_a_fence_that_came_and_went_after_the_references_were_read_stops_deletes(world: World) -> None:
@@ -106,7 +106,7 @@ def test_a_fence_that_came_and_went_after_the_references_were_read_stops_deletes
     assert world.sweep().counts.referenced["manifests"] == 1
 
 
-# defect 6: the lease guards every write --------------------------------------------------------------
+# the lease guards every write ------------------------------------------------------------------------
 
 
 def test_a_sweeper_that_lost_its_lease_while_marking_writes_nothing(world: World) -> None:
@@ -129,7 +129,7 @@ def test_a_sweeper_that_lost_its_lease_while_marking_writes_nothing(world: World
     assert stale.run_id not in {run["run_id"] for run in world.state.recent_runs(10)}
 
 
-# defect 7: only observed time counts -----------------------------------------------------------------
+# only observed time counts ---------------------------------------------------------------------------
 
 
 def test_a_gap_in_sweeping_longer_than_grace_restarts_every_clock(world: World) -> None:
@@ -161,7 +161,7 @@ def test_a_partition_back_in_scope_starts_afresh(world: World, tmp_path: Path) -
     assert (report.counts.deleted, report.counts.within_grace) == (0, 1)
 
 
-# defect 4: every delete audited ----------------------------------------------------------------------
+# every delete audited --------------------------------------------------------------------------------
 
 
 def test_a_clear_whose_answer_is_lost_stays_in_the_audit_unconfirmed(world: World) -> None:
@@ -191,7 +191,7 @@ def test_a_confirmed_batch_lists_only_the_rows_deleted(world: World) -> None:
     assert (report.counts.deleted, report.counts.recheck_saved) == (1, 1)
 
 
-# defect 5: truthful outcomes -------------------------------------------------------------------------
+# truthful outcomes -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("error", [OverflowError("int too large"), RecursionError("maximum recursion")])
@@ -217,7 +217,7 @@ def test_a_sweep_stopped_part_way_says_how_many_rows_it_deleted(tmp_path: Path) 
     assert (report.outcome, report.cause, report.counts.deleted) == (Outcome.SKIPPED, Cause.FENCE_UP, 2)
 
 
-# defect 13 and the sidecar's shutdown ---------------------------------------------------------------
+# stopping between batches, bad limits, clock steps, a listing longer than the lease -----------------
 
 
 def test_stop_ends_the_sweep_between_two_batches(tmp_path: Path) -> None:
@@ -267,7 +267,7 @@ def test_the_lease_outlives_a_listing_longer_than_its_ttl(tmp_path: Path) -> Non
     assert (contenders[0].outcome, contenders[0].cause) == (Outcome.SKIPPED, Cause.LEASE_HELD)
 
 
-# issue 24: the lease keeper, and a delete batch slower than the lease -------------------------------
+# the lease keeper, and a delete batch slower than the lease -----------------------------------------
 
 
 def test_a_sweeping_thread_stalled_between_its_recheck_and_its_clear_stops_though_the_lease_was_renewed(

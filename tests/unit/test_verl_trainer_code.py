@@ -1,5 +1,5 @@
 """verl 0.9.1's trainer code, read from the installed package: the order tq_gc.integrations.verl relies on
-and tests/support/verl_job.py's trainer replays. verl's trainer module needs a GPU stack to import, so its
+and tools/testbed/verl_job.py's trainer replays. verl's trainer module needs a GPU stack to import, so its
 source is read with `ast` (the replay buffer and padding, which import without it, run for real in
 tests/integration/test_verl_replay_buffer.py)."""
 
@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tools.testbed.verl_job import VerlShapedTrainer, verl_source
 from tq_gc.errors import ConfigError
 from tq_gc.integrations.verl import CONFIG_ENV, TqGcTrainerMixin, wrap_registered_trainers
-
-from support.verl_job import VerlShapedTrainer, verl_source
 
 V1 = ("trainer", "ppo", "v1")
 OVERRIDDEN = {

@@ -33,19 +33,6 @@ class SteadyClock:
         return self._origin_ms + (time.monotonic_ns() - self._origin_ns) // 1_000_000
 
 
-class ManualClock:
-    """A clock for tests: returns ms, moves only when told to."""
-
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = start_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, seconds: float) -> None:
-        self.now_ms += round(seconds * 1000)
-
-
 class MemoryState:
     def __init__(self, namespace: str = "default", clock_ms: Callable[[], int] | None = None) -> None:
         self.namespace = check_namespace(namespace)

@@ -1,6 +1,6 @@
 """Chaos fixtures: reaped CLI processes, and a job's partition with orphans and referenced rows.
 
-Ray and the TransferQueue come from tests/integration/conftest.py (this pytest process plays the
+Ray and the TransferQueue come from tests/support/ray_fixtures.py (this pytest process plays the
 training job); the partition is `tq_partition`'s, cleared after the test.
 """
 
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from tools.testbed.redis_server import KillableRedisServer
 from tq_gc import AdmissionRegistry
 
-from .helpers import Job, KillableRedisServer, Processes, write_config, write_manifest
+from .helpers import Job, Processes, write_config, write_manifest
 
 GRACE_S = 1.0
 DELETE_BATCH = 100

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from harness import keys_in, wait_until
 
+from tools.testbed.redis_server import KillableRedisServer
 from tq_gc import AdmissionRegistry
 
 from .conftest import DELETE_BATCH, MakeJob
-from .helpers import Job, KillableRedisServer, Processes
+from .helpers import Job, Processes
 from .properties import (
     FAULT_GRACE_S,
     SUBPROCESS_LEASE_TTL_S,

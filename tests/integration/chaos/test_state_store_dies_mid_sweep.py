@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from harness import keys_in
 
+from tools.testbed.redis_server import KillableRedisServer
 from tq_gc.state.redis_connection import CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
 
 from .conftest import DELETE_BATCH, MakeJob
-from .helpers import KillableRedisServer, Processes, RecordTiming, assert_readable
+from .helpers import Processes, RecordTiming, assert_readable
 from .properties import FAULT_GRACE_S, start_deleting_sweep
 
 pytestmark = pytest.mark.ray

@@ -1,6 +1,6 @@
 """Sidecar fixtures: a config maker, and sidecars that are always shut down and killed.
 
-Ray and the TransferQueue come from tests/integration/conftest.py (this pytest process plays the
+Ray and the TransferQueue come from tests/support/ray_fixtures.py (this pytest process plays the
 training job). Every sidecar gets a name of its own, so a test never finds another test's actor.
 """
 

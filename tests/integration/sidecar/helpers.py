@@ -18,7 +18,7 @@ WAIT_S = 20.0
 
 MakeConfig = Callable[..., Config]  # the make_config fixture
 StartSidecar = Callable[..., Any]  # the sidecar fixture
-RecordTiming = Callable[[str, float], None]  # tests/integration/conftest.py's record_timing fixture
+RecordTiming = Callable[[str, float], None]  # tests/support/ray_fixtures.py's record_timing fixture
 
 
 def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:

@@ -1,5 +1,5 @@
 """The soak: a real TQ, real Redis and Ray, make-before-break publishers, orphan leakers, three sweepers
-and chaos, for N minutes; then one verdict line. See tests/soak/__init__.py."""
+and chaos, for N minutes; then one verdict line. See tools/soak/__init__.py."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from types import FrameType
 from typing import Any
 
 import yaml
-from chaos.helpers import KillableRedisServer
-from conftest import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
-from harness import TQ_GC, cli_env
 
+from tools.testbed.cli import TQ_GC, cli_env
+from tools.testbed.ray_head import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
+from tools.testbed.redis_server import KillableRedisServer
 from tq_gc import AdmissionRegistry, load_config, start_sidecar
 
 from .job import (

@@ -11,13 +11,12 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tools.testbed.redis_server import RedisServer
 from tq_gc.errors import ConfigError, ReferenceSourceError, StoreUnavailable
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.references.admissions import AdmissionsSource
 from tq_gc.state import RedisState, StateStore
 from tq_gc.state import redis_barrier as redis_state
-
-from redis_server import RedisServer
 
 Advance = Callable[[float], None]
 ROWS = {"rollout_staging": ["r7_g0_a1/call3", "r7_g0_a1/call4"]}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tools.testbed.redis_server import RedisServer
 from tq_gc.config.models import MIN_GRACE_SECONDS
 from tq_gc.errors import StoreUnavailable
 from tq_gc.publish.client import DEFAULT_TTL_SECONDS, GcClient
@@ -21,7 +22,6 @@ from tq_gc.rows import Identity
 from tq_gc.state import MemoryState, RedisState, StateStore
 from tq_gc.sweep import Collector
 
-from redis_server import RedisServer
 from support.world import STAGING, World
 
 WAIT_S = 10.0

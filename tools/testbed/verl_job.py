@@ -5,7 +5,7 @@ a GPU stack; `replay_buffer.py` itself needs only TQ, numpy, omegaconf and `verl
 loaded from its file, under its own name, without the package's `__init__` (the `verl` extra installs verl
 with --no-deps). Padding comes from verl's own `verl.trainer.ppo.padding_utils`, which imports normally.
 
-`VerlShapedTrainer` runs verl's `PPOTrainer.fit` order (tests/integration/test_verl_trainer_code.py checks it
+`VerlShapedTrainer` runs verl's `PPOTrainer.fit` order (tests/unit/test_verl_trainer_code.py checks it
 against `trainer_base.py`): on_step_begin, prepare_step, on_sample_begin, replay_buffer.sample,
 on_sample_end, _balance_batch (padding), the step's work, _save_checkpoint (tq.save_checkpoint), on_step_end,
 validation (on_validate_begin, sample `val`, clear, on_validate_end), then the step's clear. The agent loop's

@@ -1,4 +1,4 @@
-"""A state URL's secrets are never printed, whatever form the URL takes (issue 9, defect 12).
+"""A state URL's secrets are never printed, whatever form the URL takes.
 
 Every secret below holds MARKER and nothing else printed does: the CLI runs for real (config file, state
 opened from the URL, real redis-server) and MARKER must appear in no output, log line or report.
@@ -20,14 +20,13 @@ import pytest
 import redis
 import yaml
 
+from tools.testbed.redis_server import free_port
 from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
 from tq_gc.config import load_config, parse_config, redact_url
 from tq_gc.errors import ConfigError
 from tq_gc.state import RedisState
 from tq_gc.stores import MemoryRowStore
 from tq_gc.wiring import Runtime
-
-from redis_server import free_port
 
 MARKER = "s3cr3t"
 PASSWORD = f"pw-{MARKER}-42"

@@ -23,8 +23,10 @@ referenced rows were deleted and how many orphans were left (both must be 0), an
 Exit 0 only if both are 0 and some sweep deleted rows while references moved; 1 otherwise; 2 if the
 soak itself broke.
 
-It lives under tests/ (not bench/) because it is a test with a pass/fail verdict, and it is built from
-the test harness: tests/redis_server.py, RayHead from tests/integration/conftest.py, the chaos helpers.
+It is a tool with a pass/fail verdict, not a test module: `python -m tools.soak` from the repository
+root (what scripts/soak runs), with nothing on PYTHONPATH. Besides tq_gc it imports only the testbed it
+shares with the tests (tools/testbed/: the redis-server it kills and restarts, its own Ray head, the CLI's
+environment), never a conftest or a test module.
 It uses tq-gc's public surfaces only (the CLI, start_sidecar and its handle, AdmissionRegistry, the
 native manifest format) and TQ's own API, so that the collector's internals can change under it.
 """

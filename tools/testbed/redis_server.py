@@ -1,8 +1,10 @@
-"""A real, throwaway redis-server for tests: free port, no persistence, stopped without fail."""
+"""A real, throwaway redis-server for tests and the soak: free port, no persistence, stopped without fail;
+KillableRedisServer also kills, freezes, restarts empty or turns read-only the server it started."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -11,6 +13,8 @@ from pathlib import Path
 from types import TracebackType
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -115,3 +119,58 @@ class RedisServer:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class KillableRedisServer(RedisServer):
+    """A per-test redis-server that a test can kill (SIGKILL), freeze (SIGSTOP), restart empty on the
+    same port, or turn into a read-only replica (a failover that left clients on the old primary)."""
+
+    def restart_empty(self) -> None:
+        """SHUTDOWN NOSAVE, then a fresh server on the same port: every key gone, as after a restart of
+        a Redis without persistence. Clients reconnect by themselves on their next call."""
+        process = self._process
+        assert process is not None and process.poll() is None and self._dir is not None
+        # No retries: redis-py would otherwise reconnect, for seconds, to the server it just stopped.
+        client = redis.Redis(port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass  # the server closed the connection on its way out: what SHUTDOWN does
+        finally:
+            client.close()
+        process.wait(timeout=10)
+        self._process = None
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        if not self._spawn(binary, Path(self._dir.name)):
+            raise RedisServerError(f"redis-server did not restart on port {self.port}:\n{self._log()}")
+
+    def make_read_only(self) -> None:
+        """REPLICAOF an address nobody serves: the data stays, every write fails with READONLY."""
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            dead_port = unused.getsockname()[1]
+        self._replicaof("127.0.0.1", dead_port)
+
+    def make_writable(self) -> None:
+        self._replicaof("NO", "ONE")
+
+    def _replicaof(self, host: str, port: int | str) -> None:
+        client = redis.Redis(port=self.port, socket_timeout=5)
+        try:
+            client.replicaof(host, port)
+        finally:
+            client.close()
+
+    def signal(self, sig: signal.Signals) -> None:
+        process = self._process
+        assert process is not None and process.poll() is None, "redis-server is not running"
+        process.send_signal(sig)
+        if sig == signal.SIGKILL:
+            process.wait(timeout=10)
+
+    def stop(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a frozen server could not act on stop()'s SIGTERM
+        super().stop()

@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
 
+from tools.testbed.ray_head import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
+from tools.testbed.verl_job import VerlShapedTrainer
 from tq_gc import load_config, start_sidecar
 from tq_gc.integrations.verl import CONFIG_ENV, TqGcTrainerMixin
-
-from support.verl_job import VerlShapedTrainer
 
 log = logging.getLogger("soak-verl")
 
