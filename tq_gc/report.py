@@ -120,6 +120,9 @@ class SweepReport:
     phases_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     deleted_sample: list[DeletedRow] = field(default_factory=list)
     longest_tq_request: LongestRequest | None = None
+    # The row store instance the sweep attached to (RowStore.identity_space: a TQ controller's), if it
+    # says: the next sweep, in this process or another, tells from it that the job replaced its TQ.
+    row_store_identity: str | None = None
     # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
     tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
 
@@ -150,6 +153,7 @@ class SweepReport:
                 if self.longest_tq_request is None
                 else {"op": self.longest_tq_request.op, "ms": round(self.longest_tq_request.ms, 3)}
             ),
+            "row_store_identity": self.row_store_identity,
         }
 
     @classmethod
@@ -168,6 +172,7 @@ class SweepReport:
             phases_ms=dict(data.get("phases_ms", {})),
             deleted_sample=[_sampled_row(row) for row in data.get("deleted_sample", [])],
             longest_tq_request=_longest_request(data.get("longest_tq_request")),
+            row_store_identity=data.get("row_store_identity"),
         )
 
 

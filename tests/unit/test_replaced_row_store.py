@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.memory import MemoryRowStore
@@ -33,15 +35,21 @@ class Controller(MemoryRowStore):
         return self.name
 
 
+@pytest.mark.parametrize("sweeper", ["sidecar", "cronjob"])
 def test_records_made_against_a_replaced_store_do_not_make_the_new_ones_rows_deletable(
-    tmp_path: Path,
+    tmp_path: Path, sweeper: str
 ) -> None:
+    """The sidecar's one collector sweeps across the replacement; a CronJob's run is a process (a
+    collector) of its own, so what the last run attached to must be known from the state store."""
     world = World(tmp_path)
     controllers = [Controller("first")]
     collector = Collector(world.config, world.state, DeferredRowStore(lambda: controllers[-1]), holder="t")
 
     def sweep() -> SweepReport:
-        return collector.sweep(dry_run=False)
+        if sweeper == "sidecar":
+            return collector.sweep(dry_run=False)
+        run = Collector(world.config, world.state, DeferredRowStore(lambda: controllers[-1]), holder="t")
+        return run.sweep(dry_run=False)
 
     assert sweep().counts.within_grace == len(KEYS)
     world.age(GRACE_S * 2 / 3)

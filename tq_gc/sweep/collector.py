@@ -24,6 +24,7 @@ from tq_gc.references.emptied import accepted_sources
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.rows import Listing
 from tq_gc.state.base import StateStore
+from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores.base import RowStore, as_row_store
 from tq_gc.sweep.clocks import timed_phase, utc_now_iso
 from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
@@ -60,7 +61,6 @@ class Collector:
         self.config = config
         self.state = state
         self.row_store = row_store = as_row_store(row_store)
-        self._identity_space: str | None = None  # the row store's at the last sweep that attached to it
         self.holder = holder or default_holder()
         self._stop = threading.Event()
         self._pause_cyclic_gc = pause_cyclic_gc
@@ -143,15 +143,23 @@ class Collector:
 
     def _attach_row_store(self, run: SweepRun) -> None:
         """Join the job's TransferQueue now, so that `attach` is timed apart from the listing. Attached
-        to another TQ than the last sweep (the job replaced its controller): the first-seen records
-        hold the old one's identities, which may name a new row (its global indexes start afresh), so
-        they go, and every row's grace starts at its first sighting in the new one."""
+        to another TQ than the last recorded sweep, of any process (the job replaced its controller):
+        the first-seen records hold the old one's identities, which may name a new row (its global
+        indexes start afresh), so they go, and every row's grace starts at its first sighting in the
+        new one."""
         self.row_store.ensure_attached()
         space = self.row_store.identity_space()
-        if self._identity_space is not None and space != self._identity_space:
+        run.report.row_store_identity = space
+        last = self._last_row_store_identity()
+        if space is not None and last is not None and space != last:
+            log.warning("the row store was replaced since the last sweep (%s, was %s)", space, last)
             for entry in self.config.scope:
                 self.state.forget_partition(run.held_lease, entry.partition)
-        self._identity_space = space
+
+    def _last_row_store_identity(self) -> str | None:
+        """The row store instance the newest recorded sweep that knew one attached to."""
+        runs = self.state.recent_runs(RUNS_KEPT)
+        return next((r["row_store_identity"] for r in runs if r.get("row_store_identity")), None)
 
     def _hold_claim(self, dry_run: bool) -> None:
         """Hold the TQ's claim for our state store (a dry run only looks), or stop with nothing deleted."""
