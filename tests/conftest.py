@@ -9,10 +9,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from tools.testbed.clock import ManualClock
 from tools.testbed.redis_server import RedisServer
 from tq_gc.state import MemoryState, RedisState, StateStore
-
-from support.clock import ManualClock
 
 pytest_plugins = ["support.ray_fixtures"]
 

@@ -54,7 +54,7 @@ SWEEPER = """
 import json, sys
 from tq_gc.sweep import Collector
 from tq_gc.config import parse_config
-from support.clock import ManualClock
+from tools.testbed.clock import ManualClock
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.transferqueue import TransferQueueRowStore

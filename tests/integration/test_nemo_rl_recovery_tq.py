@@ -25,13 +25,13 @@ import pytest
 import torch
 import yaml
 
+from tools.testbed.clock import ManualClock
 from tq_gc.config import TransferQueueConfig, parse_config
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.sweep import Collector
 
-from support.clock import ManualClock
 from support.nemo_rl_checkpoints import (
     INVENTORY,
     REPLAY,

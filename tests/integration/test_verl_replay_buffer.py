@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tools.testbed.clock import ManualClock
 from tools.testbed.verl_job import VerlShapedTrainer, padding_keys
 from tq_gc.cli.checks import run_checks
 from tq_gc.config import Config, TransferQueueConfig, parse_config
@@ -31,7 +32,6 @@ from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
-from support.clock import ManualClock
 from support.ray_fixtures import fresh_partition
 
 pytestmark = pytest.mark.ray

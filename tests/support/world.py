@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+from tools.testbed.clock import ManualClock
 from tq_gc.config import Config, parse_config
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.sweep import Collector
 
-from support.clock import ManualClock
 from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING = "rollout_staging"

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tools.testbed.clock import ManualClock
 from tq_gc.cli import EXIT_ABORTED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, main
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.state.memory import MemoryState
 from tq_gc.wiring import Runtime
 
-from support.clock import ManualClock
 from support.not_http import not_http_server
 from support.scripted_store import ScriptedRowStore
 

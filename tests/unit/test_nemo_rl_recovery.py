@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from tools.testbed.clock import ManualClock
 from tq_gc.cli import EXIT_SKIPPED, main
 from tq_gc.config import ManifestSource, load_config, parse_config
 from tq_gc.errors import CheckpointInProgress, ConfigError, ReferenceSourceError
@@ -29,7 +30,6 @@ from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
-from support.clock import ManualClock
 from support.nemo_rl_checkpoints import (
     CANONICAL,
     STAGING,

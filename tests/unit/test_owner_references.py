@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tools.testbed.clock import ManualClock
 from tq_gc.cli import main
 from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config, plan_policy
 from tq_gc.errors import ConfigError, ReferenceSourceError
@@ -23,8 +24,6 @@ from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
-
-from support.clock import ManualClock
 
 TRAIN, VAL = "train", "val"
 VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"

@@ -44,12 +44,12 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
+from tools.testbed.clock import ManualClock
 from tq_gc.config import Config, parse_config
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.sweep import Collector
 
-from support.clock import ManualClock
 from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState, Timeline
 
 STAGING, DATA, SCRATCH = "rollout_staging", "rollout_data", "rollout_scratch"

@@ -25,11 +25,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from tools.testbed.clock import ManualClock
 from tq_gc.config import parse_config
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.sweep import Collector
 
-from support.clock import ManualClock
 from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING, DATA = "rollout_staging", "rollout_data"
