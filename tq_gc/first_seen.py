@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from typing import NamedTuple
 
-from tq_gc.model import AuditBatch, IdentityColumns
+from tq_gc.audit import AuditBatch, IdentityColumns
 from tq_gc.rows import Identity
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from tq_gc.audit import DeletedRow
 from tq_gc.decisions import KEEP_BY_SOURCE, Decision
-from tq_gc.model import DeletedRow
 from tq_gc.referenced import Source
 
 # The field of the counts that holds each keep reason but a source's (Counts.referenced, by source).

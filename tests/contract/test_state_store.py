@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tools.testbed.redis_server import RedisServer, free_port
+from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.config import MEMORY_SCHEME, STATE_SCHEMES, parse_config
 from tq_gc.errors import ConfigError, FenceRaised, LeaseLost, StoreUnavailable
 from tq_gc.first_seen import FirstSeen
-from tq_gc.model import AuditBatch, DeletedRow
 from tq_gc.rows import Identity
 from tq_gc.state import Lease, MemoryState, RedisState, StateStore, open_state
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, GENERATION_ROWS, RUNS_KEPT, Keys

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tq_gc.audit import IdentityColumns, identity_columns
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords, audit_intent, first_seen_identities
-from tq_gc.model import IdentityColumns, identity_columns
 from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue.rows import unchanged
 

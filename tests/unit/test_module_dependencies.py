@@ -12,7 +12,7 @@ import tq_gc
 
 PACKAGE = Path(tq_gc.__file__).parent
 CORE = {"tq_gc.plan", "tq_gc.rows", "tq_gc.referenced", "tq_gc.decisions", "tq_gc.report", "tq_gc.first_seen"}
-AUDIT = {"tq_gc.model"}  # the audit's rows and identity columns, pure data the report and records use
+AUDIT = {"tq_gc.audit"}  # the audit's rows and identity columns, pure data the report and records use
 
 
 def source_of(module: str) -> Path | None:

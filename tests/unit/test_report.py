@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tq_gc.model import DeletedRow
+from tq_gc.audit import DeletedRow
 from tq_gc.report import Cause, Outcome, SweepReport
 
 

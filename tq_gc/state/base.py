@@ -21,8 +21,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords
-from tq_gc.model import AuditBatch, DeletedRow
 
 AdmissionRows = dict[str, list[str]]
 

@@ -10,9 +10,9 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
+from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.errors import FenceRaised, LeaseLost
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords
-from tq_gc.model import AuditBatch, DeletedRow
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions, new_version
 from tq_gc.state.keys import AUDIT_MAXLEN, RUNS_KEPT, check_namespace
 

@@ -8,8 +8,8 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, cast
 
+from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.errors import FenceRaised, LeaseLost
-from tq_gc.model import AuditBatch, DeletedRow
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import Lease
 from tq_gc.state.keys import AUDIT_MAXLEN, AUDIT_PAGE, RUNS_KEPT, Keys

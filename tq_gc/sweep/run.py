@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from tq_gc.model import AuditBatch
+from tq_gc.audit import AuditBatch
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
 from tq_gc.state.base import Lease

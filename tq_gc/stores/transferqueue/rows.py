@@ -8,7 +8,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tq_gc.model import identity_columns
+from tq_gc.audit import identity_columns
 from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue.pacing import Pacer
 
