@@ -36,26 +36,23 @@ from support.nemo_rl_checkpoints import (
     INVENTORY,
     REPLAY,
     RunsCode,
+    snapshot_dir,
+    write_point,
+    write_truncated,
+)
+from support.nemo_rl_data_plane import cut_key, nemo_modules, saved
+from support.nemo_rl_ledgers import (
     attempt,
     attempt_v3,
-    cut_key,
-    cut_proofs,
     expanding_ledger,
     finalized_group,
     group,
     group_v3,
-    gym_checkpoint,
     inventory,
     ledger_v3,
-    nemo_modules,
-    replay_index,
-    saved,
     sibling_history_v3,
-    snapshot_dir,
-    snapshot_manifest,
-    write_point,
-    write_truncated,
 )
+from support.nemo_rl_snapshots import cut_proofs, gym_checkpoint, replay_index, snapshot_manifest
 
 pytestmark = pytest.mark.ray
 

@@ -15,7 +15,9 @@ from harness import keys_in, wait_until
 import tq_gc
 from tq_gc.sidecar.client import stop_sidecar
 
-from support.nemo_rl_checkpoints import cut_key, inventory, write_checkpoint
+from support.nemo_rl_checkpoints import write_checkpoint
+from support.nemo_rl_data_plane import cut_key
+from support.nemo_rl_ledgers import inventory
 
 pytestmark = pytest.mark.ray
 

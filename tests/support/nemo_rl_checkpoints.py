@@ -13,8 +13,11 @@ replay index's digest when authoritative), `replay_buffer_metadata.pt` (canonica
 dataclasses whose tags carry route plans), and for a snapshot `manifest.json` (schema 4-6) with NeMo
 Gym's participant state (digest-bound JSON-lines storage reference indexes) and generation-cut proofs.
 
-`KVBatchMeta` below is pickled under NeMo's own name, `nemo_rl.data_plane.interfaces.KVBatchMeta`, so a
+`KVBatchMeta` is pickled under NeMo's own name, `nemo_rl.data_plane.interfaces.KVBatchMeta`, so a
 file holds exactly what NeMo's does; loading it back needs `nemo_modules()` (the tests' oracle does).
+The parts are built by nemo_rl_data_plane.py (partitions, cut keys, KVBatchMeta), nemo_rl_ledgers.py
+(the ledgers) and nemo_rl_snapshots.py (replay index, Gym state, snapshot manifests); this module writes
+recovery points of them.
 
 Also what must fail or skip: truncated files, wrong digests, missing advertised files, unknown schema
 versions, a pickle that would run code, one that names billions of keys through shared references.
@@ -24,372 +27,30 @@ versions, a pickle that would run code, one that names billions of keys through 
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import hashlib
-import io
 import json
 import os
 import sys
-import types
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
+if __package__ in (None, ""):  # run as a script (above): its sibling modules are support.*
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SCHEMA_VERSION = 2
+from support.nemo_rl_data_plane import CANONICAL, cut_key, saved
+from support.nemo_rl_ledgers import (
+    SCHEMA_VERSION,
+    expanding_ledger,
+    finalized_group,
+    group_v3,
+    inventory,
+    ledger_v3,
+    sibling_history_v3,
+)
+from support.nemo_rl_snapshots import cut_proofs, gym_checkpoint, replay_index, snapshot_manifest
+
 INVENTORY = "rollout_recovery.pt"
 REPLAY = "replay_buffer_metadata.pt"
-STAGING = "rollout_staging"
-CANONICAL = "rollout_data"
-NEMO_MODULE = "nemo_rl.data_plane.interfaces"
-
-
-@dataclasses.dataclass
-class KVBatchMeta:
-    """NeMo RL's data-plane batch metadata (nemo_rl/data_plane/interfaces.py), field for field."""
-
-    partition_id: str
-    task_name: str | None
-    sample_ids: list[str]
-    fields: list[str] | None = None
-    sequence_lengths: list[int] | None = None
-    extra_info: dict[str, Any] = dataclasses.field(default_factory=dict)
-    tags: list[dict[str, Any]] | None = None
-
-
-KVBatchMeta.__module__ = NEMO_MODULE
-
-
-@contextlib.contextmanager
-def nemo_modules() -> Iterator[None]:
-    """`nemo_rl.data_plane.interfaces` importable (holding KVBatchMeta) while inside: pickle finds a class
-    by its module and name, to write it and to read it back."""
-    names = ["nemo_rl", "nemo_rl.data_plane", NEMO_MODULE]
-    saved_modules = {name: sys.modules.get(name) for name in names}
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    sys.modules[NEMO_MODULE].KVBatchMeta = KVBatchMeta  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for name, module in saved_modules.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-
-
-def saved(state: Any) -> bytes:
-    buffer = io.BytesIO()
-    with nemo_modules():
-        torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def cut_key(checkpoint: str, rollout: str, call: str, seq: int) -> str:
-    """A generation-cut chunk row: `__generation_cut__/{checkpoint_id}/{rollout_id}/{model_call_id}/{seq}`."""
-    return f"__generation_cut__/{checkpoint}/{rollout}/{call}/{seq}"
-
-
-# ---- schema 2 ------------------------------------------------------------------------------------------
-
-
-def attempt(status: str, staging_keys: Sequence[str] = (), rollout_id: str = "") -> dict[str, Any]:
-    """A schema-2 attempt; a sealed one carries a receipt naming its keys (others carry none)."""
-    sealed = status == "sealed"
-    return {
-        "attempt_uuid": uuid.uuid4().bytes,
-        "status": status,
-        "receipt": (
-            {"rollout_id": rollout_id, "manifest": [{"staging_key": key} for key in staging_keys]}
-            if sealed
-            else None
-        ),
-        "reward": 1.0 if sealed else None,
-        "staging_keys": list(staging_keys),
-    }
-
-
-def group(
-    group_id: str,
-    attempts_per_sibling: Sequence[Sequence[dict[str, Any]]],
-    *,
-    status: str = "generating",
-    canonical_meta: KVBatchMeta | None = None,
-) -> dict[str, Any]:
-    finalized = canonical_meta is not None
-    return {
-        "group_id": group_id,
-        "prompt_id": "70",
-        "prompt_ref": {"sample_id": "70", "task_name": "nemo_gym"},
-        "expected_generations": len(attempts_per_sibling),
-        "target_step": 3,
-        "start_weight_version": 3,
-        "status": status,
-        "canonical_meta": canonical_meta,
-        "group_min_weight_version": 3 if finalized else None,
-        "group_max_weight_version": 3 if finalized else None,
-        "claimed_train_step": 4 if status in ("claimed_for_training", "applied_uncheckpointed") else None,
-        "siblings": [
-            {"generation_index": index, "attempts": list(attempts)}
-            for index, attempts in enumerate(attempts_per_sibling)
-        ],
-    }
-
-
-def finalized_group(
-    group_id: str, keys_per_sibling: Sequence[Sequence[str]], status: str = "finalized"
-) -> dict[str, Any]:
-    """A schema-2 group whose siblings are sealed and whose canonical rows are published: its
-    canonical_meta is a KVBatchMeta dataclass (what weights-only loading refuses)."""
-    sample_ids = [f"{group_id}_g{index}" for index in range(len(keys_per_sibling))]
-    meta = KVBatchMeta(
-        partition_id=CANONICAL,
-        task_name="train",
-        sample_ids=sample_ids,
-        fields=["input_ids"],
-        sequence_lengths=[7] * len(sample_ids),
-        tags=[{"weight_version": torch.tensor(3)} for _ in sample_ids],  # stamp_tags mirrors tensors
-    )
-    attempts = [
-        [attempt("sealed", keys, rollout_id=f"{group_id}_g{i}")] for i, keys in enumerate(keys_per_sibling)
-    ]
-    return group(group_id, attempts, status=status, canonical_meta=meta)
-
-
-def inventory(
-    keys_by_group: Mapping[str, Sequence[str]], schema_version: Any = SCHEMA_VERSION
-) -> dict[str, Any]:
-    """A schema-2 ledger: per group, one sibling sealed holding the keys (after a failed attempt) and one
-    still dispatched."""
-    groups = [
-        group(
-            group_id,
-            [
-                [attempt("failed"), attempt("sealed", keys, rollout_id=f"{group_id}_g0_a0")],
-                [attempt("dispatched")],
-            ],
-        )
-        for group_id, keys in keys_by_group.items()
-    ]
-    return {"schema_version": schema_version, "groups": groups, "open_train_step": None}
-
-
-# ---- schema 3 ------------------------------------------------------------------------------------------
-
-
-def attempt_v3(
-    index: int, status: str, staging_keys: Sequence[str] = (), rollout_id: str = ""
-) -> dict[str, Any]:
-    """A schema-3 attempt (main line): a sealed one has a receipt with its keys, or none and no keys."""
-    sealed = status == "sealed"
-    receipt = (
-        {"rollout_id": rollout_id, "manifest": [{"staging_key": key} for key in staging_keys]}
-        if sealed and staging_keys
-        else None
-    )
-    return {
-        "attempt_index": index,
-        "attempt_uuid": uuid.uuid4().bytes,
-        "status": status,
-        "receipt": receipt,
-        "completion_receipt": None,
-        "reward": 0.5 if sealed else None,
-        "mask_sample": False if sealed else None,
-        "staging_keys": list(staging_keys),
-    }
-
-
-def group_v3(group_id: str, attempts_per_sibling: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
-    current = [attempts[-1]["status"] for attempts in attempts_per_sibling]
-    sealed = all(status == "sealed" for status in current)
-    return {
-        "group_id": group_id,
-        "admission_id": f"admission-{group_id}",
-        "prompt_id": "12",
-        "prompt_ref": {"sample_id": "12", "task_name": "nemo_gym"},
-        "task_source": "math",
-        "resolved_agent_name": "math_agent" if "sealed" in current else None,
-        "recovery_granularity": "sibling",
-        "expected_generations": len(attempts_per_sibling),
-        "target_step": 5,
-        "start_weight_version": 4,
-        "status": "ready_to_finalize" if sealed else "generating",
-        "phase": "admitted",
-        "siblings": [
-            {"generation_index": index, "attempts": list(attempts)}
-            for index, attempts in enumerate(attempts_per_sibling)
-        ],
-    }
-
-
-def ledger_v3(groups: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "schema_version": 3,
-        "groups": list(groups),
-        "pending_completed_execution_acknowledgements": [],
-        "batch_shortfall": {4: 1},
-        "sampler_stamps_target_steps": True,
-    }
-
-
-def sibling_history_v3(group_id: str, sibling: int, kept: Sequence[str]) -> list[dict[str, Any]]:
-    """A sibling whose attempt 0 was abandoned and attempt 1 sealed `kept` (restore keeps those)."""
-    return [attempt_v3(0, "abandoned"), attempt_v3(1, "sealed", kept, rollout_id=f"{group_id}_g{sibling}-a1")]
-
-
-# ---- the replay index, NeMo Gym's state, snapshot manifests ---------------------------------------------
-
-
-def route_plan(cleanup: Sequence[str], staging: str = STAGING) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "staging_partition": staging,
-        "spans": [
-            {
-                "staging_key": key,
-                "carry_len": 0,
-                "generation_len": 4,
-                "staged_route_len": 4,
-                "extras_digest_version": 1,
-                "extras_digest": "0" * 64,
-            }
-            for key in cleanup
-        ],
-        "cleanup_staging_keys": list(cleanup),
-        "expected_token_length": 4 * len(cleanup),
-    }
-
-
-def replay_index(groups: Mapping[str, Sequence[str]], staging: str = STAGING) -> dict[str, Any]:
-    """A replay index: per group id, one canonical row whose route plan cleans up the given staging keys."""
-    entries = [
-        {
-            "meta": KVBatchMeta(
-                partition_id=CANONICAL,
-                task_name="train",
-                sample_ids=[f"{group_id}_g0"],
-                tags=[{"route_assembly_plan": route_plan(cleanup, staging), "weight_version": 4}],
-            ),
-            "start_weight": 4,
-            "end_weight": 4,
-            "target_step": 5,
-            "group_id": group_id,
-        }
-        for group_id, cleanup in groups.items()
-    ]
-    return {
-        "schema_version": 1,
-        "storage": "tq_checkpoint",
-        "partition_id": CANONICAL,
-        "saved_capacity": 64,
-        "manifest_digest": hashlib.sha256(repr(sorted(groups.items())).encode()).hexdigest(),
-        "groups": entries,
-    }
-
-
-def gym_checkpoint(
-    directory: Path, keys_by_kind: Mapping[str, Sequence[str]], name: str = "policy"
-) -> dict[str, Any]:
-    """Write a Gym model participant's manifest and storage reference index under `directory`; return
-    the `gym_checkpoint` commit result naming them (kind -> keys: token_capture_staging,
-    generation_prefix_cut)."""
-    base = directory / "gym" / name
-    base.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "schema_version": 1,
-                "capture_key": f"{name}-rollout{index}",
-                "boundary_model_call_id": f"call{index}",
-                "kind": kind,
-                "key": key,
-            }
-        )
-        + "\n"
-        for kind, keys in keys_by_kind.items()
-        for index, key in enumerate(keys)
-    ]
-    index_bytes = "".join(lines).encode()
-    (base / "storage_references.jsonl").write_bytes(index_bytes)
-    participant_manifest = json.dumps({"participant": name, "rollouts": len(lines)}).encode()
-    (base / "manifest.json").write_bytes(participant_manifest)
-    identity = {"server_name": name, "component": "responses_api_models", "participant_name": name}
-    return {
-        "checkpoint_id": f"checkpoint-{directory.name}",
-        "participants": [
-            {
-                "participant": identity,
-                "payload": {
-                    "rollouts": len(lines),
-                    "rows": len(lines),
-                    "excluded_tombstoned": 0,
-                    "manifest_digest": hashlib.sha256(participant_manifest).hexdigest(),
-                    "storage_reference_index": {
-                        "schema_version": 1,
-                        "relative_path": f"gym/{name}/storage_references.jsonl",
-                        "sha256": hashlib.sha256(index_bytes).hexdigest(),
-                        "records": len(lines),
-                        "bytes": len(index_bytes),
-                    },
-                },
-                "manifest": {
-                    "participant": identity,
-                    "relative_path": f"gym/{name}/manifest.json",
-                    "manifest_digest": hashlib.sha256(participant_manifest).hexdigest(),
-                },
-            }
-        ],
-    }
-
-
-def cut_proofs(
-    checkpoint_id: str, prefixes: Mapping[str, Sequence[str]], failed: Sequence[str] = ()
-) -> list[dict[str, Any]]:
-    """Generation-cut proofs: per rollout a durable prefix keeping its staging keys; `failed` rollouts
-    end in a durable failure (no keys). One proof per worker, as a multi-worker model server reports."""
-    receipt_prefixes = [
-        {
-            "rollout_id": rollout,
-            "attempt_index": 0,
-            "disposition": "durable_prefix",
-            "staging_keys": list(keys),
-        }
-        for rollout, keys in prefixes.items()
-    ] + [{"rollout_id": rollout, "attempt_index": 0, "disposition": "durable_failure"} for rollout in failed]
-    receipt = {
-        "checkpoint_id": checkpoint_id,
-        "cut_id": f"cut-{checkpoint_id}",
-        "inventory": {"server_name": "policy"},
-        "prefixes": receipt_prefixes,
-    }
-    return [{"workers": [{"generation_cut_receipt": receipt}, {"generation_cut_receipt": None}]}]
-
-
-def snapshot_manifest(
-    schema_version: int = 5,
-    gym: dict[str, Any] | None = None,
-    proofs: Sequence[dict[str, Any]] = (),
-    base_train_step: int = 0,
-) -> dict[str, Any]:
-    manifest: dict[str, Any] = {
-        "schema_version": schema_version,
-        "base_train_step": base_train_step,
-        "trainer_version": base_train_step,
-        "current_epoch": 0,
-        "sampler_dispatch_index": 3,
-        "mutation_version": 17,
-        "rolled_back_train_group_count": 0,
-        "bootstrap_fingerprint": None if base_train_step else "f" * 64,
-        "gym_topology_fingerprint": "a" * 64 if gym is not None else None,
-        "gym_checkpoint": gym,
-    }
-    if schema_version < 6:
-        manifest["gym_generation_cut_proofs"] = list(proofs)
-    return manifest
 
 
 # ---- writing recovery points ------------------------------------------------------------------------------
@@ -467,17 +128,6 @@ class RunsCode:
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return os.mkdir, (str(self.marker),)
-
-
-def expanding_ledger(fan_out: int = 3000) -> dict[str, Any]:
-    """A schema-3 ledger of a few kilobytes naming fan_out**3 keys: one group referenced fan_out times,
-    its sibling fan_out times, whose sealed attempt lists one key fan_out times."""
-    key = cut_key("step_9", "bomb", "call0", 0)
-    sealed = attempt_v3(0, "sealed", [key] * fan_out, rollout_id="bomb_g0")
-    sibling = {"generation_index": 0, "attempts": [sealed]}
-    bomb = group_v3("bomb", [[sealed]])
-    bomb["siblings"] = [sibling] * fan_out
-    return ledger_v3([bomb] * fan_out)
 
 
 def main(out: Path) -> None:

@@ -21,7 +21,8 @@ from tq_gc.references.manifests import READERS, ManifestsSource
 from tq_gc.references.manifests.text import TextFormatReader
 from tq_gc.rows import KeysByPartition, RowId
 
-from support.nemo_rl_checkpoints import inventory, write_checkpoint
+from support.nemo_rl_checkpoints import write_checkpoint
+from support.nemo_rl_ledgers import inventory
 
 STAGING = "rollout_staging"
 

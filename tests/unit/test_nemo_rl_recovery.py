@@ -30,31 +30,20 @@ from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
-from support.nemo_rl_checkpoints import (
-    CANONICAL,
-    STAGING,
-    KVBatchMeta,
-    RunsCode,
+from support.nemo_rl_checkpoints import RunsCode, snapshot_dir, write_checkpoint, write_point, write_truncated
+from support.nemo_rl_data_plane import CANONICAL, STAGING, KVBatchMeta, cut_key, saved
+from support.nemo_rl_ledgers import (
     attempt,
     attempt_v3,
-    cut_key,
-    cut_proofs,
     expanding_ledger,
     finalized_group,
     group,
     group_v3,
-    gym_checkpoint,
     inventory,
     ledger_v3,
-    replay_index,
-    saved,
     sibling_history_v3,
-    snapshot_dir,
-    snapshot_manifest,
-    write_checkpoint,
-    write_point,
-    write_truncated,
 )
+from support.nemo_rl_snapshots import cut_proofs, gym_checkpoint, replay_index, snapshot_manifest
 
 GRACE_S = 60
 STEP3 = [cut_key("step_3", "g1_g0_a0", "call1", 0), cut_key("step_3", "g1_g0_a0", "call1", 1)]

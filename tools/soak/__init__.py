@@ -29,4 +29,10 @@ shares with the tests (tools/testbed/: the redis-server it kills and restarts, i
 environment), never a conftest or a test module.
 It uses tq-gc's public surfaces only (the CLI, start_sidecar and its handle, AdmissionRegistry, the
 native manifest format) and TQ's own API, so that the collector's internals can change under it.
+
+Its modules: cli (the command line: parse_args, main), driver (Soak: services, anchors, actors, sweepers,
+chaos, settling, the verdict's facts), settings, verdict; the job (job_tq: its TQ, partitions and route-plan
+tags; manifest_files; actor_controls: switches, timing, pace; publisher; leaker); checker, chaos (Redis
+restarts, checkpoints), sweepers, truth (the ground truth), interrupts (SIGTERM, Ctrl-C); and verl, the
+verl soak (`python -m tools.soak.verl`, scripts/soak-verl), a tool of its own.
 """

@@ -1,5 +1,5 @@
 """`python -m tools.soak` from the repository root: what scripts/soak runs."""
 
-from tools.soak.run import main
+from tools.soak.cli import main
 
 raise SystemExit(main())

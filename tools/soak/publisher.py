@@ -1,121 +1,25 @@
-"""The training job the soak plays: its TransferQueue, make-before-break publishers and orphan leakers.
-
-Everything here goes through public surfaces only: TQ's own API (this process created the TQ),
-`AdmissionRegistry` on the shared Redis, and native manifest files (written atomically, under a fence).
-"""
+"""The job's publishers: make-before-break moves of staging rows between an admission, a tag row and a
+checkpoint manifest, through `AdmissionRegistry` on the shared Redis, TQ's own API and native manifest
+files (written atomically, under a fence)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import random
 import threading
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tq_gc import AdmissionRegistry
 
+from .actor_controls import ActorSwitches, Pace, RedisRestarts, Timing
+from .job_tq import CANONICAL, STAGING, JobTq, route_plan_tags
+from .manifest_files import write_manifest
 from .truth import ADMISSION, MANIFEST, TAG, GroundTruth, Holder
 
 log = logging.getLogger("soak")
-
-STAGING = "rollout_staging"
-CANONICAL = "rollout_data"
-ROUTE_PLAN_KEY_PATH = "route_assembly_plan.cleanup_staging_keys"
-KINDS = (ADMISSION, TAG, MANIFEST)
-
-
-class JobTq:
-    """The soak's TransferQueue (created by this process, which plays the training job). TQ's
-    module-level client is shared by every thread here, so calls are serialized."""
-
-    def __init__(self, tq: Any) -> None:
-        self._tq = tq
-        self._lock = threading.Lock()
-
-    def put(self, partition: str, keys: Sequence[str], tags: Sequence[dict[str, Any]]) -> None:
-        import torch
-        from tensordict import TensorDict
-
-        fields = TensorDict({"token_ids_delta": torch.zeros(len(keys), 8, dtype=torch.int32)}, len(keys))
-        with self._lock:
-            self._tq.kv_batch_put(keys=list(keys), partition_id=partition, fields=fields, tags=list(tags))
-
-    def clear(self, partition: str, keys: Sequence[str]) -> None:
-        with self._lock:
-            self._tq.kv_clear(list(keys), partition)
-
-    def keys(self, partition: str) -> set[str]:
-        with self._lock:
-            return set(self._tq.kv_list(partition).get(partition, {}))
-
-    def exists(self, partition: str, key: str) -> bool:
-        with self._lock:
-            meta = self._tq.get_client().kv_retrieve_meta([key], partition, create=False)
-        return len(meta.global_indexes) == 1
-
-
-def write_manifest(
-    path: Path, manifest_id: str, rows: dict[str, Sequence[str]], state: str = "active"
-) -> None:
-    """A native tq-gc/manifest/v1 file, written atomically: a reader sees the old file or the new one."""
-    doc = {
-        "format": "tq-gc/manifest/v1",
-        "manifest_id": manifest_id,
-        "state": state,
-        "rows": {partition: sorted(keys) for partition, keys in rows.items()},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)
-
-
-def route_plan_tags(staging_keys: Sequence[str]) -> dict[str, Any]:
-    return {"route_assembly_plan": {"cleanup_staging_keys": list(staging_keys)}, "weight_version": 1}
-
-
-@dataclass
-class RedisRestarts:
-    """How many times the chaos restarted Redis: tells a lease lost to a restart from a late renew."""
-
-    count: int = 0
-
-
-@dataclass
-class Timing:
-    admission_ttl_seconds: float
-    renew_every_s: float
-    fence_ttl_s: float
-    tick_s: float  # the leaker's pace
-
-
-@dataclass(frozen=True)
-class Pace:
-    """How a publisher behaves: one create, move or retire per `tick_s`; `rows_held` rows at a time,
-    each moved `moves_per_row` times (a range) before it is retired; moves between `kinds`. With
-    `switch_kind` every move goes to another kind (a hot row flips admission <-> tag back to back).
-    With `fenced_manifests` manifests change only while the job checkpoints, under its fence; without,
-    at any time, each move inside the admission the protocol asks for."""
-
-    tick_s: float
-    rows_held: int
-    moves_per_row: tuple[int, int]
-    kinds: tuple[str, ...] = KINDS
-    switch_kind: bool = False
-    fenced_manifests: bool = True
-
-    def next_kind(self, rng: random.Random, current: str, manifests: bool = True) -> str:
-        """The kind of a row's next reference; a manifest only when `manifests` (a checkpoint is on)."""
-        kinds = [kind for kind in self.kinds if manifests or kind != MANIFEST]
-        if self.switch_kind:
-            return rng.choice([kind for kind in kinds if kind != current])
-        return rng.choice(kinds)
 
 
 @dataclass
@@ -130,19 +34,6 @@ class _Admission:
     key: str
     renewed_at_s: float
     restarts_seen: int
-
-
-@dataclass
-class ActorSwitches:
-    """Set by the soak's driver: `chaos` off stops moves and leaks (references are kept and renewed);
-    `stop` ends the thread."""
-
-    chaos: threading.Event = field(default_factory=threading.Event)
-    stop: threading.Event = field(default_factory=threading.Event)
-    # Set while the job checkpoints: manifests change (under fences) only then, as in a real job,
-    # which checkpoints every so often; between checkpoints, sweeps have fence-free stretches to delete in.
-    checkpointing: threading.Event = field(default_factory=threading.Event)
-    errors: list[str] = field(default_factory=list)
 
 
 class Publisher(threading.Thread):
@@ -357,71 +248,3 @@ class Publisher(threading.Thread):
 
     def _fence(self) -> None:
         self._registry.fence(self._fence_name, self._timing.fence_ttl_s)
-
-
-class Leaker(threading.Thread):
-    """Leaves orphans the way the job does: staging rows nobody references (abandoned attempts, prefix
-    chunks of a restored call nobody uses), and admissions that are never renewed (a dead worker)."""
-
-    def __init__(
-        self,
-        seed: int,
-        tq: JobTq,
-        registry: AdmissionRegistry,
-        truth: GroundTruth,
-        timing: Timing,
-        switches: ActorSwitches,
-    ) -> None:
-        super().__init__(name="leaker", daemon=True)
-        self._rng = random.Random(seed)
-        self._tq, self._registry, self._truth = tq, registry, truth
-        self._timing, self._switches = timing, switches
-        self.stats: dict[str, int] = {"leaked": 0, "abandoned": 0, "failed_steps": 0}
-
-    def run(self) -> None:
-        try:
-            while not self._switches.stop.is_set():
-                if self._switches.chaos.is_set():
-                    self._step()
-                self._switches.stop.wait(self._timing.tick_s * 2 * self._rng.uniform(0.5, 1.5))
-        except Exception as exc:
-            log.exception("leaker crashed")
-            self._switches.errors.append(f"leaker: {type(exc).__name__}: {exc}")
-
-    def _step(self) -> None:
-        try:
-            if self._rng.random() < 0.15:
-                self._abandon_admission()
-            else:
-                self._leak(self._rng.randint(1, 4))
-        except Exception as exc:
-            self.stats["failed_steps"] += 1
-            log.debug("leaker: step failed: %s: %s", type(exc).__name__, exc)
-
-    def _leak(self, n: int) -> None:
-        checkpoint = uuid.uuid4().hex[:6]
-        keys = [f"__generation_cut__/ckpt-{checkpoint}/r{i}_g0_a1/call{i}/0" for i in range(n)]
-        if self._rng.random() < 0.5:
-            keys = [f"{uuid.uuid4().hex[:8]}_g{i}_a{uuid.uuid4().hex[:4]}/call0" for i in range(n)]
-        for key in keys:
-            self._truth.new_row(key, "leaked")
-        self._tq.put(STAGING, keys, [{"schema_version": 1}] * n)
-        for key in keys:
-            self._truth.written(key)
-        self.stats["leaked"] += n
-
-    def _abandon_admission(self) -> None:
-        key = f"dead{uuid.uuid4().hex[:8]}_g0_a1/call0"
-        admission_id = f"dead-worker-{uuid.uuid4().hex[:8]}"
-        self._truth.new_row(key, "abandoned")
-        admitted_s = self._truth.now_s()
-        ttl_s = self._timing.admission_ttl_seconds
-        self._registry.admit(admission_id, {STAGING: [key]}, ttl_s)
-        self._truth.add_holder(key, Holder(ADMISSION, admission_id))
-        self._tq.put(STAGING, [key], [{"schema_version": 1}])
-        self._truth.written(key)
-        # The lease runs out ttl_s after the admit reached Redis: somewhere in [admitted_s, now + ttl_s].
-        self._truth.abandoned(
-            key, referenced_until_s=admitted_s + ttl_s - 0.5, orphan_since_s=self._truth.now_s() + ttl_s
-        )
-        self.stats["abandoned"] += 1

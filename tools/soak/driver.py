@@ -1,26 +1,18 @@
-"""The soak: a real TQ, real Redis and Ray, make-before-break publishers, orphan leakers, three sweepers
-and chaos, for N minutes; then one verdict line. See tools/soak/__init__.py."""
+"""The soak's driver: starts Redis, Ray, the job's TQ and the sidecar, writes the anchors, runs the
+actors and sweepers through the chaos, lets the sweeps settle, and collects the verdict."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import logging
 import os
 import random
-import shutil
-import signal
-import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
@@ -30,223 +22,24 @@ from tools.testbed.ray_head import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
 from tools.testbed.redis_server import KillableRedisServer
 from tq_gc import AdmissionRegistry, load_config, start_sidecar
 
-from .job import (
-    CANONICAL,
-    ROUTE_PLAN_KEY_PATH,
-    STAGING,
-    ActorSwitches,
-    JobTq,
-    Leaker,
-    Pace,
-    Publisher,
-    RedisRestarts,
-    Timing,
-    route_plan_tags,
-    write_manifest,
-)
+from .actor_controls import ActorSwitches, RedisRestarts, Timing
+from .chaos import Checkpoints, RedisChaos
+from .checker import Checker
+from .interrupts import terminated_cleanly
+from .job_tq import CANONICAL, ROUTE_PLAN_KEY_PATH, STAGING, JobTq, route_plan_tags
+from .leaker import Leaker
+from .manifest_files import write_manifest
+from .publisher import Publisher
+from .settings import SoakSettings
 from .sweepers import CLI_TIMEOUT_S, CliLoopSettings, CliSweeperLoop, SidecarWatcher, SweepTally
-from .truth import ADMISSION, MANIFEST, TAG, GroundTruth, Holder, Violation
+from .truth import MANIFEST, TAG, GroundTruth, Holder
+from .verdict import Verdict
 
 log = logging.getLogger("soak")
 
 ANCHOR_TAGGED = "anchor/tagged"
 PUT_BATCH = 2000
 OVERDUE_SHOWN = 20
-# Calm publishers move rows between all three kinds every few seconds; hot ones flip a few rows
-# admission <-> tag back to back, so that some move is in flight whenever a sweep reads its references.
-CALM = Pace(tick_s=0.4, rows_held=6, moves_per_row=(1, 6))
-HOT = Pace(tick_s=0.05, rows_held=1, moves_per_row=(40, 200), kinds=(ADMISSION, TAG), switch_kind=True)
-# Hot rows that hop between all three kinds every 0.2-0.5 s, manifests included (written by rename,
-# removed by unlink or retire, no fence), each move inside an admission: many hops per sweep.
-HOT_HOPS = Pace(tick_s=0.35, rows_held=1, moves_per_row=(30, 120), switch_kind=True, fenced_manifests=False)
-
-
-@dataclass(frozen=True)
-class SoakSettings:
-    minutes: float
-    seed: int
-    # Longer than the usual gap between two sweeps (a CLI holds the lease while it joins Ray, a killed
-    # one until its TTL): with a shorter grace every orphan's clock restarts before it is due, and no
-    # delete ever races the moves.
-    grace_s: float = 15.0
-    lease_ttl_s: float = 5.0  # the shortest tq-gc accepts
-    interval_s: float = 1.0
-    # The sidecar's listings reuse an index range this long (sweeps every second): a row put meanwhile
-    # at an index the range lacks is first seen up to this much later.
-    index_range_reuse_s: float = 5.0
-    # Renewed every second, so a Redis restart is noticed within one; long enough that a publisher
-    # thread stalled on a loaded box does not let it lapse (counted as "lapses" if it does).
-    admission_ttl_seconds: float = 10.0
-    renew_every_s: float = 1.0
-    fence_ttl_s: float = 5.0
-    tick_s: float = 0.4  # the leaker's pace
-    calm: Pace = CALM
-    calm_publishers: int = 3
-    hot: Pace = HOT
-    hot_publishers: int = 3
-    hopping: Pace = HOT_HOPS
-    hopping_publishers: int = 3
-    cli_pause_s: tuple[float, float] = (1.0, 4.0)
-    kill_chance: float = 0.6
-    kill_after_s: tuple[float, float] = (1.0, 10.0)  # a CLI needs ~3-6 s to start: kills fall before and in
-    # Each restart forgets every first sighting: restarts more often than a grace plus a sweep would
-    # leave nothing due while the chaos runs.
-    redis_restart_every_s: tuple[float, float] = (40.0, 80.0)
-    checkpoint_every_s: tuple[float, float] = (12.0, 25.0)
-    checkpoint_window_s: float = 3.0
-    check_every_s: float = 2.0
-    bulk_rows: int = 50000
-    bulk_samples: int = 2000
-
-    @property
-    def overdue_s(self) -> float:
-        """An orphan still there this long after it became one is a sweeper's failure."""
-        return self.grace_s + 2 * self.interval_s + self.index_range_reuse_s
-
-    @property
-    def settle_s(self) -> float:
-        """After the chaos, the sidecar sweeps on for at least grace + 3 intervals ..."""
-        return self.grace_s + 3 * self.interval_s + self.index_range_reuse_s
-
-    @property
-    def settle_at_most_s(self) -> float:
-        """... and until it has had its chance at every orphan (a completed sweep after the last one
-        appeared, then sweeps up to one a grace later; a killed CLI's lease may hold it off a while),
-        but no longer than this."""
-        return 120.0
-
-
-@dataclass
-class Verdict:
-    settings: SoakSettings
-    violations: list[Violation]
-    overdue: list[str]
-    reclaimed: int
-    tally: SweepTally
-    errors: list[str]
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def lost(self) -> list[Violation]:
-        """Rows deleted while referenced, but for those whose admission the soak itself let lapse."""
-        return [v for v in self.violations if not v.lapsed]
-
-    @property
-    def passed(self) -> bool:
-        """Nothing referenced lost, nothing overdue, and some rows deleted while references moved:
-        without deletes during the chaos, "nothing lost" would not have been put to the test."""
-        tested = self.tally.deleted_in_chaos > 0
-        return not self.lost and not self.overdue and tested and not self.errors
-
-    def line(self) -> str:
-        outcomes, named = self.tally.outcomes, ("completed", "skipped", "aborted")
-        main = " ".join(f"{name}={outcomes[name]}" for name in named)
-        extra = "".join(f" {name}={n}" for name, n in sorted(outcomes.items()) if name not in named)
-        errors = f", soak errors={len(self.errors)} (verdict void)" if self.errors else ""
-        lapsed = len(self.violations) - len(self.lost)
-        if lapsed:
-            errors += f", {lapsed} more deleted after the soak let their admission lapse"
-        return (
-            f"soak: {len(self.lost)} referenced rows deleted, {len(self.overdue)} orphans older than "
-            f"grace+2 intervals left, sweeps: {main}{extra} (rows deleted={self.tally.rows_deleted()}, "
-            f"during chaos={self.tally.deleted_in_chaos}, orphans reclaimed={self.reclaimed}, "
-            f"minutes={self.settings.minutes:g}, seed={self.settings.seed}){errors}"
-        )
-
-
-class Checker(threading.Thread):
-    """Every few seconds: is every referenced row still in TQ? (Publishers also ask, for each row, right
-    before they drop its last reference; the driver asks once more at the end.)"""
-
-    def __init__(self, tq: JobTq, truth: GroundTruth, every_s: float, switches: ActorSwitches) -> None:
-        super().__init__(name="checker", daemon=True)
-        self._tq, self._truth, self._every_s, self._switches = tq, truth, every_s, switches
-        self.checks = 0
-
-    def run(self) -> None:
-        try:
-            while not self._switches.stop.wait(self._every_s):
-                self.check("periodic check")
-        except Exception as exc:
-            log.exception("checker crashed")
-            self._switches.errors.append(f"checker: {type(exc).__name__}: {exc}")
-
-    def check(self, detected_by: str) -> None:
-        referenced = self._truth.referenced_rows()  # before the listing ...
-        present = self._tq.keys(STAGING)
-        self.checks += 1
-        for key, epoch in referenced.items():
-            # ... and after it, in the same state: referenced all along, so deleted while referenced
-            if key not in present and self._truth.still_referenced(key, epoch):
-                found = self._truth.violation(key, detected_by)
-                if found is not None:
-                    log.error("REFERENCED ROW DELETED: %s (last move %s)", key, found.last_move)
-
-
-class RedisChaos(threading.Thread):
-    """Restarts Redis empty (SHUTDOWN NOSAVE, start again on the same port) at random moments."""
-
-    def __init__(
-        self,
-        redis: KillableRedisServer,
-        restarts: RedisRestarts,
-        seed: int,
-        every_s: tuple[float, float],
-        switches: ActorSwitches,
-    ) -> None:
-        super().__init__(name="redis-chaos", daemon=True)
-        self._redis, self._restarts, self._every_s, self._switches = redis, restarts, every_s, switches
-        self._rng = random.Random(seed)
-
-    def run(self) -> None:
-        try:
-            while sleep_through_chaos(self._switches, self._rng.uniform(*self._every_s)):
-                self._restarts.count += 1  # before: a renew that finds its admission gone sees it
-                started = time.monotonic()
-                self._redis.restart_empty()
-                log.info(
-                    "Redis restarted empty (#%d, down %.2f s)",
-                    self._restarts.count,
-                    time.monotonic() - started,
-                )
-        except Exception as exc:
-            log.exception("redis chaos crashed")
-            self._switches.errors.append(f"redis-chaos: {type(exc).__name__}: {exc}")
-
-
-class Checkpoints(threading.Thread):
-    """The job checkpoints now and then: for `window_s` every `every_s` (a range) publishers may change
-    manifests (each change fenced); between checkpoints no fence goes up, and sweeps can delete."""
-
-    def __init__(
-        self, seed: int, every_s: tuple[float, float], window_s: float, switches: ActorSwitches
-    ) -> None:
-        super().__init__(name="checkpoints", daemon=True)
-        self._rng = random.Random(seed)
-        self._every_s, self._window_s, self._switches = every_s, window_s, switches
-
-    def run(self) -> None:
-        try:
-            while sleep_through_chaos(self._switches, self._rng.uniform(*self._every_s)):
-                self._switches.checkpointing.set()
-                sleep_through_chaos(self._switches, self._window_s)
-                self._switches.checkpointing.clear()
-        except Exception as exc:
-            log.exception("checkpoints crashed")
-            self._switches.errors.append(f"checkpoints: {type(exc).__name__}: {exc}")
-        finally:
-            self._switches.checkpointing.clear()
-
-
-def sleep_through_chaos(switches: ActorSwitches, seconds: float) -> bool:
-    """Sleep; False as soon as the chaos is over."""
-    deadline = time.monotonic() + seconds
-    while switches.chaos.is_set() and not switches.stop.is_set():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return True
-        switches.stop.wait(min(left, 0.5))
-    return False
 
 
 class Soak:
@@ -523,76 +316,3 @@ class Soak:
 class SoakBroken(RuntimeError):
     def __init__(self, errors: Sequence[str]) -> None:
         super().__init__("; ".join(errors))
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="scripts/soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, required=True, help="how long the chaos lasts")
-    parser.add_argument("--seed", type=int, default=None, help="seeds every random choice (default: random)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, manifests)")
-    args = parser.parse_args(argv)
-    if args.minutes <= 0:
-        parser.error("--minutes must be positive")
-    if args.seed is None:
-        args.seed = random.randrange(10**6)
-    return args
-
-
-@contextlib.contextmanager
-def terminated_cleanly(errors: list[str]) -> Iterator[None]:
-    """SIGTERM and Ctrl-C end the soak at its next check (within a second once the chaos is on), which
-    unwinds like any failure and stops every process the soak started. Not at once: an interrupt raised
-    inside a Ray call can abort the process in Ray's core worker and leave its Ray head and Redis
-    running."""
-
-    def note(signum: int, frame: FrameType | None) -> None:
-        errors.append(f"interrupted ({signal.Signals(signum).name})")
-
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    log.setLevel(logging.INFO)
-    settings = SoakSettings(minutes=args.minutes, seed=args.seed)
-    workdir = Path(tempfile.mkdtemp(prefix="tqgc-soak-"))
-    log.info("seed %d, work directory %s", settings.seed, workdir)
-    soak = Soak(settings, workdir)
-    try:
-        with terminated_cleanly(soak.switches.errors):
-            verdict = soak.run()
-    except SoakBroken as exc:
-        print(f"soak: broken, no verdict: {exc}")
-        return 2
-    except Exception as exc:  # the soak could not run (a refused config, Ray not starting): no verdict
-        log.exception("the soak itself failed")
-        print(f"soak: broken, no verdict: {type(exc).__name__}: {exc}".splitlines()[0])
-        return 2
-    details_path = workdir / "soak-details.json"
-    details_path.write_text(json.dumps(verdict.details, indent=2, default=str))
-    for name in (
-        "rows",
-        "moves",
-        "publishers",
-        "leaker",
-        "redis_restarts",
-        "cli_kills",
-        "sweeps_by_sweeper",
-        "rows_deleted_by_sweeper",
-        "reasons",
-        "violations_by_last_move",
-        "load_average",
-    ):
-        log.info("%s: %s", name, verdict.details[name])
-    if verdict.passed and not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        log.info("details (every violation with its row's history): %s", details_path)
-    print(verdict.line(), flush=True)
-    return 0 if verdict.passed else 1

@@ -1,0 +1,68 @@
+"""NeMo RL's data plane as its recovery points name it (NVIDIA-NeMo/RL, read 2026-12): the partitions,
+generation-cut row keys, and `KVBatchMeta` pickled under NeMo's own name,
+`nemo_rl.data_plane.interfaces.KVBatchMeta`, so that a file holds exactly what NeMo's does; loading it
+back needs `nemo_modules()` (the tests' oracle does). Written from the documented structures, never
+from NeMo's code."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+STAGING = "rollout_staging"
+CANONICAL = "rollout_data"
+NEMO_MODULE = "nemo_rl.data_plane.interfaces"
+
+
+@dataclasses.dataclass
+class KVBatchMeta:
+    """NeMo RL's data-plane batch metadata (nemo_rl/data_plane/interfaces.py), field for field."""
+
+    partition_id: str
+    task_name: str | None
+    sample_ids: list[str]
+    fields: list[str] | None = None
+    sequence_lengths: list[int] | None = None
+    extra_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tags: list[dict[str, Any]] | None = None
+
+
+KVBatchMeta.__module__ = NEMO_MODULE
+
+
+@contextlib.contextmanager
+def nemo_modules() -> Iterator[None]:
+    """`nemo_rl.data_plane.interfaces` importable (holding KVBatchMeta) while inside: pickle finds a class
+    by its module and name, to write it and to read it back."""
+    names = ["nemo_rl", "nemo_rl.data_plane", NEMO_MODULE]
+    saved_modules = {name: sys.modules.get(name) for name in names}
+    for name in names:
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules[NEMO_MODULE].KVBatchMeta = KVBatchMeta  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for name, module in saved_modules.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def saved(state: Any) -> bytes:
+    buffer = io.BytesIO()
+    with nemo_modules():
+        torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def cut_key(checkpoint: str, rollout: str, call: str, seq: int) -> str:
+    """A generation-cut chunk row: `__generation_cut__/{checkpoint_id}/{rollout_id}/{model_call_id}/{seq}`."""
+    return f"__generation_cut__/{checkpoint}/{rollout}/{call}/{seq}"
