@@ -61,6 +61,7 @@ class Collector:
         self.config = config
         self.state = state
         self.row_store = row_store = as_row_store(row_store)
+        self._row_store_identity: str | None = None  # the instance this collector last attached to
         self.holder = holder or default_holder()
         self._stop = threading.Event()
         self._pause_cyclic_gc = pause_cyclic_gc
@@ -150,14 +151,17 @@ class Collector:
         self.row_store.ensure_attached()
         space = self.row_store.identity_space()
         run.report.row_store_identity = space
-        last = self._last_row_store_identity()
+        last = self._row_store_identity or self._last_recorded_row_store_identity()
         if space is not None and last is not None and space != last:
             log.warning("the row store was replaced since the last sweep (%s, was %s)", space, last)
             for entry in self.config.scope:
                 self.state.forget_partition(run.held_lease, entry.partition)
+        self._row_store_identity = space or last
 
-    def _last_row_store_identity(self) -> str | None:
-        """The row store instance the newest recorded sweep that knew one attached to."""
+    def _last_recorded_row_store_identity(self) -> str | None:
+        """The row store instance the newest recorded sweep that knew one attached to: read once a
+        process (its first sweep), then this collector's own last attach stands for it. A sweeper of
+        another process that attached since to a new instance only makes this one forget again."""
         runs = self.state.recent_runs(RUNS_KEPT)
         return next((r["row_store_identity"] for r in runs if r.get("row_store_identity")), None)
 

@@ -34,11 +34,6 @@ def unchanged(keys: list[str], meta: Any, expected: Mapping[str, Identity]) -> l
     ]
 
 
-def batches(items: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def paced_batches(items: list[str], pacer: Pacer) -> Iterator[list[str]]:
     """Batches of the pacer's current size, read afresh for each batch."""
     start = 0

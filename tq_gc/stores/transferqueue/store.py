@@ -76,7 +76,7 @@ from tq_gc.stores.transferqueue.requests import (
     REQUEST_TIMEOUT_SECONDS,
     TqRequests,
 )
-from tq_gc.stores.transferqueue.rows import batches, identities_of, paced_batches
+from tq_gc.stores.transferqueue.rows import identities_of, paced_batches
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class TransferQueueRowStore(RowStore):
         for a quiet moment (wait_for_quiet), which so comes before the sweep's re-check, never between it
         and the clear; before the first, the check that the controller is still the one attached to."""
         self.ensure_attached()
-        for batch in batches(list(keys), min(most_rows, self._rows_per_delete())):
+        for batch in super().delete_batches(partition, keys, min(most_rows, self._rows_per_delete())):
             self.wait_for_quiet()
             yield batch
 
