@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,7 @@ _STEP = re.compile(r"step_\d+")
 _STEP_WRITING = re.compile(r"(?:tmp|old)_step_\d+")
 SNAPSHOT = re.compile(r"snapshot_\d+")
 _SNAPSHOT_WRITING = re.compile(r"tmp_snapshot_\d+")
+_NAMED_AS_POINT = re.compile(r"(?:(?:tmp|old)_)?step_\d+|bootstrap|(?:tmp_)?snapshot_\d+")
 
 
 @dataclass(slots=True)
@@ -78,12 +80,14 @@ def _scan_snapshots(anchor: Path, layout: Layout) -> None:
 
 
 def _directories(path: Path, *, required: bool) -> list[str]:
-    """The names of the directories in `path`, sorted. A missing `path` holds none (it was pruned, or
-    has no snapshots), unless `required`: the checkpoint directory itself missing is a volume not
-    mounted, never an empty job."""
+    """The names of the directories in `path` that may be recovery points or saves, sorted. A missing
+    `path` holds none (it was pruned, or has no snapshots), unless `required`: the checkpoint directory
+    itself missing is a volume not mounted, never an empty job. An entry named as a point that is a link
+    to nothing, or cannot be looked at, raises UnreadablePath: the checkpoint it stands for is on a volume
+    that is not there, and its rows are unknown (NeMo's own restore lists it too, and fails on it)."""
     try:
         with os.scandir(path) as entries:
-            return sorted(entry.name for entry in entries if entry.is_dir())
+            found = sorted(entries, key=lambda entry: entry.name)
     except FileNotFoundError as exc:
         if required:
             raise UnreadablePath(
@@ -94,3 +98,26 @@ def _directories(path: Path, *, required: bool) -> list[str]:
         return []
     except OSError as exc:
         raise UnreadablePath(str(path), unreadable(exc)) from exc
+    return [entry.name for entry in found if _is_directory(entry)]
+
+
+def _is_directory(entry: os.DirEntry[str]) -> bool:
+    if not _NAMED_AS_POINT.fullmatch(entry.name):
+        return entry.is_dir()
+    try:
+        return stat.S_ISDIR(os.stat(entry.path).st_mode)
+    except FileNotFoundError as exc:
+        if entry.is_symlink():
+            raise UnreadablePath(
+                entry.path, f"is a dangling symlink (to {_link_target(entry.path)}): is its volume mounted?"
+            ) from exc
+        return False  # removed since the listing: pruned
+    except OSError as exc:
+        raise UnreadablePath(entry.path, unreadable(exc)) from exc
+
+
+def _link_target(path: str) -> str:
+    try:
+        return repr(os.readlink(path))
+    except OSError:
+        return "an unreadable target"
