@@ -45,7 +45,7 @@ def rows(state: Any, metadata: Mapping[str, Any], budget: KeyBudget) -> LedgerRo
     for index, group in enumerate(groups):
         meta = group.get("meta") if isinstance(group, dict) else None
         if not isinstance(meta, KVBatchMetaRecord):
-            raise InventoryError(f"{FILE}: groups[{index}].meta is not a KVBatchMeta")
+            raise InventoryError(f"{FILE}: groups[{index}].meta is {type(meta).__name__}, not a KVBatchMeta")
         _add_group(meta, found, budget, f"{FILE} groups[{index}].meta")
     return found
 
@@ -63,13 +63,20 @@ def _add_group(meta: KVBatchMetaRecord, found: LedgerRows, budget: KeyBudget, wh
     if not isinstance(tags, list):
         raise InventoryError(f"{where}.tags is {type(tags).__name__}, not a list")
     for index, tag in enumerate(tags):
-        plan = tag.get(ROUTE_PLAN_TAG) if isinstance(tag, dict) else None
+        if not isinstance(tag, dict):  # a tag may carry a route plan: what is not a dict cannot be read
+            raise InventoryError(f"{where}.tags[{index}] is {type(tag).__name__}, not a dict of tags")
+        plan = tag.get(ROUTE_PLAN_TAG)
         if plan is None:
             continue
         if not isinstance(plan, dict):
-            raise InventoryError(f"{where}.tags[{index}].{ROUTE_PLAN_TAG} is not a route plan")
-        if isinstance(plan.get("staging_partition"), str):
-            found.named_partitions.add(plan["staging_partition"])
+            raise InventoryError(
+                f"{where}.tags[{index}].{ROUTE_PLAN_TAG} is {type(plan).__name__}, not a route plan"
+            )
+        partition = plan.get("staging_partition")
+        if partition is not None and not isinstance(partition, str):
+            raise InventoryError(f"{where}.tags[{index}].{ROUTE_PLAN_TAG}.staging_partition is not a name")
+        if partition is not None:
+            found.named_partitions.add(partition)
         cleanup = plan.get("cleanup_staging_keys")
         found.staging_keys.update(
             budget.take(cleanup, f"{where}.tags[{index}].{ROUTE_PLAN_TAG}.cleanup_staging_keys")

@@ -3,8 +3,9 @@
 A checkpoint directory is not trusted code, and NeMo RL's own restore loads its files with
 `weights_only=False`, so they may hold Python objects (a schema-2 ledger's `canonical_meta` is a
 `KVBatchMeta` dataclass). Here no class of the file is ever imported or called: `find_class` maps each of an
-exact list of global names to an inert stand-in and refuses every other, and tensor storages stay
-references into the zip that are never read (the rows' keys are strings; tensors only ride along).
+exact list of global names to a stand-in of its own, and every other global to an Inert record class
+(whatever REDUCE or BUILD hands it is stored, nothing is called), and tensor storages stay references
+into the zip that are never read (the rows' keys are strings; tensors only ride along).
 
 torch.save writes pickle protocol 2, in which `bytes` are `_codecs.encode(text, "latin1")` and `b""` is
 `bytes()`: both are allowed, as pure functions of their arguments. Memory stays proportional to the file:
@@ -89,16 +90,43 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 ALLOWED_GLOBALS = frozenset(f"{module}.{name}" for module, name in _ALLOWED)
 
 
+class Inert:
+    """What an object of a class this reader does not know becomes: a record of its global name and of
+    what the pickle gave it, never called. The readers accept only their own types where keys are read,
+    so one there fails closed, naming the class; anywhere else (a field naming no rows, such as the replay
+    index's `extra_info["rollout_metrics"]`, where NeMo keeps wandb Histograms) it is none of theirs."""
+
+    global_name = "?"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # REDUCE, NEWOBJ_EX: arguments kept, unused
+        self.arguments = (args, kwargs)
+
+    def __setstate__(self, state: Any) -> None:  # BUILD: the state kept, unused
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"<inert {self.global_name}>"
+
+
 class _Unpickler(pickle.Unpickler):
+    def __init__(self, stream: io.BytesIO) -> None:
+        super().__init__(stream)
+        self._inert: dict[tuple[str, str], type[Inert]] = {}
+
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED.get((module, name))
-        if found is None:
-            raise InventoryError(
-                f"holds a Python object of {module}.{name}, which this reader does not know (it never "
-                "imports or runs a checkpoint's code): NeMo RL wrote something new, or the file is not "
-                "NeMo RL's"
-            )
-        return found
+        if found is not None:
+            return found
+        return self._inert_class(module, name)
+
+    def _inert_class(self, module: str, name: str) -> type[Inert]:
+        """One stand-in class per unknown global: its name (for errors), none of its code."""
+        known = self._inert.get((module, name))
+        if known is None:
+            global_name = f"{module}.{name}"
+            known = type(global_name, (Inert,), {"global_name": global_name, "__slots__": ()})
+            self._inert[(module, name)] = known
+        return known
 
     def persistent_load(self, pid: Any) -> Any:
         if (
