@@ -95,7 +95,7 @@ class CheckpointInProgress(TqGcError):
     outcome = Outcome.SKIPPED
     cause = Cause.CHECKPOINT_IN_PROGRESS
 
-    def __init__(self, glob: str, directories: list[str]) -> None:
+    def __init__(self, glob: str, directories: list[str], mtimes: dict[str, float] | None = None) -> None:
         more = len(directories) - 5
         shown = ", ".join(directories[:5]) + (f" and {more} more" if more > 0 else "")
         super().__init__(
@@ -104,6 +104,14 @@ class CheckpointInProgress(TqGcError):
         )
         self.glob = glob
         self.directories = directories
+        self.mtimes = dict(mtimes or {})  # directory -> its mtime (epoch seconds), where it was read
+
+    def oldest(self) -> tuple[str, float] | None:
+        """The blocking directory modified longest ago, and its mtime (epoch seconds); None if unknown."""
+        if not self.mtimes:
+            return None
+        directory = min(self.mtimes, key=lambda name: self.mtimes[name])
+        return directory, self.mtimes[directory]
 
 
 class LeaseHeld(TqGcError):

@@ -46,6 +46,7 @@ from support.nemo_rl_ledgers import (
 from support.nemo_rl_snapshots import cut_proofs, gym_checkpoint, replay_index, snapshot_manifest
 
 GRACE_S = 60
+PASSED_OVER = r"passes over every committed rollout snapshot here \(snapshot_000001: "
 STEP3 = [cut_key("step_3", "g1_g0_a0", "call1", 0), cut_key("step_3", "g1_g0_a0", "call1", 1)]
 
 
@@ -273,6 +274,7 @@ def test_the_metadatas_schema_version_must_be_the_files(ckpt: Path) -> None:
 
 def write_gym_snapshot(anchor: Path, sequence: int, schema_version: int = 5) -> Path:
     point = snapshot_dir(anchor, sequence)
+    bootstrap = anchor.name == "bootstrap"  # its snapshots are of step 0, as NeMo's restore requires
     point.mkdir(parents=True)
     gym = gym_checkpoint(
         point, {"token_capture_staging": ["gym/tok1"], "generation_prefix_cut": ["gym/cut1"]}
@@ -284,7 +286,7 @@ def write_gym_snapshot(anchor: Path, sequence: int, schema_version: int = 5) -> 
         point,
         ledger_v3([group_v3("g4", [[attempt_v3(0, "sealed", ["ledger/4"], rollout_id="g4_g0")]])]),
         replay=replay_index({"g5": ["route/5a", "route/5b"]}),
-        manifest=snapshot_manifest(schema_version, gym, proofs, base_train_step=3),
+        manifest=snapshot_manifest(schema_version, gym, proofs, base_train_step=0 if bootstrap else 3),
     )
     return point
 
@@ -329,10 +331,13 @@ def test_the_glob_names_the_checkpoint_directory_and_nemos_layout_says_where_poi
             r"SHA-256 is [0-9a-f]{64}, manifest.json records",
         ),
         (lambda p: (p / "gym/policy/manifest.json").unlink(), "manifest gym/policy/manifest.json is missing"),
-        (lambda p: (p / "manifest.json").unlink(), "committed snapshot has no manifest.json"),
-        (lambda p: (p / "manifest.json").write_text("{"), "manifest.json is not valid JSON"),
-        (lambda p: edit_manifest(p, schema_version=7), "schema_version is 7"),
-        (lambda p: edit_manifest(p, schema_version=6), "gym_generation_cut_proofs in snapshot schema 6"),
+        (lambda p: (p / "manifest.json").unlink(), PASSED_OVER + "missing or unreadable manifest"),
+        (lambda p: (p / "manifest.json").write_text("{"), PASSED_OVER + "manifest.json is not"),
+        (
+            lambda p: edit_manifest(p, schema_version=7),
+            PASSED_OVER + "unsupported rollout snapshot schema version 7",
+        ),
+        (lambda p: edit_manifest(p, schema_version=6), PASSED_OVER + "generation-cut proofs in schema 6"),
         (lambda p: edit_proofs(p, "durable_maybe"), "unknown prefix disposition 'durable_maybe'"),
         (lambda p: edit_index_path(p, "../../elsewhere.jsonl"), "is not safely relative"),
         (lambda p: (p / "replay_buffer_metadata.pt").unlink(), "but replay_buffer_metadata.pt is missing"),

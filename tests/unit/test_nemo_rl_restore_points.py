@@ -6,7 +6,9 @@ August branch's schema-1 snapshots (COMMITTED, LATEST) and both ledger schema 4 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import sys
 import types
 from collections.abc import Iterator
@@ -17,19 +19,22 @@ import pytest
 import torch
 
 from tq_gc.config import ManifestSource
-from tq_gc.errors import ReferenceSourceError
+from tq_gc.errors import CheckpointInProgress, ReferenceSourceError
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.rows import RowId, rows_of
 
 from support.nemo_rl_checkpoints import RunsCode, snapshot_dir, write_checkpoint, write_point
 from support.nemo_rl_data_plane import CANONICAL, STAGING, nemo_modules
 from support.nemo_rl_ledgers import inventory, ledger_v3
-from support.nemo_rl_snapshots import replay_index
+from support.nemo_rl_snapshots import replay_index, snapshot_manifest
+
+
+def nemo_source(ckpt: Path) -> ManifestSource:
+    return ManifestSource(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
 
 
 def read(ckpt: Path) -> set[RowId]:
-    source = ManifestSource(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
-    return rows_of(ManifestsSource([source]).read())
+    return rows_of(ManifestsSource([nemo_source(ckpt)]).read())
 
 
 def staging(*keys: str) -> set[RowId]:
@@ -197,3 +202,155 @@ def test_the_key_cap_holds_through_inert_objects(ckpt: Path) -> None:
     write_replay_point(ckpt / "step_3", index)
     with pytest.raises(ReferenceSourceError, match="names more than 4000000 staging keys"):
         read(ckpt)
+
+
+# -- which snapshots NeMo's restore starts from ---------------------------------------------------------
+
+
+def write_snapshot(
+    anchor: Path,
+    sequence: int,
+    keys: list[str],
+    *,
+    schema_version: int = 6,
+    committed: bool = True,
+    **manifest_fields: Any,
+) -> Path:
+    """A snapshot of `anchor` whose ledger keeps `keys`; schema 1 is the August layout (COMMITTED file
+    written before the rename, then the LATEST pointer), 4-6 the newer one (no COMMITTED file)."""
+    point = snapshot_dir(anchor, sequence)
+    bootstrap = anchor.name == "bootstrap"
+    manifest = snapshot_manifest(schema_version, None, (), base_train_step=0 if bootstrap else 3)
+    if schema_version == 1:
+        manifest = {name: manifest[name] for name in AUGUST_MANIFEST_FIELDS}
+    manifest.update(manifest_fields)
+    write_point(point, inventory({f"g{sequence}": keys}), manifest=manifest)
+    if schema_version == 1 and committed:
+        (point / "COMMITTED").write_text("committed\n")
+        (point.parent / "LATEST").write_text(point.name + "\n")
+    return point
+
+
+AUGUST_MANIFEST_FIELDS = (
+    "schema_version",
+    "base_train_step",
+    "trainer_version",
+    "current_epoch",
+    "mutation_version",
+    "rolled_back_train_group_count",
+    "bootstrap_fingerprint",
+)
+
+
+@pytest.mark.parametrize("schema_version", [1, 6])
+def test_a_corrupt_newest_snapshot_is_passed_over_and_protects_nothing(
+    ckpt: Path, schema_version: int
+) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    write_snapshot(ckpt / "step_3", 1, ["snap/1"], schema_version=schema_version)
+    newest = write_snapshot(ckpt / "step_3", 2, ["snap/2"], schema_version=schema_version)
+    assert read(ckpt) == staging("step/0", "snap/1", "snap/2")
+    (newest / "manifest.json").write_text("{")  # a torn manifest: NeMo restores from snapshot 1
+    assert read(ckpt) == staging("step/0", "snap/1")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: (p / "manifest.json").unlink(),
+        lambda p: (p / "manifest.json").write_text("[]"),
+        lambda p: edit(p, base_train_step=2),
+        lambda p: edit(p, trainer_version=-1),
+        lambda p: edit(p, bootstrap_fingerprint="f" * 64),
+        lambda p: edit(p, schema_version=3),
+        lambda p: edit(p, sampler_dispatch_index=True),
+    ],
+    ids=["no-manifest", "not-an-object", "other-step", "negative", "foreign-fingerprint", "schema-3", "bool"],
+)
+def test_every_way_nemo_passes_a_snapshot_over_protects_nothing(ckpt: Path, damage: Any) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    write_snapshot(ckpt / "step_3", 1, ["snap/1"])
+    damage(write_snapshot(ckpt / "step_3", 2, ["snap/2"]))
+    assert read(ckpt) == staging("step/0", "snap/1")
+
+
+def edit(point: Path, **fields: Any) -> None:
+    manifest = json.loads((point / "manifest.json").read_text())
+    manifest.update(fields)
+    (point / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_step_whose_snapshots_nemo_would_all_pass_over_fails_closed_as_its_restore_stops(
+    ckpt: Path,
+) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    (write_snapshot(ckpt / "step_3", 1, ["snap/1"]) / "manifest.json").write_text("{")
+    with pytest.raises(
+        ReferenceSourceError, match=r"passes over every committed rollout snapshot.*snapshot_000001"
+    ):
+        read(ckpt)
+
+
+def test_a_snapshot_nemo_would_take_but_whose_ledger_it_refuses_fails_closed(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    write_snapshot(ckpt / "step_3", 1, ["snap/1"])
+    newest = write_snapshot(ckpt / "step_3", 2, ["snap/2"])
+    (newest / "rollout_recovery.pt").write_bytes(b"torn")
+    with pytest.raises(ReferenceSourceError, match=r"snapshot_000002: rollout_recovery.pt: SHA-256"):
+        read(ckpt)
+
+
+def test_the_training_info_names_the_lineage_a_snapshot_must_belong_to(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    (ckpt / "step_3" / "training_info.json").write_text(json.dumps({"current_step": 3, "trainer_version": 5}))
+    write_snapshot(ckpt / "step_3", 1, ["snap/1"], trainer_version=5)
+    write_snapshot(ckpt / "step_3", 2, ["snap/2"], trainer_version=3)  # another lineage: passed over
+    assert read(ckpt) == staging("step/0", "snap/1")
+
+
+def test_august_snapshots_read_with_committed_and_latest_and_one_without_committed_is_skipped(
+    ckpt: Path,
+) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    write_snapshot(ckpt / "step_3", 1, ["snap/1"], schema_version=1)
+    write_snapshot(ckpt / "step_3", 2, ["snap/2"], schema_version=1)
+    (ckpt / "step_3" / "rollout_snapshots" / "LATEST").write_text("snapshot_000001\n")  # never read back
+    write_snapshot(ckpt / "step_3", 3, ["snap/3"], schema_version=1, committed=False)
+    assert read(ckpt) == staging("step/0", "snap/1", "snap/2")
+
+
+def test_an_august_snapshot_pruned_by_plain_delete_releases_its_rows(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    oldest = write_snapshot(ckpt / "step_3", 1, ["snap/1"], schema_version=1)
+    write_snapshot(ckpt / "step_3", 2, ["snap/2"], schema_version=1)
+    shutil.rmtree(oldest)
+    assert read(ckpt) == staging("step/0", "snap/2")
+
+
+def test_bootstrap_snapshots_protect_only_while_no_trainer_checkpoint_exists(ckpt: Path) -> None:
+    bootstrap = ckpt / "bootstrap"
+    bootstrap.mkdir()
+    (bootstrap / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 6,
+                "base_train_step": 0,
+                "trainer_version": 0,
+                "bootstrap_fingerprint": "f" * 64,
+            }
+        )
+    )
+    write_snapshot(bootstrap, 1, ["boot/1"])
+    write_snapshot(bootstrap, 2, ["boot/2"], bootstrap_fingerprint="e" * 64)  # another config's: passed over
+    assert read(ckpt) == staging("boot/1")
+    write_checkpoint(ckpt / "step_1", inventory({"g0": ["step/0"]}))
+    assert read(ckpt) == staging("step/0")  # NeMo restores from step_1 now, never from bootstrap
+
+
+def test_a_save_being_written_says_since_when(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    write_checkpoint(ckpt / "tmp_step_4", inventory({"g0": ["step/0"]}))
+    os.utime(ckpt / "tmp_step_4", (1_000_000_000, 1_000_000_000))
+    with pytest.raises(CheckpointInProgress) as caught:
+        ManifestsSource([nemo_source(ckpt)]).read()
+    assert caught.value.oldest() == (str(ckpt / "tmp_step_4"), 1_000_000_000)

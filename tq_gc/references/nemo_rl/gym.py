@@ -25,7 +25,8 @@ from typing import Any
 from tq_gc.references.nemo_rl.budget import KeyBudget
 from tq_gc.references.nemo_rl.errors import InventoryError
 
-SNAPSHOT_SCHEMA_VERSIONS = frozenset({4, 5, 6})
+AUGUST_SCHEMA = 1
+SNAPSHOT_SCHEMA_VERSIONS = frozenset({AUGUST_SCHEMA, 4, 5, 6})
 MODEL_COMPONENT = "responses_api_models"
 Files = Mapping[str, bytes | None]
 
@@ -53,6 +54,8 @@ def staging_keys(manifest: Any, files: Files, budget: KeyBudget) -> set[str]:
             f"manifest.json: schema_version is {version!r}; this reader knows rollout snapshot schema "
             f"versions {', '.join(map(str, sorted(SNAPSHOT_SCHEMA_VERSIONS)))}: upgrade tq-gc"
         )
+    if version == AUGUST_SCHEMA:
+        return set()  # the August snapshot manifest names no Gym state (its from_mapping reads none)
     return _checkpoint_keys(manifest, files, budget) | _cut_proof_keys(manifest, version, budget)
 
 

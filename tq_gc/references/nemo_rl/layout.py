@@ -26,6 +26,7 @@ from tq_gc.errors import CheckpointInProgress
 from tq_gc.formats.globs import Pattern
 from tq_gc.formats.manifest_formats import NEMO_RL_INVENTORY
 from tq_gc.references.globwalk import UnreadablePath, unreadable
+from tq_gc.references.nemo_rl import selection
 
 INVENTORY = NEMO_RL_INVENTORY  # the file naming a recovery point, as the config checks a glob for it
 SNAPSHOTS = "rollout_snapshots"
@@ -46,37 +47,57 @@ class Layout:
 
 
 def recovery_files(glob: str) -> tuple[Path, ...]:
-    """The `rollout_recovery.pt` path of every committed recovery point under the glob's base directory
-    (NeMo's checkpoint_dir), whether or not the file exists: NeMo's layout, not the rest of the glob,
-    says where they are (a `**` walk would list every weight shard, twice a sweep). CheckpointInProgress
-    while one is being written; raises UnreadablePath (or ValueError for a bad glob) when a directory
-    cannot be listed."""
+    """The `rollout_recovery.pt` path of every recovery point NeMo's restore may start from under the
+    glob's base directory (NeMo's checkpoint_dir), whether or not the file exists: NeMo's layout, not the
+    rest of the glob, says where they are (a `**` walk would list every weight shard, twice a sweep).
+    CheckpointInProgress while one is being written; raises UnreadablePath (or ValueError for a bad glob,
+    InventoryError where NeMo's restore would refuse) when a directory cannot be listed."""
     layout = scan(Path(Pattern.parse(glob).base))
     if layout.writing:
-        raise CheckpointInProgress(glob, [str(path) for path in layout.writing])
+        raise CheckpointInProgress(glob, [str(path) for path in layout.writing], _mtimes(layout.writing))
     return tuple(sorted(point / INVENTORY for point in layout.points))
 
 
 def scan(root: Path) -> Layout:
+    """Every `step_N` is a point (NeMo restores the newest; with another restore mode, or once a newer
+    one is removed, any), with the snapshots NeMo would accept under it (selection.py). Bootstrap
+    snapshots count only while no `step_N` exists: NeMo's restore reads them only then."""
     layout = Layout()
-    for name in _directories(root, required=True):
+    names = _directories(root, required=True)
+    steps = [name for name in names if _STEP.fullmatch(name)]
+    for name in names:
         if _STEP_WRITING.fullmatch(name):
             layout.writing.append(root / name)
         elif _STEP.fullmatch(name):
             layout.points.append(root / name)
-            _scan_snapshots(root / name, layout)
-        elif name == BOOTSTRAP:
-            _scan_snapshots(root / name, layout)
+            _scan_snapshots(root / name, selection.step_anchor(root / name, int(name[5:])), layout)
+        elif name == BOOTSTRAP:  # a save into it blocks still: TQ's save must not see a clear
+            _scan_snapshots(root / name, None if steps else selection.bootstrap_anchor(root / name), layout)
     return layout
 
 
-def _scan_snapshots(anchor: Path, layout: Layout) -> None:
-    root = anchor / SNAPSHOTS
+def _scan_snapshots(directory: Path, anchor: selection.Anchor | None, layout: Layout) -> None:
+    """The snapshots being written, and (unless `anchor` is None) those NeMo's restore would accept."""
+    root = directory / SNAPSHOTS
+    committed: list[Path] = []
     for name in _directories(root, required=False):
         if _SNAPSHOT_WRITING.fullmatch(name):
             layout.writing.append(root / name)
         elif SNAPSHOT.fullmatch(name):
-            layout.points.append(root / name)
+            committed.append(root / name)
+    if anchor is not None:
+        layout.points.extend(selection.restorable(directory, committed, anchor))
+
+
+def _mtimes(paths: list[Path]) -> dict[str, float]:
+    """Each directory's last modification (seconds since the epoch), for how long it has blocked."""
+    found: dict[str, float] = {}
+    for path in paths:
+        try:
+            found[str(path)] = path.stat().st_mtime
+        except OSError:
+            continue  # renamed or removed since the listing
+    return found
 
 
 def _directories(path: Path, *, required: bool) -> list[str]:

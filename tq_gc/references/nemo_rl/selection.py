@@ -1,0 +1,166 @@
+"""Which committed rollout snapshots NeMo RL's restore may start from, anchor by anchor, decided as its
+own `resolve_latest_snapshot` decides (`nemo_rl/algorithms/single_controller_utils/rollout_checkpoint.py`).
+
+NeMo walks an anchor's `rollout_snapshots/snapshot_N` newest first and takes the first whose
+`manifest.json` parses and belongs to the anchor; a snapshot it passes over is never restored from, so
+here it protects nothing. If it passed over every one, its restore raises ("no committed rollout
+snapshot matches the selected trainer anchor"): here the source fails closed. Cited, in NeMo RL:
+- August layout, snapshot schema 1: branch `amahishi/partial-rollout-periodic-v2` at 9355cc54,
+  rollout_checkpoint.py lines 466-515 (`resolve_latest_snapshot`: a candidate without its `COMMITTED`
+  file is skipped silently, lines 490-491; a missing, unparsable or foreign manifest is passed over,
+  lines 492-505; none left and some passed over raises, lines 509-514), `RolloutSnapshotManifest.
+  from_mapping` lines 181-230; the `LATEST` pointer it writes (lines 443-448) is never read back.
+- Snapshot schemas 4-6 (the newer layout, no COMMITTED file; read from the code index, 2026-09): the same
+  walk, its `from_mapping` checking also `sampler_dispatch_index`, `gym_topology_fingerprint` and the cut
+  proofs' schema.
+The anchor's identity: for `step_N`, its `training_info.json` (`current_step`, `trainer_version`, else
+the step; setup.py lines 833-838 at 9355cc54) and no bootstrap fingerprint; for `bootstrap`, step 0,
+version 0 and the fingerprint its own `manifest.json` records (setup.py lines 864-881).
+
+Every snapshot it would accept is kept, not only the newest: the older ones are the fallbacks NeMo
+retains (`keep_latest_k`). One it would accept but whose files its load refuses fails when read
+(point.py), as NeMo's restore would stop on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tq_gc.references.nemo_rl.errors import InventoryError
+
+MANIFEST = "manifest.json"
+COMMITTED = "COMMITTED"
+TRAINING_INFO = "training_info.json"
+AUGUST_SCHEMA = 1
+NEWER_SCHEMAS = frozenset({4, 5, 6})
+_COUNTERS = (
+    "base_train_step",
+    "trainer_version",
+    "current_epoch",
+    "mutation_version",
+    "rolled_back_train_group_count",
+)
+_MAX_SMALL_FILE_BYTES = 16 * 1024 * 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """What a snapshot's manifest must name to belong to its anchor (None: not known, not checked)."""
+
+    train_step: int
+    trainer_version: int | None
+    bootstrap_fingerprint: str | bool | None  # False: not known, not checked
+
+
+def step_anchor(step: Path, number: int) -> Anchor:
+    info = _json(step / TRAINING_INFO)
+    if not isinstance(info, dict):
+        return Anchor(number, None, None)  # no readable training info: only the step is checked
+    current = info.get("current_step", 0)
+    version = info.get("trainer_version")
+    return Anchor(current, current if version is None else version, None)
+
+
+def bootstrap_anchor(bootstrap: Path) -> Anchor:
+    manifest = _json(bootstrap / MANIFEST)
+    fingerprint = manifest.get("bootstrap_fingerprint", False) if isinstance(manifest, dict) else False
+    return Anchor(0, 0, fingerprint if fingerprint is None or isinstance(fingerprint, str) else False)
+
+
+def restorable(anchor_directory: Path, snapshots: list[Path], anchor: Anchor) -> list[Path]:
+    """The snapshots (of `anchor_directory`) NeMo's restore would accept, newest first. InventoryError
+    if it would pass over all of them, and so refuse to restore."""
+    accepted: list[Path] = []
+    passed_over: list[str] = []
+    for snapshot in sorted(snapshots, key=_sequence, reverse=True):
+        reason = _pass_over_reason(snapshot, anchor)
+        if reason is None:
+            accepted.append(snapshot)
+        elif reason:
+            passed_over.append(f"{snapshot.name}: {reason}")
+    if not accepted and passed_over:
+        raise InventoryError(
+            f"{anchor_directory}: NeMo RL's restore passes over every committed rollout snapshot here "
+            f"({'; '.join(passed_over)}) and then refuses to restore: inspect and remove them"
+        )
+    return accepted
+
+
+def _pass_over_reason(snapshot: Path, anchor: Anchor) -> str | None:
+    """None if NeMo would accept the snapshot; "" if it skips it silently; else why it passes it over."""
+    manifest = _json(snapshot / MANIFEST)
+    if manifest is None:  # the newer restore passes it over; the August one too, if COMMITTED
+        return "missing or unreadable manifest"
+    if not isinstance(manifest, dict):
+        return "manifest.json is not valid JSON object"
+    version = manifest.get("schema_version")
+    if version == AUGUST_SCHEMA and not (snapshot / COMMITTED).is_file():
+        return ""  # the August restore looks only at snapshots with their COMMITTED file
+    problem = _manifest_problem(manifest, version)
+    if problem is not None:
+        return problem
+    if manifest["base_train_step"] != anchor.train_step or (
+        anchor.trainer_version is not None and manifest["trainer_version"] != anchor.trainer_version
+    ):
+        return "belongs to another trainer lineage"
+    if (
+        anchor.bootstrap_fingerprint is not False
+        and manifest.get("bootstrap_fingerprint") != anchor.bootstrap_fingerprint
+    ):
+        return "bootstrap fingerprint does not match its anchor"
+    return None
+
+
+def _manifest_problem(manifest: dict[str, Any], version: Any) -> str | None:
+    """What NeMo's `RolloutSnapshotManifest.from_mapping` would refuse in the manifest, or None."""
+    newer = type(version) is int and version in NEWER_SCHEMAS
+    if not newer and not (type(version) is int and version == AUGUST_SCHEMA):
+        return f"unsupported rollout snapshot schema version {version!r}"
+    names = (*_COUNTERS, "sampler_dispatch_index") if newer else _COUNTERS
+    if any(type(manifest.get(name)) is not int for name in names):
+        return "a counter is not an integer"
+    if min(manifest[name] for name in _COUNTERS) < 0 or (newer and manifest["sampler_dispatch_index"] < -1):
+        return "a counter is negative"
+    fingerprint = manifest.get("bootstrap_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        return "bootstrap_fingerprint is not a string"
+    if not newer:
+        return None
+    topology = manifest.get("gym_topology_fingerprint")
+    if topology is not None and not (isinstance(topology, str) and _SHA256.fullmatch(topology)):
+        return "gym_topology_fingerprint is not a SHA-256 digest"
+    proofs = manifest.get("gym_generation_cut_proofs", [])
+    if not isinstance(proofs, list) or not all(isinstance(proof, dict) for proof in proofs):
+        return "gym_generation_cut_proofs is not a list of objects"
+    if proofs and version != 5:
+        return f"generation-cut proofs in schema {version}"
+    if manifest.get("gym_checkpoint") is not None and topology is None:
+        return "Gym participant state without a Gym topology fingerprint"
+    return None  # gym_checkpoint's own structure: checked when read (gym.py), failing closed
+
+
+def _json(path: Path) -> Any:
+    """The JSON document at `path`; None if it is not a readable regular file (NeMo treats an OSError
+    on the manifest as a reason to pass over); a sentinel string if it does not parse."""
+    try:
+        if not path.is_file():
+            return None
+        with path.open("rb") as file:
+            content = file.read(_MAX_SMALL_FILE_BYTES + 1)
+    except OSError:
+        return None
+    if len(content) > _MAX_SMALL_FILE_BYTES:
+        return "too large"
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return "not JSON"
+
+
+def _sequence(snapshot: Path) -> int:
+    return int(snapshot.name.rsplit("_", 1)[1])
