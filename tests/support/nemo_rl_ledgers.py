@@ -171,3 +171,77 @@ def expanding_ledger(fan_out: int = 3000) -> dict[str, Any]:
     bomb = group_v3("bomb", [[sealed]])
     bomb["siblings"] = [sibling] * fan_out
     return ledger_v3([bomb] * fan_out)
+
+
+# ---- schema 4: two layouts published under one number ----------------------------------------------------
+# Read from NeMo RL's rollout_recovery.py versions with ROLLOUT_RECOVERY_SCHEMA_VERSION = 4 in the code
+# index (2026-09): the sibling-lineage ledger (groups with `siblings`, attempts with `gym_instance_id`,
+# `gym_attempt`; unknown fields rejected) and the prompt-reference ledger (groups with a `prompt_ref`
+# carrying `payload_sha256`, no siblings: it names no staging rows).
+
+
+def attempt_v4(status: str, staging_keys: Sequence[str] = (), rollout_id: str = "") -> dict[str, Any]:
+    """A sibling-lineage schema-4 attempt: a sealed one carries reward, mask_sample and (with keys) a
+    receipt whose manifest lists them; any other status carries none of these."""
+    sealed = status == "sealed"
+    receipt = (
+        {"rollout_id": rollout_id, "manifest": [{"staging_key": key} for key in staging_keys]}
+        if sealed and staging_keys
+        else None
+    )
+    return {
+        "attempt_uuid": uuid.uuid4().bytes,
+        "status": status,
+        "receipt": receipt,
+        "reward": 1.0 if sealed else None,
+        "mask_sample": False if sealed else None,
+        "staging_keys": list(staging_keys),
+        "gym_instance_id": None,
+        "gym_attempt": 0,
+    }
+
+
+def lineage_group_v4(
+    group_id: str, attempts_per_sibling: Sequence[Sequence[dict[str, Any]]]
+) -> dict[str, Any]:
+    current = [attempts[-1]["status"] for attempts in attempts_per_sibling]
+    return {
+        "group_id": group_id,
+        "admission_id": group_id,
+        "prompt_id": "7",
+        "prompt_ref": {"sample_id": "7", "task_name": None},
+        "task_source": None,
+        "recovery_granularity": "sibling",
+        "restore_level": "sibling",
+        "expected_generations": len(attempts_per_sibling),
+        "target_step": 2,
+        "start_weight_version": 1,
+        "status": "ready_to_finalize" if all(status == "sealed" for status in current) else "generating",
+        "phase": "admitted",
+        "siblings": [
+            {"generation_index": index, "attempts": list(attempts)}
+            for index, attempts in enumerate(attempts_per_sibling)
+        ],
+    }
+
+
+def prompt_group_v4(group_id: str) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "admission_id": group_id,
+        "prompt_id": "7",
+        "prompt_ref": {"sample_id": "7", "task_name": None, "payload_sha256": "c" * 64},
+        "expected_generations": 4,
+        "target_step": 2,
+        "start_weight_version": 1,
+        "phase": "admitted",
+    }
+
+
+def ledger_v4(groups: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema_version": 4,
+        "groups": list(groups),
+        "batch_shortfall": {},
+        "sampler_stamps_target_steps": True,
+    }

@@ -25,7 +25,14 @@ from tq_gc.rows import RowId, rows_of
 
 from support.nemo_rl_checkpoints import RunsCode, snapshot_dir, write_checkpoint, write_point
 from support.nemo_rl_data_plane import CANONICAL, STAGING, nemo_modules
-from support.nemo_rl_ledgers import inventory, ledger_v3
+from support.nemo_rl_ledgers import (
+    attempt_v4,
+    inventory,
+    ledger_v3,
+    ledger_v4,
+    lineage_group_v4,
+    prompt_group_v4,
+)
 from support.nemo_rl_snapshots import replay_index, snapshot_manifest
 
 
@@ -354,3 +361,66 @@ def test_a_save_being_written_says_since_when(ckpt: Path) -> None:
     with pytest.raises(CheckpointInProgress) as caught:
         ManifestsSource([nemo_source(ckpt)]).read()
     assert caught.value.oldest() == (str(ckpt / "tmp_step_4"), 1_000_000_000)
+
+
+# -- ledger schema 4: two layouts, told apart by shape ---------------------------------------------------
+
+
+def test_a_schema_4_sibling_lineage_ledger_keeps_each_siblings_sealed_current_attempts_keys(
+    ckpt: Path,
+) -> None:
+    groups = [
+        lineage_group_v4(
+            "g1",
+            [
+                [attempt_v4("failed"), attempt_v4("sealed", ["s/1a", "s/1b"], rollout_id="g1_g0")],
+                [attempt_v4("sealed", ["s/old"], rollout_id="g1_g1"), attempt_v4("dispatched")],
+                [attempt_v4("sealed")],  # sealed without a receipt (a terminal capture failure): no keys
+            ],
+        )
+    ]
+    write_checkpoint(ckpt / "step_3", ledger_v4(groups))
+    assert read(ckpt) == staging("s/1a", "s/1b")
+
+
+def test_a_schema_4_prompt_reference_ledger_names_no_staging_rows(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", ledger_v4([prompt_group_v4("g1"), prompt_group_v4("g2")]))
+    assert read(ckpt) == set()
+
+
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        (
+            ledger_v4(
+                [prompt_group_v4("g1"), lineage_group_v4("g2", [[attempt_v4("sealed", ["k"], "g2_g0")]])]
+            ),
+            "mixes",
+        ),
+        ({**ledger_v4([]), "open_train_step": None}, "open_train_step"),
+        (ledger_v4([{**prompt_group_v4("g1"), "status": "generating"}]), "neither"),
+        (
+            ledger_v4([{**lineage_group_v4("g1", [[attempt_v4("dispatched")]]), "canonical_meta": None}]),
+            "neither",
+        ),
+        (
+            ledger_v4([lineage_group_v4("g1", [[{**attempt_v4("failed"), "staging_keys": ["k"]}]])]),
+            "keeps staging",
+        ),
+        (ledger_v4([lineage_group_v4("g1", [[attempt_v4("finalized")]])]), "status is 'finalized'"),
+    ],
+    ids=[
+        "mixed",
+        "schema-2-field",
+        "prompt-group-with-status",
+        "lineage-group-with-meta",
+        "unsealed-keys",
+        "status",
+    ],
+)
+def test_a_schema_4_ledger_of_neither_layout_or_one_nemo_refuses_fails_closed(
+    ckpt: Path, state: Any, message: str
+) -> None:
+    write_checkpoint(ckpt / "step_3", state)
+    with pytest.raises(ReferenceSourceError, match=message):
+        read(ckpt)

@@ -3,7 +3,7 @@
 NeMo RL (GitHub NVIDIA-NeMo/RL; its single-controller async GRPO with the TQ data plane) writes, under
 `checkpointing.checkpoint_dir`, trainer checkpoints and periodic rollout snapshots (layout.py), each a
 recovery point whose files (point.py) name the staging rows a restore from it keeps: the recovery
-ledger (ledger.py; one reader per schema version, schema2.py and schema3.py), the replay index
+ledger (ledger.py; one reader per schema version, schema2.py, schema3.py, schema4.py), the replay index
 (replay.py) and a snapshot's NeMo Gym state (gym.py). Files are read without running any of their code
 (torchfile.py) and with a bound on the keys they may name (budget.py).
 

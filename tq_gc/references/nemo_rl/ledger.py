@@ -4,8 +4,8 @@ NeMo RL's restore keeps, of the ledger, each sibling's current (last) attempt's 
 attempt is `sealed` (`RolloutRecoveryLedger.expected_staging_keys`), in every schema version that has
 attempts. Each version has its own reader (schema2.py, schema3.py) for what differs: the statuses, what a
 sealed attempt must carry, and (schema 2) the canonical rows of finalized groups. A NeMo build reads
-exactly its own version, so an unknown version fails, naming itself; version 4 is refused on purpose
-(VERSION_4_REFUSAL).
+exactly its own version, so an unknown version fails, naming itself; version 4 has two layouts, told
+apart by shape (schema4.py).
 """
 
 from __future__ import annotations
@@ -16,13 +16,6 @@ from typing import Any
 
 from tq_gc.references.nemo_rl.budget import KeyBudget
 from tq_gc.references.nemo_rl.errors import InventoryError
-
-VERSION_4_REFUSAL = (
-    "NeMo RL's published branches write two different formats under schema version 4 (one keeps sibling "
-    "attempts with Gym episodes, the other keeps prompt references only), and nothing in the file says "
-    "which: this reader refuses it rather than guess. Pin the NeMo RL build to schema 2 or 3, or upgrade "
-    "tq-gc once version 4 is settled"
-)
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """One recovery point (a trainer checkpoint or a rollout snapshot directory): its files, and the rows
 NeMo RL's restore from it would keep.
 
-    rollout_recovery.pt          the ledger (torch.save; schema 2 or 3)       -> ledger.py
+    rollout_recovery.pt          the ledger (torch.save; schema 2, 3 or 4)    -> ledger.py
     data_plane/metadata.json     TQ's checkpoint metadata; `user_metadata` records the ledger's SHA-256
                                  and schema version, and, when authoritative, the replay index's digest
     replay_buffer_metadata.pt    the replay index (torch.save)                -> replay.py
@@ -29,18 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tq_gc.references.nemo_rl import gym, replay, schema2, schema3, torchfile
+from tq_gc.references.nemo_rl import gym, replay, schema2, schema3, schema4, torchfile
 from tq_gc.references.nemo_rl.budget import KeyBudget
 from tq_gc.references.nemo_rl.errors import InventoryError, SaveInProgress
 from tq_gc.references.nemo_rl.layout import INVENTORY, SNAPSHOT
-from tq_gc.references.nemo_rl.ledger import VERSION_4_REFUSAL, LedgerRows, schema_version
+from tq_gc.references.nemo_rl.ledger import LedgerRows, schema_version
 from tq_gc.rows import RowId
 
 METADATA = "data_plane/metadata.json"
 MANIFEST = "manifest.json"
 DIGEST_KEY = "rollout_recovery_payload_sha256"
 SCHEMA_VERSION_KEY = "rollout_recovery_schema_version"
-READERS = {schema2.VERSION: schema2.rows, schema3.VERSION: schema3.rows}
+READERS = {schema2.VERSION: schema2.rows, schema3.VERSION: schema3.rows, schema4.VERSION: schema4.rows}
 KNOWN_VERSIONS = ", ".join(map(str, sorted(READERS)))
 
 
@@ -138,8 +138,6 @@ def _ledger_rows(content: bytes, metadata: Mapping[str, Any], budget: KeyBudget)
 def _check_known(version: Any, what: str) -> None:
     if type(version) is int and version in READERS:
         return
-    if version == 4:
-        raise InventoryError(f"{what}: {VERSION_4_REFUSAL}")
     raise InventoryError(f"{what}; this reader knows schema versions {KNOWN_VERSIONS}: upgrade tq-gc")
 
 
