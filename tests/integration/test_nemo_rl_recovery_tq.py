@@ -15,14 +15,13 @@ own) and the state store on a manual clock.
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 
 from tools.testbed.clock import ManualClock
@@ -40,7 +39,14 @@ from support.nemo_rl_checkpoints import (
     write_point,
     write_truncated,
 )
-from support.nemo_rl_data_plane import cut_key, nemo_modules, saved
+from support.nemo_rl_data_plane import (
+    HISTOGRAM_MODULE,
+    Histogram,
+    cut_key,
+    importable,
+    saved,
+    with_rollout_metrics,
+)
 from support.nemo_rl_ledgers import (
     attempt,
     attempt_v3,
@@ -52,6 +58,7 @@ from support.nemo_rl_ledgers import (
     ledger_v3,
     sibling_history_v3,
 )
+from support.nemo_rl_oracle import restore_keeps
 from support.nemo_rl_snapshots import cut_proofs, gym_checkpoint, replay_index, snapshot_manifest
 
 pytestmark = pytest.mark.ray
@@ -59,49 +66,6 @@ pytestmark = pytest.mark.ray
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "nemo_rl.yaml"
 GRACE_S = 900  # the example's
 PutRows = Any
-
-
-# ---- the oracle: NeMo RL's restore rules, applied to the files on their own -----------------------------
-
-
-def committed_points(ckpt: Path) -> Iterator[Path]:
-    """Every directory a restore may start from (tmp_ and trash_ ones are not)."""
-    for step in sorted(ckpt.glob("step_*")):
-        yield step
-        yield from sorted((step / "rollout_snapshots").glob("snapshot_*"))
-    yield from sorted((ckpt / "bootstrap" / "rollout_snapshots").glob("snapshot_*"))
-
-
-def restore_keeps(ckpt: Path) -> set[str]:
-    return {key for point in committed_points(ckpt) for key in point_keeps(point)}
-
-
-def point_keeps(point: Path) -> set[str]:
-    keys: set[str] = set()
-    with nemo_modules():  # the test trusts its own files: loaded in full, as NeMo loads them
-        if (point / INVENTORY).exists():
-            ledger = torch.load(point / INVENTORY, weights_only=False)
-            for group_state in ledger["groups"]:
-                for sibling in group_state["siblings"]:
-                    if sibling["attempts"][-1]["status"] == "sealed":
-                        keys.update(sibling["attempts"][-1]["staging_keys"])
-        if (point / REPLAY).exists():
-            for replay_group in torch.load(point / REPLAY, weights_only=False)["groups"]:
-                for tag in replay_group["meta"].tags or []:
-                    if "route_assembly_plan" in tag:
-                        keys.update(tag["route_assembly_plan"]["cleanup_staging_keys"])
-    if (point / "manifest.json").exists():
-        manifest = json.loads((point / "manifest.json").read_text())
-        for participant in (manifest.get("gym_checkpoint") or {}).get("participants", []):
-            if participant["participant"]["component"] == "responses_api_models":
-                index = point / participant["payload"]["storage_reference_index"]["relative_path"]
-                keys.update(json.loads(line)["key"] for line in index.read_text().splitlines() if line)
-        for proof in manifest.get("gym_generation_cut_proofs", []):
-            for worker in proof.get("workers", []):
-                for prefix in (worker.get("generation_cut_receipt") or {}).get("prefixes", []):
-                    if prefix["disposition"] == "durable_prefix":
-                        keys.update(prefix["staging_keys"])
-    return keys
 
 
 # ---- NeMo RL's saves, and tq-gc ------------------------------------------------------------------------
@@ -221,11 +185,9 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
         lambda point: write_point(point, ledger1, replay=replay_index({"g0": route}, job.staging)),
     )
     report = job.past_grace()
-    assert {row.key for row in report.deleted_sample} == set(abandoned)  # an abandoned attempt's rows
-    assert set(boot_gym + boot_proof) <= job.keys()  # the bootstrap snapshot is a restore point still
+    # an abandoned attempt's rows, and the bootstrap snapshot's: NeMo restores from step_1 now
+    assert {row.key for row in report.deleted_sample} == set(abandoned + boot_gym + boot_proof)
     shutil.rmtree(ckpt / "bootstrap" / "rollout_snapshots")  # prune_bootstrap_snapshots
-    report = job.past_grace()
-    assert {row.key for row in report.deleted_sample} == set(boot_gym + boot_proof)
 
     # step_1's periodic snapshots (schema 6: cuts in the Gym lineage), keep_latest_k=1.
     first, second = cuts("snap1", "g2_g0"), cuts("snap2", "g2_g0-a1")
@@ -274,6 +236,64 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
     assert report.outcome is Outcome.COMPLETED
     assert restore_keeps(ckpt) == {*finalized, sealed[0]}
     assert job.keys() == {*finalized, sealed[0], *out_of_scope}  # everything else reclaimed after grace
+
+    # step_2's periodic snapshots on the August layout (manifest schema 1, COMMITTED, LATEST, plain
+    # delete), their replay index carrying wandb Histograms; the newest one's manifest torn.
+    august = [cuts("aug1", "g4_g0"), cuts("aug2", "g4_g0-a1"), cuts("aug3", "g4_g0-a2")]
+    for sequence, keys in enumerate(august, start=1):
+        put_rows(job.staging, keys)
+        job.save(snapshot_dir(ckpt / "step_2", sequence), august_snapshot(job, keys))
+    shutil.rmtree(snapshot_dir(ckpt / "step_2", 1))  # keep_latest_k=2, by plain delete
+    (snapshot_dir(ckpt / "step_2", 3) / "manifest.json").write_text('{"schema_version": 1')
+    report = job.past_grace()
+    assert report.outcome is Outcome.COMPLETED  # NeMo passes the torn one over and restores snapshot 2
+    assert {row.key for row in report.deleted_sample} == set(august[0] + august[2])
+    assert job.keys() == {*finalized, sealed[0], *august[1], *out_of_scope}
+
+    # step_3 on a volume that is not mounted: a dangling link. No sweep deletes until it is back.
+    lost_later = cuts("step_2", "lost")
+    put_rows(job.staging, lost_later)
+    os.symlink(ckpt.parent / "unmounted" / "step_3", ckpt / "step_3")
+    job.sweep(oracle=False)
+    for _ in range(3):
+        job.clock.advance(GRACE_S * 0.55)
+        report = job.sweep(oracle=False)
+        assert (report.outcome, report.cause, report.counts.deleted) == (
+            Outcome.ABORTED,
+            Cause.SOURCE_FAILED,
+            0,
+        )
+        assert str(ckpt / "step_3") in (report.reason or "")
+    assert set(lost_later) <= job.keys()
+    os.unlink(ckpt / "step_3")
+    report = job.past_grace()
+    assert {row.key for row in report.deleted_sample} == set(lost_later)
+
+
+def august_snapshot(job: Job, keys: list[str]) -> Callable[[Path], None]:
+    """A snapshot as the August branch commits it: files, COMMITTED, rename (by job.save), LATEST."""
+
+    def write(point: Path) -> None:
+        manifest = {
+            "schema_version": 1,
+            "base_train_step": 2,
+            "trainer_version": 2,
+            "current_epoch": 0,
+            "mutation_version": 3,
+            "rolled_back_train_group_count": 0,
+            "bootstrap_fingerprint": None,
+        }
+        with importable(HISTOGRAM_MODULE, Histogram=Histogram):
+            write_point(
+                point,
+                {"schema_version": 2, "groups": [], "open_train_step": None},
+                replay=with_rollout_metrics(replay_index({f"g-{point.name}": keys}, job.staging)),
+                manifest=manifest,
+            )
+        (point / "COMMITTED").write_text("committed\n")
+        (point.parent / "LATEST").write_text(point.name.removeprefix("tmp_") + "\n")
+
+    return write
 
 
 ADVERSARIAL: dict[str, tuple[Callable[[Path], None], Cause]] = {

@@ -19,8 +19,11 @@ The parts are built by nemo_rl_data_plane.py (partitions, cut keys, KVBatchMeta)
 (the ledgers) and nemo_rl_snapshots.py (replay index, Gym state, snapshot manifests); this module writes
 recovery points of them.
 
-Also what must fail or skip: truncated files, wrong digests, missing advertised files, unknown schema
-versions, a pickle that would run code, one that names billions of keys through shared references.
+Also ledger schema 4 in both layouts, the August branch's snapshots (manifest schema 1, COMMITTED,
+LATEST, plain-delete pruning), a bootstrap anchor with snapshots of schema 4-6, and `tmp_`, `old_`,
+`trash_` directories. Also what must fail or skip: truncated files, wrong digests, missing advertised
+files, unknown schema versions, a pickle that would run code, one that names billions of keys through
+shared references.
 
     python tests/support/nemo_rl_checkpoints.py OUT_DIR   writes one of each under OUT_DIR
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,11 +44,15 @@ if __package__ in (None, ""):  # run as a script (above): its sibling modules ar
 from support.nemo_rl_data_plane import CANONICAL, cut_key, saved
 from support.nemo_rl_ledgers import (
     SCHEMA_VERSION,
+    attempt_v4,
     expanding_ledger,
     finalized_group,
     group_v3,
     inventory,
     ledger_v3,
+    ledger_v4,
+    lineage_group_v4,
+    prompt_group_v4,
     sibling_history_v3,
 )
 from support.nemo_rl_snapshots import cut_proofs, gym_checkpoint, replay_index, snapshot_manifest
@@ -155,7 +163,63 @@ def main(out: Path) -> None:
     write_truncated(out / "truncated" / "step_3", inventory(keys))
     write_point(out / "expanding" / "step_3", expanding_ledger())
     write_checkpoint(out / "in_progress" / "tmp_step_4", inventory(keys))
+    write_checkpoint(out / "swapping" / "old_step_4", inventory(keys))
+    write_point(
+        out / "schema4_lineage" / "step_3",
+        ledger_v4([lineage_group_v4("g1", [[attempt_v4("sealed", ["s/4"], "g1_g0")]])]),
+    )
+    write_point(out / "schema4_prompts" / "step_3", ledger_v4([prompt_group_v4("g1")]))
+    write_august_snapshots(out / "august" / "step_3", 3, keep_latest_k=2)
+    bootstrap = out / "bootstrap" / "bootstrap"
+    bootstrap.mkdir(parents=True)
+    (bootstrap / "manifest.json").write_text(json.dumps(BOOTSTRAP_ANCHOR))
+    for schema_version in (4, 5, 6):
+        point = snapshot_dir(bootstrap, schema_version)
+        write_point(
+            point,
+            ledger_v3([]),
+            manifest=snapshot_manifest(
+                schema_version, gym_checkpoint(point, {"token_capture_staging": [f"gym/{schema_version}"]})
+            ),
+        )
+    snapshot_dir(out / "snapshot_in_progress" / "step_3", 2, "tmp_").mkdir(parents=True)
+    snapshot_dir(bootstrap, 1, "trash_").mkdir()
     print(f"wrote NeMo RL recovery points under {out}")
+
+
+BOOTSTRAP_ANCHOR = {
+    "schema_version": 6,
+    "base_train_step": 0,
+    "trainer_version": 0,
+    "bootstrap_fingerprint": "f" * 64,
+}
+AUGUST_MANIFEST = {
+    "schema_version": 1,
+    "trainer_version": 0,
+    "current_epoch": 0,
+    "mutation_version": 1,
+    "rolled_back_train_group_count": 0,
+    "bootstrap_fingerprint": None,
+}
+
+
+def write_august_snapshots(step: Path, count: int, keep_latest_k: int) -> None:
+    """`step` with `count` snapshots as the August branch commits them (files, COMMITTED, rename, LATEST,
+    then the oldest beyond `keep_latest_k` removed by plain delete): ledger schema 2, manifest schema 1."""
+    number = int(step.name.removeprefix("step_"))
+    write_checkpoint(step, inventory({"g0": [f"s/{number}"]}))
+    for sequence in range(1, count + 1):
+        tmp = snapshot_dir(step, sequence, "tmp_")
+        write_point(
+            tmp,
+            inventory({f"g{sequence}": [f"snap/{sequence}"]}),
+            manifest={**AUGUST_MANIFEST, "base_train_step": number},
+        )
+        (tmp / "COMMITTED").write_text("committed\n")
+        tmp.rename(snapshot_dir(step, sequence))
+        (tmp.parent / "LATEST").write_text(f"{snapshot_dir(step, sequence).name}\n")
+        for stale in range(1, sequence - keep_latest_k + 1):
+            shutil.rmtree(snapshot_dir(step, stale), ignore_errors=True)
 
 
 if __name__ == "__main__":

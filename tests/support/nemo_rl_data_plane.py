@@ -66,3 +66,44 @@ def saved(state: Any) -> bytes:
 def cut_key(checkpoint: str, rollout: str, call: str, seq: int) -> str:
     """A generation-cut chunk row: `__generation_cut__/{checkpoint_id}/{rollout_id}/{model_call_id}/{seq}`."""
     return f"__generation_cut__/{checkpoint}/{rollout}/{call}/{seq}"
+
+
+HISTOGRAM_MODULE = "wandb.sdk.data_types.histogram"
+
+
+class Histogram:
+    """A stand-in for wandb's `Histogram` (wandb is not installed), pickled under wandb's own module path,
+    as NeMo RL's newest finalizer writes it into the replay index's `extra_info["rollout_metrics"]`."""
+
+    def __init__(self, sequence: list[float]) -> None:
+        self.histogram = [len(sequence)]
+        self.bins = [min(sequence), max(sequence)]
+        self._log_type = "histogram"
+
+
+Histogram.__module__ = HISTOGRAM_MODULE
+
+
+@contextlib.contextmanager
+def importable(module_name: str, **classes: Any) -> Iterator[None]:
+    """`module_name` importable (holding `classes`) while inside: pickle finds a class by module and name."""
+    parts = module_name.split(".")
+    names = [".".join(parts[: depth + 1]) for depth in range(len(parts))]
+    assert not any(name in sys.modules for name in names), "a real module of that name is loaded"
+    for name in names:
+        sys.modules[name] = types.ModuleType(name)
+    for name, value in classes.items():
+        setattr(sys.modules[module_name], name, value)
+    try:
+        yield
+    finally:
+        for name in names:
+            del sys.modules[name]
+
+
+def with_rollout_metrics(index: dict[str, Any]) -> dict[str, Any]:
+    """The replay index with NeMo's finalizer's telemetry in each group's `extra_info["rollout_metrics"]`
+    (write it inside `importable(HISTOGRAM_MODULE, Histogram=Histogram)`)."""
+    for entry in index["groups"]:
+        entry["meta"].extra_info["rollout_metrics"] = {"reward": Histogram([0.0, 1.0]), "turns": 3}
+    return index

@@ -5,13 +5,9 @@ August branch's schema-1 snapshots (COMMITTED, LATEST) and both ledger schema 4 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import sys
-import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +20,15 @@ from tq_gc.references.manifests import ManifestsSource
 from tq_gc.rows import RowId, rows_of
 
 from support.nemo_rl_checkpoints import RunsCode, snapshot_dir, write_checkpoint, write_point
-from support.nemo_rl_data_plane import CANONICAL, STAGING, nemo_modules
+from support.nemo_rl_checkpoints import main as generate
+from support.nemo_rl_data_plane import (
+    CANONICAL,
+    HISTOGRAM_MODULE,
+    STAGING,
+    Histogram,
+    importable,
+    nemo_modules,
+)
 from support.nemo_rl_ledgers import (
     attempt_v4,
     inventory,
@@ -33,6 +37,7 @@ from support.nemo_rl_ledgers import (
     lineage_group_v4,
     prompt_group_v4,
 )
+from support.nemo_rl_oracle import restore_keeps
 from support.nemo_rl_snapshots import replay_index, snapshot_manifest
 
 
@@ -97,21 +102,6 @@ def test_other_dangling_links_are_not_points_and_do_not_matter(ckpt: Path, tmp_p
 
 # -- objects in fields that name no rows -------------------------------------------------------------------
 
-HISTOGRAM_MODULE = "wandb.sdk.data_types.histogram"
-
-
-class Histogram:
-    """A stand-in for wandb's `Histogram` (wandb is not installed), pickled under wandb's own module path,
-    as NeMo's finalizer writes it into the replay index's `extra_info["rollout_metrics"]`."""
-
-    def __init__(self, sequence: list[float]) -> None:
-        self.histogram = [len(sequence)]
-        self.bins = [min(sequence), max(sequence)]
-        self._log_type = "histogram"
-
-
-Histogram.__module__ = HISTOGRAM_MODULE
-
 
 class WritesOnBuild:
     """A class whose own `__setstate__` would create `marker`: a loader that builds it runs code."""
@@ -124,23 +114,6 @@ class WritesOnBuild:
 
 
 WritesOnBuild.__module__ = "nemo_rl_test_evil"
-
-
-@contextlib.contextmanager
-def importable(module_name: str, **classes: Any) -> Iterator[None]:
-    """`module_name` importable (holding `classes`) while inside: pickle finds a class by module and name."""
-    parts = module_name.split(".")
-    names = [".".join(parts[: depth + 1]) for depth in range(len(parts))]
-    assert not any(name in sys.modules for name in names), "a real module of that name is loaded"
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    for name, value in classes.items():
-        setattr(sys.modules[module_name], name, value)
-    try:
-        yield
-    finally:
-        for name in names:
-            del sys.modules[name]
 
 
 def replay_with(metrics: Any = None, tag: Any = None) -> dict[str, Any]:
@@ -424,3 +397,38 @@ def test_a_schema_4_ledger_of_neither_layout_or_one_nemo_refuses_fails_closed(
     write_checkpoint(ckpt / "step_3", state)
     with pytest.raises(ReferenceSourceError, match=message):
         read(ckpt)
+
+
+# -- the generator's layouts, read by the reader and by the oracle -----------------------------------------
+
+READABLE = ["schema2", "schema3", "schema4_lineage", "schema4_prompts", "august", "bootstrap"]
+REFUSED = ["wrong_digest", "unknown_schema", "truncated", "expanding"]
+SKIPPED = ["in_progress", "swapping", "snapshot_in_progress"]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("generated")
+    generate(out)
+    return out
+
+
+@pytest.mark.parametrize("layout", READABLE)
+def test_the_reader_keeps_exactly_what_the_oracle_of_nemos_restore_keeps(
+    generated: Path, layout: str
+) -> None:
+    found = read(generated / layout)
+    assert {row.key for row in found if row.partition == STAGING} == restore_keeps(generated / layout)
+    assert found or layout == "schema4_prompts"  # the prompt-reference ledger names no rows
+
+
+@pytest.mark.parametrize("layout", REFUSED)
+def test_the_generators_refused_files_fail_the_source(generated: Path, layout: str) -> None:
+    with pytest.raises(ReferenceSourceError):
+        read(generated / layout)
+
+
+@pytest.mark.parametrize("layout", SKIPPED)
+def test_the_generators_saves_in_progress_skip(generated: Path, layout: str) -> None:
+    with pytest.raises(CheckpointInProgress):
+        read(generated / layout)

@@ -1,0 +1,133 @@
+"""The oracle: the staging keys NeMo RL's restore keeps, computed from a checkpoint directory's files as
+NeMo's own restore chooses and loads them (NVIDIA-NeMo/RL `resolve_latest_snapshot`, setup.py's anchor,
+the ledger and replay index loaded in full with torch, as NeMo loads them). It shares no code with
+tq-gc's reader: a test that compares the two catches a reader that drifts from NeMo.
+
+Which points: every `step_N` (NeMo restores the newest, and keeps `keep_top_k` older ones a restore
+reaches once the newer are removed), each with the snapshots its restore would accept (newest first,
+every one it would not pass over: a COMMITTED file for the August schema 1, a manifest that parses and
+names the step's lineage); bootstrap snapshots only while no step exists. A step that is a link to
+nothing, or one whose snapshots would all be passed over, makes NeMo's restore stop: RestoreRefused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from support.nemo_rl_data_plane import HISTOGRAM_MODULE, Histogram, importable, nemo_modules
+
+INVENTORY = "rollout_recovery.pt"
+REPLAY = "replay_buffer_metadata.pt"
+_COUNTERS = (
+    "base_train_step",
+    "trainer_version",
+    "current_epoch",
+    "mutation_version",
+    "rolled_back_train_group_count",
+)
+
+
+class RestoreRefused(Exception):
+    """NeMo RL's restore would stop here."""
+
+
+def restore_keeps(ckpt: Path) -> set[str]:
+    return {key for point in restore_points(ckpt) for key in point_keeps(point)}
+
+
+def restore_points(ckpt: Path) -> list[Path]:
+    steps = sorted(
+        (path for path in ckpt.iterdir() if re.fullmatch(r"step_\d+", path.name)),
+        key=lambda path: int(path.name[5:]),
+    )
+    points: list[Path] = []
+    for step in steps:
+        if not step.is_dir():
+            raise RestoreRefused(f"{step} is not there")
+        info = _json(step / "training_info.json") or {}
+        current = info.get("current_step", int(step.name[5:]))
+        recorded = info.get("trainer_version")
+        version = recorded if recorded is not None else (current if info else None)
+        points.append(step)
+        points += accepted_snapshots(step, current, version, None)
+    bootstrap = ckpt / "bootstrap"
+    if not steps and bootstrap.is_dir():
+        anchor = _json(bootstrap / "manifest.json")
+        fingerprint = anchor["bootstrap_fingerprint"] if isinstance(anchor, dict) else "any"
+        points += accepted_snapshots(bootstrap, 0, 0, fingerprint)
+    return points
+
+
+def accepted_snapshots(anchor: Path, step: int, version: int | None, fingerprint: str | None) -> list[Path]:
+    root = anchor / "rollout_snapshots"
+    found = [path for path in root.glob("snapshot_*") if re.fullmatch(r"snapshot_\d+", path.name)]
+    accepted, passed_over = [], []
+    for snapshot in sorted(found, key=lambda path: int(path.name[9:]), reverse=True):
+        manifest = _json(snapshot / "manifest.json")
+        august = isinstance(manifest, dict) and manifest.get("schema_version") == 1
+        if august and not (snapshot / "COMMITTED").is_file():
+            continue  # the August restore looks only at committed snapshots
+        if not _manifest_accepted(manifest, step, version, fingerprint):
+            passed_over.append(snapshot)
+            continue
+        accepted.append(snapshot)
+    if passed_over and not accepted:
+        raise RestoreRefused(f"every snapshot of {anchor} is passed over")
+    return accepted
+
+
+def _manifest_accepted(manifest: Any, step: int, version: int | None, fingerprint: str | None) -> bool:
+    if not isinstance(manifest, dict) or manifest.get("schema_version") not in (1, 4, 5, 6):
+        return False
+    counters = [manifest.get(name) for name in _COUNTERS]
+    if manifest["schema_version"] != 1:
+        counters.append(manifest.get("sampler_dispatch_index", "missing"))
+    if not all(type(value) is int for value in counters) or min(counters[:5]) < 0:
+        return False
+    if manifest["schema_version"] >= 6 and manifest.get("gym_generation_cut_proofs"):
+        return False
+    return (
+        manifest["base_train_step"] == step
+        and (version is None or manifest["trainer_version"] == version)
+        and (fingerprint == "any" or manifest.get("bootstrap_fingerprint") == fingerprint)
+    )
+
+
+def point_keeps(point: Path) -> set[str]:
+    keys: set[str] = set()
+    with nemo_modules(), importable(HISTOGRAM_MODULE, Histogram=Histogram):  # loaded in full, as NeMo does
+        if (point / INVENTORY).exists():
+            ledger = torch.load(point / INVENTORY, weights_only=False)
+            for group_state in ledger["groups"]:
+                for sibling in group_state.get("siblings", []):  # schema 4's prompt references have none
+                    if sibling["attempts"][-1]["status"] == "sealed":
+                        keys.update(sibling["attempts"][-1]["staging_keys"])
+        if (point / REPLAY).exists():
+            for replay_group in torch.load(point / REPLAY, weights_only=False)["groups"]:
+                for tag in replay_group["meta"].tags or []:
+                    if "route_assembly_plan" in tag:
+                        keys.update(tag["route_assembly_plan"]["cleanup_staging_keys"])
+    manifest = _json(point / "manifest.json")
+    if isinstance(manifest, dict) and manifest.get("schema_version") != 1:
+        for participant in (manifest.get("gym_checkpoint") or {}).get("participants", []):
+            if participant["participant"]["component"] == "responses_api_models":
+                index = point / participant["payload"]["storage_reference_index"]["relative_path"]
+                keys.update(json.loads(line)["key"] for line in index.read_text().splitlines() if line)
+        for proof in manifest.get("gym_generation_cut_proofs", []):
+            for worker in proof.get("workers", []):
+                for prefix in (worker.get("generation_cut_receipt") or {}).get("prefixes", []):
+                    if prefix["disposition"] == "durable_prefix":
+                        keys.update(prefix["staging_keys"])
+    return keys
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
