@@ -7,15 +7,17 @@ here it protects nothing. If it passed over every one, its restore raises ("no c
 snapshot matches the selected trainer anchor"): here the source fails closed. Cited, in NeMo RL:
 - August layout, snapshot schema 1: branch `amahishi/partial-rollout-periodic-v2` at 9355cc54,
   rollout_checkpoint.py lines 466-515 (`resolve_latest_snapshot`: a candidate without its `COMMITTED`
-  file is skipped silently, lines 490-491; a missing, unparsable or foreign manifest is passed over,
-  lines 492-505; none left and some passed over raises, lines 509-514), `RolloutSnapshotManifest.
-  from_mapping` lines 181-230; the `LATEST` pointer it writes (lines 443-448) is never read back.
+  file is skipped silently, lines 489-490; a missing, unparsable or foreign manifest is passed over,
+  lines 491-507; none taken and some passed over raises, lines 510-515), `RolloutSnapshotManifest.
+  from_mapping` lines 179-226; `commit_snapshot` (lines 423-462) writes the `LATEST` pointer (line 441
+  on), which nothing reads back, and prunes by plain `shutil.rmtree` (line 461).
 - Snapshot schemas 4-6 (the newer layout, no COMMITTED file; read from the code index, 2026-09): the same
   walk, its `from_mapping` checking also `sampler_dispatch_index`, `gym_topology_fingerprint` and the cut
   proofs' schema.
 The anchor's identity: for `step_N`, its `training_info.json` (`current_step`, `trainer_version`, else
-the step; setup.py lines 833-838 at 9355cc54) and no bootstrap fingerprint; for `bootstrap`, step 0,
-version 0 and the fingerprint its own `manifest.json` records (setup.py lines 864-881).
+the step; setup.py lines 832-838 at 9355cc54) and no bootstrap fingerprint; for `bootstrap`, read only
+while no `step_N` exists (lines 839-881), step 0, version 0 and the fingerprint its own `manifest.json`
+records (validated against the run's config at line 864).
 
 Every snapshot it would accept is kept, not only the newest: the older ones are the fallbacks NeMo
 retains (`keep_latest_k`). One it would accept but whose files its load refuses fails when read
