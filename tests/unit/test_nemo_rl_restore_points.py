@@ -336,6 +336,14 @@ def test_a_save_being_written_says_since_when(ckpt: Path) -> None:
     assert caught.value.oldest() == (str(ckpt / "tmp_step_4"), 1_000_000_000)
 
 
+def test_a_ledger_without_its_metadata_says_since_when(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}), metadata=False)
+    os.utime(ckpt / "step_3", (1_000_000_000, 1_000_000_000))
+    with pytest.raises(CheckpointInProgress) as caught:
+        ManifestsSource([nemo_source(ckpt)]).read()
+    assert caught.value.oldest() == (str(ckpt / "step_3"), 1_000_000_000)
+
+
 # -- ledger schema 4: two layouts, told apart by shape ---------------------------------------------------
 
 
@@ -432,3 +440,26 @@ def test_the_generators_refused_files_fail_the_source(generated: Path, layout: s
 def test_the_generators_saves_in_progress_skip(generated: Path, layout: str) -> None:
     with pytest.raises(CheckpointInProgress):
         read(generated / layout)
+
+
+# -- a volume that is not mounted --------------------------------------------------------------------------
+
+
+def test_a_checkpoint_volume_not_mounted_where_mount_point_says_fails_closed(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g1": ["s/1"]}))
+    source = ManifestSource(
+        glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery", mount_point=str(ckpt)
+    )
+    with pytest.raises(ReferenceSourceError, match=f"{ckpt} is not a mount point"):
+        ManifestsSource([source]).read()
+
+
+def test_a_checkpoint_volume_without_its_marker_fails_closed(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g1": ["s/1"]}))
+    source = ManifestSource(
+        glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery", marker=".volume-ok"
+    )
+    with pytest.raises(ReferenceSourceError, match=r"marker '\.volume-ok' is missing"):
+        ManifestsSource([source]).read()
+    (ckpt / ".volume-ok").write_text("")
+    assert rows_of(ManifestsSource([source]).read()) == staging("s/1")

@@ -38,7 +38,8 @@ class NemoRlRecoveryReader(FormatReader[nemo_rl.PointFiles]):
         try:
             return nemo_rl.restore_rows(found, source.partition)
         except nemo_rl.SaveInProgress as exc:
-            raise CheckpointInProgress(source.glob, [str(found.directory)]) from exc
+            directory = str(found.directory)
+            raise CheckpointInProgress(source.glob, [directory], _mtime(found.directory)) from exc
         except nemo_rl.InventoryError as exc:
             raise file_error(found.directory, str(exc)) from None
 
@@ -48,3 +49,10 @@ class NemoRlRecoveryReader(FormatReader[nemo_rl.PointFiles]):
             f"{len(summary.files)} committed checkpoint(s) ({checkpoints}), "
             f"{summary.rows} rows named in {source.partition}"
         )
+
+
+def _mtime(directory: Path) -> dict[str, float]:
+    try:
+        return {str(directory): directory.stat().st_mtime}
+    except OSError:
+        return {}
