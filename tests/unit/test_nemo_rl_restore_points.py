@@ -5,12 +5,14 @@ August branch's schema-1 snapshots (COMMITTED, LATEST) and both ledger schema 4 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
 import torch
 
@@ -463,3 +465,19 @@ def test_a_checkpoint_volume_without_its_marker_fails_closed(ckpt: Path) -> None
         ManifestsSource([source]).read()
     (ckpt / ".volume-ok").write_text("")
     assert rows_of(ManifestsSource([source]).read()) == staging("s/1")
+
+
+def test_metrics_of_any_python_shape_are_inert(ckpt: Path) -> None:
+    """Telemetry as it comes: numpy arrays and scalars, a defaultdict and a Counter (pickled with items
+    set on the object after it is made), a set, a tensor."""
+    metrics = {
+        "reward": Histogram([0.0, 1.0]),
+        "lengths": numpy.arange(4, dtype=numpy.int64),
+        "mean": numpy.float32(0.5),
+        "by_task": collections.defaultdict(list, {"math": [1, 2]}),
+        "stops": collections.Counter({"eos": 3}),
+        "tags": {"a", "b"},
+        "tensor": torch.ones(2),
+    }
+    write_replay_point(ckpt / "step_3", replay_with(metrics=metrics))
+    assert read(ckpt) == staging("route/5a") | {RowId(CANONICAL, "g5_g0")}

@@ -104,6 +104,16 @@ class Inert:
     def __setstate__(self, state: Any) -> None:  # BUILD: the state kept, unused
         self.state = state
 
+    # A dict or list subclass (defaultdict, Counter) gets its items after it is made (SETITEMS, APPENDS)
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.__dict__.setdefault("items", []).append((key, value))
+
+    def append(self, value: Any) -> None:
+        self.__dict__.setdefault("items", []).append(value)
+
+    def extend(self, values: Any) -> None:
+        self.__dict__.setdefault("items", []).extend(values)
+
     def __repr__(self) -> str:
         return f"<inert {self.global_name}>"
 
