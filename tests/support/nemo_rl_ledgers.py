@@ -55,10 +55,25 @@ def group(
         "group_max_weight_version": 3 if finalized else None,
         "claimed_train_step": 4 if status in ("claimed_for_training", "applied_uncheckpointed") else None,
         "siblings": [
-            {"generation_index": index, "attempts": list(attempts)}
+            {"generation_index": index, "attempts": gated(group_id, index, attempts)}
             for index, attempts in enumerate(attempts_per_sibling)
         ],
     }
+
+
+def gated(group_id: str, index: int, attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempts with each sealed receipt's `rollout_id` the gate id NeMo derives and checks on load,
+    `{group_id}_g{index}_a{attempt_uuid hex}` (with `-a{gym_attempt}` for a resumed Gym attempt)."""
+    result = []
+    for attempt_state in attempts:
+        receipt = attempt_state.get("receipt")
+        if isinstance(receipt, dict) and isinstance(attempt_state.get("attempt_uuid"), bytes):
+            gate = f"{group_id}_g{index}_a{attempt_state['attempt_uuid'].hex()}"
+            if attempt_state.get("gym_attempt"):
+                gate += f"-a{attempt_state['gym_attempt']}"
+            attempt_state = {**attempt_state, "receipt": {**receipt, "rollout_id": gate}}
+        result.append(attempt_state)
+    return result
 
 
 def finalized_group(
@@ -219,7 +234,7 @@ def lineage_group_v4(
         "status": "ready_to_finalize" if all(status == "sealed" for status in current) else "generating",
         "phase": "admitted",
         "siblings": [
-            {"generation_index": index, "attempts": list(attempts)}
+            {"generation_index": index, "attempts": gated(group_id, index, attempts)}
             for index, attempts in enumerate(attempts_per_sibling)
         ],
     }

@@ -481,3 +481,22 @@ def test_metrics_of_any_python_shape_are_inert(ckpt: Path) -> None:
     }
     write_replay_point(ckpt / "step_3", replay_with(metrics=metrics))
     assert read(ckpt) == staging("route/5a") | {RowId(CANONICAL, "g5_g0")}
+
+
+# -- a sealed attempt's receipt must be its own, as NeMo's loaders check ------------------------------------
+
+
+@pytest.mark.parametrize("schema", [2, 4])
+def test_a_sealed_receipt_of_another_attempt_is_refused_as_nemo_refuses_it(ckpt: Path, schema: int) -> None:
+    if schema == 2:
+        state = inventory({"g1": ["s/1"]})
+        sealed = state["groups"][0]["siblings"][0]["attempts"][-1]
+    else:
+        state = ledger_v4([lineage_group_v4("g1", [[attempt_v4("sealed", ["s/1"])]])])
+        sealed = state["groups"][0]["siblings"][0]["attempts"][-1]
+    write_checkpoint(ckpt / "step_3", state)
+    assert read(ckpt) == staging("s/1")  # the generator writes the identity NeMo derives
+    sealed["receipt"]["rollout_id"] = "g1_g0_a" + "0" * 32
+    write_checkpoint(ckpt / "step_3", state)
+    with pytest.raises(ReferenceSourceError, match="receipt is another attempt's"):
+        read(ckpt)

@@ -35,6 +35,7 @@ class AttemptRules:
     statuses: frozenset[str]
     keyed_statuses: frozenset[str]  # besides "sealed", statuses whose attempts may keep keys
     sealed_needs_receipt: bool
+    gate_identity: bool = False  # a sealed receipt's rollout_id must be its attempt's gate id
 
 
 def schema_version(state: Any) -> int:
@@ -65,6 +66,8 @@ def current_sealed_keys(
                 )
             for at, attempt in attempts:
                 _check_attempt(attempt, rules, budget, at)
+                if rules.gate_identity:
+                    _check_gate(group, place, sibling, attempt, at)
             last_at, last = attempts[-1]
             if last["status"] == "sealed":
                 keys.update(budget.take(last["staging_keys"], f"{last_at}.staging_keys"))
@@ -95,6 +98,32 @@ def _check_attempt(attempt: Mapping[str, Any], rules: AttemptRules, budget: KeyB
         raise InventoryError(
             f"{where} is {status} yet keeps staging keys (only sealed attempts may): NeMo RL's restore "
             "refuses it"
+        )
+
+
+def _check_gate(
+    group: Mapping[str, Any], place: str, sibling: Mapping[str, Any], attempt: Mapping[str, Any], at: str
+) -> None:
+    """NeMo's loaders (schema 2, schema 4's sibling lineage) derive each attempt's gate id,
+    `{group_id}_g{generation_index}_a{attempt_uuid hex}` (`-a{gym_attempt}` for a resumed Gym attempt),
+    and refuse a sealed receipt naming another ("sealed receipt identity mismatch")."""
+    index = place.rsplit("[", 1)[1].rstrip("]")
+    if str(sibling.get("generation_index")) != index:
+        raise InventoryError(f"{place}.generation_index is not {index}: NeMo RL's restore refuses it")
+    raw = attempt.get("attempt_uuid")
+    if not isinstance(raw, bytes) or len(raw) != 16:
+        raise InventoryError(f"{at}.attempt_uuid is not 16 bytes: NeMo RL's restore refuses it")
+    receipt = attempt.get("receipt")
+    if attempt.get("status") != "sealed" or not isinstance(receipt, dict):
+        return
+    gate = f"{group.get('group_id')}_g{index}_a{raw.hex()}"
+    gym_attempt = attempt.get("gym_attempt", 0)
+    if gym_attempt:
+        gate += f"-a{gym_attempt}"
+    if receipt.get("rollout_id") != gate:
+        raise InventoryError(
+            f"{at}: the sealed receipt is another attempt's ({receipt.get('rollout_id')!r}, not {gate!r}): "
+            "NeMo RL's restore refuses it"
         )
 
 

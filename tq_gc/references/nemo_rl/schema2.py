@@ -21,6 +21,7 @@ RULES = AttemptRules(
     statuses=frozenset({"reserved", "dispatched", "sealed", "failed", "abandoned"}),
     keyed_statuses=frozenset(),
     sealed_needs_receipt=True,
+    gate_identity=True,
 )
 GROUP_STATUSES = frozenset(
     {

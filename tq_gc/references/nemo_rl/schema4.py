@@ -57,6 +57,7 @@ RULES = AttemptRules(
     statuses=frozenset({"reserved", "dispatched", "sealed", "failed", "abandoned"}),
     keyed_statuses=frozenset(),
     sealed_needs_receipt=False,
+    gate_identity=True,
 )
 
 
