@@ -217,14 +217,14 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
     report = job.past_grace()
     assert {row.key for row in report.deleted_sample} == set(first)
 
-    # step_2: schema 2 (a finalized group, its canonical_meta a KVBatchMeta) keeping one of step_1's
-    # sealed rows; keep_top_k=1 prunes step_1 and its snapshots.
+    # step_2: schema 2 (a finalized group, its canonical_meta a KVBatchMeta whose route plan keeps one of
+    # its rows) keeping one of step_1's sealed rows; keep_top_k=1 prunes step_1 and its snapshots.
     finalized = cuts("step_2", "g3_g0")
     put_rows(job.staging, finalized)
     ledger2 = {
         "schema_version": 2,
         "groups": [
-            finalized_group("g3", [finalized]),
+            finalized_group("g3", [finalized], route=finalized[:1]),
             group("g1", [[attempt("sealed", sealed[:1], "g1_g0")], [attempt("dispatched")]]),
         ],
         "open_train_step": None,
@@ -234,8 +234,10 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
     report = job.past_grace()
 
     assert report.outcome is Outcome.COMPLETED
-    assert restore_keeps(ckpt) == {*finalized, sealed[0]}
-    assert job.keys() == {*finalized, sealed[0], *out_of_scope}  # everything else reclaimed after grace
+    # g3 is published: of its staging rows only what its route plan names is kept (finalization clears
+    # the rest); g1's sealed row is kept.
+    assert restore_keeps(ckpt) == {finalized[0], sealed[0]}
+    assert job.keys() == {finalized[0], sealed[0], *out_of_scope}  # everything else reclaimed after grace
 
     # step_2's periodic snapshots on the August layout (manifest schema 1, COMMITTED, LATEST, plain
     # delete), their replay index carrying wandb Histograms; the newest one's manifest torn.
@@ -248,7 +250,7 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
     report = job.past_grace()
     assert report.outcome is Outcome.COMPLETED  # NeMo passes the torn one over and restores snapshot 2
     assert {row.key for row in report.deleted_sample} == set(august[0] + august[2])
-    assert job.keys() == {*finalized, sealed[0], *august[1], *out_of_scope}
+    assert job.keys() == {finalized[0], sealed[0], *august[1], *out_of_scope}
 
     # step_3 on a volume that is not mounted: a dangling link. No sweep deletes until it is back.
     lost_later = cuts("step_2", "lost")

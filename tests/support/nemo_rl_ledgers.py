@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from support.nemo_rl_data_plane import CANONICAL, KVBatchMeta, cut_key
+from support.nemo_rl_snapshots import route_plan
 
 SCHEMA_VERSION = 2
 
@@ -77,10 +78,14 @@ def gated(group_id: str, index: int, attempts: Sequence[dict[str, Any]]) -> list
 
 
 def finalized_group(
-    group_id: str, keys_per_sibling: Sequence[Sequence[str]], status: str = "finalized"
+    group_id: str,
+    keys_per_sibling: Sequence[Sequence[str]],
+    status: str = "finalized",
+    route: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A schema-2 group whose siblings are sealed and whose canonical rows are published: its
-    canonical_meta is a KVBatchMeta dataclass (what weights-only loading refuses)."""
+    canonical_meta is a KVBatchMeta dataclass (what weights-only loading refuses). With `route`, the
+    first row's tags carry a route plan (deferred router replay) whose cleanup keys are `route`."""
     sample_ids = [f"{group_id}_g{index}" for index in range(len(keys_per_sibling))]
     meta = KVBatchMeta(
         partition_id=CANONICAL,
@@ -90,6 +95,9 @@ def finalized_group(
         sequence_lengths=[7] * len(sample_ids),
         tags=[{"weight_version": torch.tensor(3)} for _ in sample_ids],  # stamp_tags mirrors tensors
     )
+    if route:
+        assert meta.tags is not None
+        meta.tags[0]["route_assembly_plan"] = route_plan(route)
     attempts = [
         [attempt("sealed", keys, rollout_id=f"{group_id}_g{i}")] for i, keys in enumerate(keys_per_sibling)
     ]

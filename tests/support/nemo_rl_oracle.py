@@ -1,6 +1,7 @@
 """The oracle: the staging keys NeMo RL's restore keeps, computed from a checkpoint directory's files as
 NeMo's own restore chooses and loads them (NVIDIA-NeMo/RL `resolve_latest_snapshot`, setup.py's anchor,
-the ledger and replay index loaded in full with torch, as NeMo loads them). It shares no code with
+the ledger and replay index loaded in full with torch, as NeMo loads them, and the ledger's keys taken as
+its `expected_staging_keys` takes them). It shares no code with
 tq-gc's reader: a test that compares the two catches a reader that drifts from NeMo.
 
 Which points: every `step_N` (NeMo restores the newest, and keeps `keep_top_k` older ones a restore
@@ -104,14 +105,16 @@ def point_keeps(point: Path) -> set[str]:
         if (point / INVENTORY).exists():
             ledger = torch.load(point / INVENTORY, weights_only=False)
             for group_state in ledger["groups"]:
+                meta = group_state.get("canonical_meta")  # schema 2: published, its route plans keep
+                if meta is not None:
+                    keys.update(route_plan_cleanup(meta.tags))
+                    continue
                 for sibling in group_state.get("siblings", []):  # schema 4's prompt references have none
                     if sibling["attempts"][-1]["status"] == "sealed":
                         keys.update(sibling["attempts"][-1]["staging_keys"])
         if (point / REPLAY).exists():
             for replay_group in torch.load(point / REPLAY, weights_only=False)["groups"]:
-                for tag in replay_group["meta"].tags or []:
-                    if "route_assembly_plan" in tag:
-                        keys.update(tag["route_assembly_plan"]["cleanup_staging_keys"])
+                keys.update(route_plan_cleanup(replay_group["meta"].tags))
     manifest = _json(point / "manifest.json")
     if isinstance(manifest, dict) and manifest.get("schema_version") != 1:
         for participant in (manifest.get("gym_checkpoint") or {}).get("participants", []):
@@ -124,6 +127,15 @@ def point_keeps(point: Path) -> set[str]:
                     if prefix["disposition"] == "durable_prefix":
                         keys.update(prefix["staging_keys"])
     return keys
+
+
+def route_plan_cleanup(tags: list[dict[str, Any]] | None) -> set[str]:
+    return {
+        key
+        for tag in tags or []
+        if "route_assembly_plan" in tag
+        for key in tag["route_assembly_plan"]["cleanup_staging_keys"]
+    }
 
 
 def _json(path: Path) -> Any:

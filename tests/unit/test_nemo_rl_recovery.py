@@ -86,14 +86,17 @@ def ckpt(tmp_path: Path) -> Path:
 # -- schema 2 ----------------------------------------------------------------------------------------
 
 
-def test_schema_2_keeps_each_siblings_sealed_current_attempt_and_finalized_groups_canonical_rows(
+def test_schema_2_keeps_sealed_current_attempts_and_finalized_groups_canonical_rows_and_route_plans(
     ckpt: Path,
 ) -> None:
+    """NeMo's expected_staging_keys (rollout_recovery.py at 9355cc54, lines 306-332): before its canonical
+    rows are published a group keeps its sealed attempts' staging rows; after, only those its canonical
+    rows' route plans still need (finalization clears the rest)."""
     state = inventory({"g1": STEP3})
     state["groups"].append(finalized_group("g7", [["s/7a"], ["s/7b"]]))
-    state["groups"].append(finalized_group("g8", [["s/8"]], status="claimed_for_training"))
+    state["groups"].append(finalized_group("g8", [["s/8"]], status="claimed_for_training", route=["r/8"]))
     path = write_checkpoint(ckpt / "step_3", state)
-    assert read(ckpt) == staging(*STEP3, "s/7a", "s/7b", "s/8") | canonical("g7_g0", "g7_g1", "g8_g0")
+    assert read(ckpt) == staging(*STEP3, "r/8") | canonical("g7_g0", "g7_g1", "g8_g0")
     # What the reader replaces: weights-only loading refuses NeMo's KVBatchMeta dataclass.
     with pytest.raises(pickle.UnpicklingError, match="KVBatchMeta"):
         torch.load(path, weights_only=True)
@@ -557,7 +560,7 @@ def test_an_empty_bytes_value_and_kv_batch_meta_tensors_read(ckpt: Path) -> None
     state = {"schema_version": 2, "groups": [finalized_group("g9", [["k/9"]]) | {"canonical_meta": meta}]}
     state["groups"][0]["prompt_payload_sha256"] = b""  # pickled as bytes(): a field the reader skips
     write_checkpoint(ckpt / "step_3", state)
-    assert read(ckpt) == staging("k/9") | canonical("g9_g0")
+    assert read(ckpt) == canonical("g9_g0")  # published: its sealed staging row is finalization's to clear
 
 
 # -- config ------------------------------------------------------------------------------------------------

@@ -52,12 +52,15 @@ def current_sealed_keys(
     rules: AttemptRules,
     budget: KeyBudget,
     on_group: Callable[[Mapping[str, Any], str], None] | None = None,
+    owns_staging: Callable[[Mapping[str, Any]], bool] = lambda group: True,
 ) -> set[str]:
-    """Every group's siblings' last attempts' keys, if sealed; every attempt checked against `rules`."""
+    """Every group's siblings' last attempts' keys, if sealed (in groups that `owns_staging`); every
+    attempt of every group checked against `rules`."""
     keys: set[str] = set()
     for where, group in _dicts(state.get("groups"), "groups"):
         if on_group is not None:
             on_group(group, where)
+        keeps = owns_staging(group)
         for place, sibling in _dicts(group.get("siblings"), f"{where}.siblings"):
             attempts = list(_dicts(sibling.get("attempts"), f"{place}.attempts"))
             if not attempts:
@@ -69,7 +72,7 @@ def current_sealed_keys(
                 if rules.gate_identity:
                     _check_gate(group, place, sibling, attempt, at)
             last_at, last = attempts[-1]
-            if last["status"] == "sealed":
+            if keeps and last["status"] == "sealed":
                 keys.update(budget.take(last["staging_keys"], f"{last_at}.staging_keys"))
     return keys
 

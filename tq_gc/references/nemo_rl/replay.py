@@ -57,7 +57,11 @@ def _add_group(meta: KVBatchMetaRecord, found: LedgerRows, budget: KeyBudget, wh
     found.canonical.setdefault(partition, set()).update(
         budget.take(meta.get("sample_ids"), f"{where}.sample_ids")
     )
-    tags = meta.get("tags")
+    route_plan_keys(meta.get("tags"), found, budget, where)
+
+
+def route_plan_keys(tags: Any, found: LedgerRows, budget: KeyBudget, where: str) -> None:
+    """Add to `found` the `cleanup_staging_keys` of every route plan in a KVBatchMeta's `tags`."""
     if tags is None:
         return
     if not isinstance(tags, list):
