@@ -224,7 +224,7 @@ def test_across_a_run_no_row_a_restore_keeps_is_deleted_and_the_rest_is_reclaime
     ledger2 = {
         "schema_version": 2,
         "groups": [
-            finalized_group("g3", [finalized], route=finalized[:1]),
+            finalized_group("g3", [finalized], route=finalized[:1], staging=job.staging),
             group("g1", [[attempt("sealed", sealed[:1], "g1_g0")], [attempt("dispatched")]]),
         ],
         "open_train_step": None,

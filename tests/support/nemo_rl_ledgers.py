@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from support.nemo_rl_data_plane import CANONICAL, KVBatchMeta, cut_key
+from support.nemo_rl_data_plane import CANONICAL, STAGING, KVBatchMeta, cut_key
 from support.nemo_rl_snapshots import route_plan
 
 SCHEMA_VERSION = 2
@@ -82,6 +82,7 @@ def finalized_group(
     keys_per_sibling: Sequence[Sequence[str]],
     status: str = "finalized",
     route: Sequence[str] = (),
+    staging: str = STAGING,
 ) -> dict[str, Any]:
     """A schema-2 group whose siblings are sealed and whose canonical rows are published: its
     canonical_meta is a KVBatchMeta dataclass (what weights-only loading refuses). With `route`, the
@@ -97,7 +98,7 @@ def finalized_group(
     )
     if route:
         assert meta.tags is not None
-        meta.tags[0]["route_assembly_plan"] = route_plan(route)
+        meta.tags[0]["route_assembly_plan"] = route_plan(route, staging)
     attempts = [
         [attempt("sealed", keys, rollout_id=f"{group_id}_g{i}")] for i, keys in enumerate(keys_per_sibling)
     ]

@@ -7,11 +7,13 @@
     step_N/rollout_snapshots/trash_snapshot_NNNNNN/  pruned (renamed, then removed): not read
     bootstrap/rollout_snapshots/...             the same, before the first trainer checkpoint
 
-Each committed directory is a recovery point: NeMo's restore starts from the newest, but any may become
-the newest one again (a newer one is pruned, corrupt, or another restore mode is chosen), so each one's
-rows are kept until it is pruned. A `tmp_`/`old_` directory means a save is writing rows' references
-that cannot be read yet: the sweep skips (it also covers NeMo's own TQ save, which must not see a clear:
-see the package docstring).
+Every `step_N` is a recovery point (NeMo restores the newest; an older one once the newer are removed,
+or with another restore mode), and so is each snapshot NeMo's restore would accept (selection.py: one it
+passes over protects nothing; an anchor whose snapshots it would all pass over fails, as its restore
+stops); bootstrap snapshots only while no `step_N` exists. Each one's rows are kept until it is pruned.
+A `tmp_`/`old_` directory means a save is writing rows' references that cannot be read yet: the sweep
+skips (it also covers NeMo's own TQ save, which must not see a clear: see the package docstring). An
+entry named as a point that is a dangling symlink or cannot be looked at fails the source.
 """
 
 from __future__ import annotations
