@@ -298,7 +298,25 @@ def august_snapshot(job: Job, keys: list[str]) -> Callable[[Path], None]:
     return write
 
 
+def foreign_receipt(step: Path) -> None:
+    """A sealed receipt naming another attempt than its own: NeMo's loader refuses the ledger."""
+    state = inventory({"g9": ["x"]})
+    state["groups"][0]["siblings"][0]["attempts"][-1]["receipt"]["rollout_id"] = "g9_g0_a" + "0" * 32
+    write_point(step, state)
+
+
+def histogram_as_a_tag(step: Path) -> None:
+    """A wandb Histogram where the replay index's keys are read (a tag, which may carry a route plan)."""
+    index = replay_index({"g": ["x"]})
+    assert index["groups"][0]["meta"].tags is not None
+    index["groups"][0]["meta"].tags.append(Histogram([0.0]))
+    with importable(HISTOGRAM_MODULE, Histogram=Histogram):
+        write_point(step, ledger_v3([]), replay=index)
+
+
 ADVERSARIAL: dict[str, tuple[Callable[[Path], None], Cause]] = {
+    "another attempt's receipt": (foreign_receipt, Cause.SOURCE_FAILED),
+    "histogram where keys are read": (histogram_as_a_tag, Cause.SOURCE_FAILED),
     "truncated ledger": (lambda step: write_truncated(step, inventory({"g9": ["x"]})), Cause.SOURCE_FAILED),
     "wrong digest": (lambda step: write_point(step, inventory({}), digest="0" * 64), Cause.SOURCE_FAILED),
     "advertised ledger missing": (
