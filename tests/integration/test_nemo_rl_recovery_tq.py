@@ -341,7 +341,7 @@ ADVERSARIAL: dict[str, tuple[Callable[[Path], None], Cause]] = {
         Cause.SOURCE_FAILED,
     ),
     "snapshot being written": (
-        lambda step: snapshot_dir(step, 4, "tmp_").mkdir(parents=True),
+        lambda step: snapshot_dir(write_point(step).parent, 4, "tmp_").mkdir(parents=True),
         Cause.CHECKPOINT_IN_PROGRESS,
     ),
     "ledger without its metadata": (

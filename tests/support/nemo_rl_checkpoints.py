@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -75,8 +76,12 @@ def write_point(
     manifest: dict[str, Any] | None = None,
 ) -> Path:
     """One recovery point, as NeMo writes it: the ledger, the TQ save's metadata (digest="auto" records
-    the ledger's real SHA-256, None none, any other string as is), the replay index, the manifest."""
+    the ledger's real SHA-256, None none, any other string as is), the replay index, the manifest; a
+    `step_N` (or its tmp_ or old_ copy) also gets the `training_info.json` NeMo's CheckpointManager
+    writes into every step."""
     directory.mkdir(parents=True, exist_ok=True)
+    if step := re.fullmatch(r"(?:tmp_|old_)?step_(\d+)", directory.name):  # written before the rename
+        write_training_info(directory, current_step=int(step.group(1)))
     user_metadata: dict[str, Any] = {"data_plane_checkpoint_schema_version": 1, "partition_id": CANONICAL}
     user_metadata["mode"] = "authoritative" if replay is not None else "shadow"
     if ledger is not None or payload is not None:
@@ -105,6 +110,12 @@ def write_point(
     return directory / INVENTORY
 
 
+def write_training_info(step: Path, **fields: Any) -> None:
+    """The resume state NeMo's restore loads first (its `current_step` and `trainer_version` name the
+    lineage a snapshot must belong to)."""
+    (step / "training_info.json").write_text(json.dumps({"consumed_samples": 0, **fields}))
+
+
 def write_checkpoint(
     directory: Path,
     state: Any,
@@ -115,6 +126,41 @@ def write_checkpoint(
 ) -> Path:
     """A trainer checkpoint holding only a ledger (and its metadata)."""
     return write_point(directory, state, digest=digest, metadata=metadata, payload=payload)
+
+
+def write_snapshot(
+    anchor: Path,
+    sequence: int,
+    keys: list[str],
+    *,
+    schema_version: int = 6,
+    committed: bool = True,
+    **manifest_fields: Any,
+) -> Path:
+    """A snapshot of `anchor` whose ledger keeps `keys`; schema 1 is the August layout (COMMITTED file
+    written before the rename, then the LATEST pointer), 4-6 the newer one (no COMMITTED file)."""
+    point = snapshot_dir(anchor, sequence)
+    bootstrap = anchor.name == "bootstrap"
+    manifest = snapshot_manifest(schema_version, None, (), base_train_step=0 if bootstrap else 3)
+    if schema_version == 1:
+        manifest = {name: manifest[name] for name in AUGUST_MANIFEST_FIELDS}
+    manifest.update(manifest_fields)
+    write_point(point, inventory({f"g{sequence}": keys}), manifest=manifest)
+    if schema_version == 1 and committed:
+        (point / "COMMITTED").write_text("committed\n")
+        (point.parent / "LATEST").write_text(point.name + "\n")
+    return point
+
+
+AUGUST_MANIFEST_FIELDS = (
+    "schema_version",
+    "base_train_step",
+    "trainer_version",
+    "current_epoch",
+    "mutation_version",
+    "rolled_back_train_group_count",
+    "bootstrap_fingerprint",
+)
 
 
 def snapshot_dir(anchor: Path, sequence: int, stage: str = "") -> Path:
@@ -182,6 +228,7 @@ def main(out: Path) -> None:
                 schema_version, gym_checkpoint(point, {"token_capture_staging": [f"gym/{schema_version}"]})
             ),
         )
+    write_point(out / "snapshot_in_progress" / "step_3")
     snapshot_dir(out / "snapshot_in_progress" / "step_3", 2, "tmp_").mkdir(parents=True)
     snapshot_dir(bootstrap, 1, "trash_").mkdir()
     print(f"wrote NeMo RL recovery points under {out}")
@@ -213,7 +260,7 @@ def write_august_snapshots(step: Path, count: int, keep_latest_k: int) -> None:
         write_point(
             tmp,
             inventory({f"g{sequence}": [f"snap/{sequence}"]}),
-            manifest={**AUGUST_MANIFEST, "base_train_step": number},
+            manifest={**AUGUST_MANIFEST, "base_train_step": number, "trainer_version": number},
         )
         (tmp / "COMMITTED").write_text("committed\n")
         tmp.rename(snapshot_dir(step, sequence))

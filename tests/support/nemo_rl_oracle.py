@@ -50,21 +50,42 @@ def restore_points(ckpt: Path) -> list[Path]:
     for step in steps:
         if not step.is_dir():
             raise RestoreRefused(f"{step} is not there")
-        info = _json(step / "training_info.json") or {}
-        current = info.get("current_step", int(step.name[5:]))
+        info = _json(step / "training_info.json")  # load_training_info: no fallback
+        if not isinstance(info, dict):
+            raise RestoreRefused(f"{step}: training_info.json does not load as a mapping")
+        current = info.get("current_step", 0)
         recorded = info.get("trainer_version")
-        version = recorded if recorded is not None else (current if info else None)
         points.append(step)
-        points += accepted_snapshots(step, current, version, None)
+        points += accepted_snapshots(step, current, current if recorded is None else recorded, None)
     bootstrap = ckpt / "bootstrap"
     if not steps and bootstrap.is_dir():
-        anchor = _json(bootstrap / "manifest.json")
-        fingerprint = anchor["bootstrap_fingerprint"] if isinstance(anchor, dict) else "any"
-        points += accepted_snapshots(bootstrap, 0, 0, fingerprint)
+        points += accepted_snapshots(bootstrap, 0, 0, _bootstrap_fingerprint(bootstrap / "manifest.json"))
     return points
 
 
-def accepted_snapshots(anchor: Path, step: int, version: int | None, fingerprint: str | None) -> list[Path]:
+def _bootstrap_fingerprint(path: Path) -> str:
+    """The fingerprint a bootstrap anchor's manifest records ("any" if none is there: NeMo's saves write
+    one for their config), RestoreRefused if no config's manifest would equal it."""
+    if not path.exists():
+        return "any"
+    anchor = _json(path)
+    if not isinstance(anchor, dict):
+        raise RestoreRefused(f"{path} does not load")
+    expected = {"schema_version", "base_train_step", "trainer_version", "bootstrap_fingerprint"}
+    if anchor.get("schema_version") != 1 and isinstance(anchor.get("bootstrap_identity"), dict):
+        expected.add("bootstrap_identity")  # the newer layout's, not checked: its config is not known
+    if (
+        set(anchor) != expected
+        or anchor["schema_version"] not in (1, 4, 5, 6)
+        or anchor["base_train_step"] != 0
+        or anchor["trainer_version"] != 0
+        or not isinstance(anchor["bootstrap_fingerprint"], str)
+    ):
+        raise RestoreRefused(f"{path} is no config's bootstrap anchor")
+    return str(anchor["bootstrap_fingerprint"])
+
+
+def accepted_snapshots(anchor: Path, step: Any, version: Any, fingerprint: str | None) -> list[Path]:
     root = anchor / "rollout_snapshots"
     found = [path for path in root.glob("snapshot_*") if re.fullmatch(r"snapshot_\d+", path.name)]
     accepted, passed_over = [], []
@@ -82,7 +103,7 @@ def accepted_snapshots(anchor: Path, step: int, version: int | None, fingerprint
     return accepted
 
 
-def _manifest_accepted(manifest: Any, step: int, version: int | None, fingerprint: str | None) -> bool:
+def _manifest_accepted(manifest: Any, step: Any, version: Any, fingerprint: str | None) -> bool:
     if not isinstance(manifest, dict) or manifest.get("schema_version") not in (1, 4, 5, 6):
         return False
     counters = [manifest.get(name) for name in _COUNTERS]
@@ -94,7 +115,7 @@ def _manifest_accepted(manifest: Any, step: int, version: int | None, fingerprin
         return False
     return (
         manifest["base_train_step"] == step
-        and (version is None or manifest["trainer_version"] == version)
+        and manifest["trainer_version"] == version
         and (fingerprint == "any" or manifest.get("bootstrap_fingerprint") == fingerprint)
     )
 

@@ -30,7 +30,14 @@ from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
-from support.nemo_rl_checkpoints import RunsCode, snapshot_dir, write_checkpoint, write_point, write_truncated
+from support.nemo_rl_checkpoints import (
+    RunsCode,
+    snapshot_dir,
+    write_checkpoint,
+    write_point,
+    write_training_info,
+    write_truncated,
+)
 from support.nemo_rl_data_plane import CANONICAL, STAGING, KVBatchMeta, cut_key, saved
 from support.nemo_rl_ledgers import (
     attempt,
@@ -410,6 +417,7 @@ def test_a_committed_checkpoint_advertising_a_missing_ledger_fails_closed(ckpt: 
 def test_a_checkpoint_without_recovery_state_holds_nothing(ckpt: Path) -> None:
     write_point(ckpt / "step_3")  # data plane saved in shadow mode, no ledger: nothing to keep
     (ckpt / "step_4").mkdir()  # a trainer checkpoint without a data plane at all
+    write_training_info(ckpt / "step_4", current_step=4)
     assert read(ckpt) == set()
 
 

@@ -20,7 +20,7 @@ from tq_gc.references.manifests import ManifestsSource
 from tq_gc.rows import RowId, rows_of
 
 from support.nemo_rl_checkpoints import main as generate
-from support.nemo_rl_checkpoints import snapshot_dir, write_checkpoint, write_point
+from support.nemo_rl_checkpoints import snapshot_dir, write_checkpoint, write_snapshot
 from support.nemo_rl_data_plane import (
     STAGING,
 )
@@ -28,7 +28,6 @@ from support.nemo_rl_ledgers import (
     inventory,
 )
 from support.nemo_rl_oracle import restore_keeps
-from support.nemo_rl_snapshots import snapshot_manifest
 
 
 def nemo_source(ckpt: Path) -> ManifestSource:
@@ -91,41 +90,6 @@ def test_other_dangling_links_are_not_points_and_do_not_matter(ckpt: Path, tmp_p
 
 
 # -- which snapshots NeMo's restore starts from ---------------------------------------------------------
-
-
-def write_snapshot(
-    anchor: Path,
-    sequence: int,
-    keys: list[str],
-    *,
-    schema_version: int = 6,
-    committed: bool = True,
-    **manifest_fields: Any,
-) -> Path:
-    """A snapshot of `anchor` whose ledger keeps `keys`; schema 1 is the August layout (COMMITTED file
-    written before the rename, then the LATEST pointer), 4-6 the newer one (no COMMITTED file)."""
-    point = snapshot_dir(anchor, sequence)
-    bootstrap = anchor.name == "bootstrap"
-    manifest = snapshot_manifest(schema_version, None, (), base_train_step=0 if bootstrap else 3)
-    if schema_version == 1:
-        manifest = {name: manifest[name] for name in AUGUST_MANIFEST_FIELDS}
-    manifest.update(manifest_fields)
-    write_point(point, inventory({f"g{sequence}": keys}), manifest=manifest)
-    if schema_version == 1 and committed:
-        (point / "COMMITTED").write_text("committed\n")
-        (point.parent / "LATEST").write_text(point.name + "\n")
-    return point
-
-
-AUGUST_MANIFEST_FIELDS = (
-    "schema_version",
-    "base_train_step",
-    "trainer_version",
-    "current_epoch",
-    "mutation_version",
-    "rolled_back_train_group_count",
-    "bootstrap_fingerprint",
-)
 
 
 @pytest.mark.parametrize("schema_version", [1, 6])

@@ -72,7 +72,7 @@ def scan(root: Path) -> Layout:
             layout.writing.append(root / name)
         elif _STEP.fullmatch(name):
             layout.points.append(root / name)
-            _scan_snapshots(root / name, selection.step_anchor(root / name, int(name[5:])), layout)
+            _scan_snapshots(root / name, selection.step_anchor(root / name), layout)
         elif name == BOOTSTRAP:  # a save into it blocks still: TQ's save must not see a clear
             _scan_snapshots(root / name, None if steps else selection.bootstrap_anchor(root / name), layout)
     return layout
@@ -128,7 +128,7 @@ def _is_directory(entry: os.DirEntry[str]) -> bool:
     if not _NAMED_AS_POINT.fullmatch(entry.name):
         return entry.is_dir()
     try:
-        return stat.S_ISDIR(os.stat(entry.path).st_mode)
+        is_directory = stat.S_ISDIR(os.stat(entry.path).st_mode)
     except FileNotFoundError as exc:
         if entry.is_symlink():
             raise UnreadablePath(
@@ -137,6 +137,12 @@ def _is_directory(entry: os.DirEntry[str]) -> bool:
         return False  # removed since the listing: pruned
     except OSError as exc:
         raise UnreadablePath(entry.path, unreadable(exc)) from exc
+    if not is_directory and _STEP.fullmatch(entry.name):
+        # NeMo lists every `step_N` entry, directory or not (CheckpointManager.get_latest_checkpoint_path,
+        # nemo_rl/utils/checkpoint.py lines 552-569 at 9355cc54), and its restore stops on one that is not
+        # a directory (its training info cannot be opened)
+        raise UnreadablePath(entry.path, "is not a directory: NeMo RL's restore stops on it")
+    return is_directory
 
 
 def _link_target(path: str) -> str:

@@ -15,9 +15,10 @@ snapshot matches the selected trainer anchor"): here the source fails closed. Ci
   walk, its `from_mapping` checking also `sampler_dispatch_index`, `gym_topology_fingerprint` and the cut
   proofs' schema.
 The anchor's identity: for `step_N`, its `training_info.json` (`current_step`, `trainer_version`, else
-the step; setup.py lines 832-838 at 9355cc54) and no bootstrap fingerprint; for `bootstrap`, read only
-while no `step_N` exists (lines 839-881), step 0, version 0 and the fingerprint its own `manifest.json`
-records (validated against the run's config at line 864).
+the current step; setup.py lines 832-838 at 9355cc54; one NeMo cannot load fails closed, as its restore
+stops) and no bootstrap fingerprint; for `bootstrap`, read only while no `step_N` exists (lines
+839-881), step 0, version 0 and the fingerprint its own `manifest.json` records (validated against the
+run's config at line 864: one no config matches fails closed).
 
 Every snapshot it would accept is kept, not only the newest: the older ones are the fallbacks NeMo
 retains (`keep_latest_k`). One it would accept but whose files its load refuses fails when read
@@ -46,6 +47,7 @@ _COUNTERS = (
     "mutation_version",
     "rolled_back_train_group_count",
 )
+_BOOTSTRAP_KEYS = frozenset({"schema_version", "base_train_step", "trainer_version", "bootstrap_fingerprint"})
 _MAX_SMALL_FILE_BYTES = 16 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -59,19 +61,57 @@ class Anchor:
     bootstrap_fingerprint: str | bool | None  # False: not known, not checked
 
 
-def step_anchor(step: Path, number: int) -> Anchor:
+def step_anchor(step: Path) -> Anchor:
+    """The lineage `step`'s snapshots must name. NeMo's restore loads the step's training info before
+    anything else, whatever its restore mode (setup.py lines 803-807 at 9355cc54; `load_training_info`,
+    nemo_rl/utils/checkpoint.py lines 571-587, opens it without a fallback), and takes its items as a
+    mapping (`_get_grpo_save_state`, grpo.py lines 340-352): one missing, unreadable, torn or not an
+    object stops the restore, so the source fails closed (InventoryError)."""
     info = _json(step / TRAINING_INFO)
     if not isinstance(info, dict):
-        return Anchor(number, None, None)  # no readable training info: only the step is checked
-    current = info.get("current_step", 0)
+        problem = "is missing or unreadable" if info is None else "is not a JSON object"
+        raise InventoryError(f"{step / TRAINING_INFO} {problem}: NeMo RL's restore cannot load it, and stops")
+    current = info.get("current_step", 0)  # the missing field's default (grpo.py lines 327-338)
     version = info.get("trainer_version")
     return Anchor(current, current if version is None else version, None)
 
 
 def bootstrap_anchor(bootstrap: Path) -> Anchor:
-    manifest = _json(bootstrap / MANIFEST)
-    fingerprint = manifest.get("bootstrap_fingerprint", False) if isinstance(manifest, dict) else False
-    return Anchor(0, 0, fingerprint if fingerprint is None or isinstance(fingerprint, str) else False)
+    """The lineage bootstrap snapshots must name. Its manifest, when there, is compared whole with the one
+    NeMo would write for the run's config (`ensure_bootstrap_anchor` and `validate_bootstrap_anchor`,
+    rollout_checkpoint.py lines 337-356 and 384-402 at 9355cc54; the newer layout adds a
+    `bootstrap_identity` mapping): one that parses to nothing any config writes stops the restore, so the
+    source fails closed. A missing one is written anew by NeMo's periodic saves for the run's config,
+    whose fingerprint tq-gc cannot know: every fingerprint is then accepted (False), a superset of what
+    NeMo restores."""
+    path = bootstrap / MANIFEST
+    manifest = _json(path)
+    if manifest is None and not path.exists():
+        return Anchor(0, 0, False)
+    problem = _bootstrap_manifest_problem(manifest)
+    if problem is not None:
+        raise InventoryError(f"{path} {problem}: NeMo RL's restore refuses the bootstrap anchor, and stops")
+    fingerprint: str = manifest["bootstrap_fingerprint"]
+    return Anchor(0, 0, fingerprint)
+
+
+def _bootstrap_manifest_problem(manifest: Any) -> str | None:
+    if not isinstance(manifest, dict):
+        return "is unreadable, torn or not a JSON object"
+    version = manifest.get("schema_version")
+    august = type(version) is int and version == AUGUST_SCHEMA
+    if not august and not (type(version) is int and version in NEWER_SCHEMAS):
+        return f"has the unsupported schema_version {version!r}"
+    keys = set(manifest) - {"bootstrap_identity"}
+    if keys != _BOOTSTRAP_KEYS or (august and "bootstrap_identity" in manifest):
+        return f"has the fields {sorted(manifest)}, not those of a bootstrap anchor"
+    if manifest["base_train_step"] != 0 or manifest["trainer_version"] != 0:
+        return "names a step or trainer version other than 0"
+    if not isinstance(manifest["bootstrap_fingerprint"], str):
+        return "has no bootstrap fingerprint string"
+    if "bootstrap_identity" in manifest and not isinstance(manifest["bootstrap_identity"], dict):
+        return "has a bootstrap_identity that is not an object"
+    return None
 
 
 def restorable(anchor_directory: Path, snapshots: list[Path], anchor: Anchor) -> list[Path]:
