@@ -169,6 +169,26 @@ def test_august_snapshots_read_with_committed_and_latest_and_one_without_committ
     assert read(ckpt) == staging("step/0", "snap/1", "snap/2")
 
 
+@pytest.mark.parametrize("cut_short_after", ["COMMITTED", "manifest.json"])
+def test_an_august_anchor_left_only_with_snapshots_cut_mid_delete_restores_from_the_step(
+    ckpt: Path, cut_short_after: str
+) -> None:
+    """A plain delete cut short leaves a snapshot without its COMMITTED file, maybe without its manifest:
+    the August restore skips it silently and, finding no other, restores from the step itself."""
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    pruned = write_snapshot(ckpt / "step_3", 1, ["snap/1"], schema_version=1)
+    for name in ("COMMITTED", "manifest.json")[: ("COMMITTED", "manifest.json").index(cut_short_after) + 1]:
+        (pruned / name).unlink()
+    assert read(ckpt) == staging("step/0") == staging(*restore_keeps(ckpt))
+
+
+def test_a_newer_snapshot_without_its_manifest_alone_fails_closed_as_its_restore_stops(ckpt: Path) -> None:
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    (write_snapshot(ckpt / "step_3", 1, ["snap/1"]) / "manifest.json").unlink()  # no LATEST: not August
+    with pytest.raises(ReferenceSourceError, match=r"passes over every committed rollout snapshot"):
+        read(ckpt)
+
+
 def test_an_august_snapshot_pruned_by_plain_delete_releases_its_rows(ckpt: Path) -> None:
     write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
     oldest = write_snapshot(ckpt / "step_3", 1, ["snap/1"], schema_version=1)

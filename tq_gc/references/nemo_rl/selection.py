@@ -37,6 +37,7 @@ from tq_gc.references.nemo_rl.errors import InventoryError
 
 MANIFEST = "manifest.json"
 COMMITTED = "COMMITTED"
+LATEST = "LATEST"
 TRAINING_INFO = "training_info.json"
 AUGUST_SCHEMA = 1
 NEWER_SCHEMAS = frozenset({4, 5, 6})
@@ -136,13 +137,19 @@ def restorable(anchor_directory: Path, snapshots: list[Path], anchor: Anchor) ->
 def _pass_over_reason(snapshot: Path, anchor: Anchor) -> str | None:
     """None if NeMo would accept the snapshot; "" if it skips it silently; else why it passes it over."""
     manifest = _json(snapshot / MANIFEST)
+    version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+    if not (snapshot / COMMITTED).is_file() and (
+        version == AUGUST_SCHEMA or (snapshot.parent / LATEST).is_file()
+    ):
+        # The August restore looks only at snapshots with their COMMITTED file, whatever else they hold
+        # (lines 489-490 at 9355cc54): one its plain-delete pruning (line 461) cut short may have lost its
+        # manifest too. Its anchor is told by its schema-1 manifest or by the LATEST pointer every August
+        # commit writes (lines 441-446) before it prunes; the newer layout writes neither.
+        return ""
     if manifest is None:  # the newer restore passes it over; the August one too, if COMMITTED
         return "missing or unreadable manifest"
     if not isinstance(manifest, dict):
         return "manifest.json is not valid JSON object"
-    version = manifest.get("schema_version")
-    if version == AUGUST_SCHEMA and not (snapshot / COMMITTED).is_file():
-        return ""  # the August restore looks only at snapshots with their COMMITTED file
     problem = _manifest_problem(manifest, version)
     if problem is not None:
         return problem
