@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
+from tq_gc.footprint import StorageFill
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, as_row_store
 
@@ -82,6 +83,14 @@ class DeferredRowStore(RowStore):
 
     def list_keys(self, partition: str) -> dict[str, int]:
         return self._attached().list_keys(partition)
+
+    def row_sizes(self, partition: str) -> Mapping[str, int]:
+        with self._lock:
+            store = self._store
+        return {} if store is None else store.row_sizes(partition)
+
+    def storage_fill(self) -> StorageFill | None:
+        return self._attached().storage_fill()
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)

@@ -38,6 +38,13 @@ class PartitionListing:
         self._wait_for_quiet = wait_for_quiet
         self._pacer = pacer
         self._sleep = sleep
+        # {partition: {key: bytes}} of the rows the last listing of each read a size for (key windows)
+        self._sizes: dict[str, dict[str, int]] = {}
+
+    def sizes(self, partition: str) -> dict[str, int]:
+        """{key: bytes} of the rows of `partition`'s last `keys` listing whose size the controller's field
+        metadata gave (read in the same key windows); empty where none was read."""
+        return self._sizes.get(partition, {})
 
     def rows(self, partition: str) -> dict[str, Tags]:
         """Every keyed row with its tags, as kv_list would, in two passes over the partition's global
@@ -83,10 +90,12 @@ class PartitionListing:
         pacer = self._pacer()
         self._sleep(0)
         keys: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         for window in self._index_windows(partition, pacer, reuse_seconds, beside_requests=True):
-            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True)  # then paused
-            pacer.adapt(seconds)
+            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True, sizes=sizes)
+            pacer.adapt(seconds)  # (then paused)
             keys.update((key, index) for index, key in owners.items())
+        self._sizes[partition] = {key: size for key, size in sizes.items() if keys.get(key) is not None}
         return keys
 
     def _index_windows(
@@ -105,11 +114,16 @@ class PartitionListing:
             yield window
 
     def _keys_of(
-        self, partition: str, window: list[int], pacer: Pacer, beside_requests: bool = False
+        self,
+        partition: str,
+        window: list[int],
+        pacer: Pacer,
+        beside_requests: bool = False,
+        sizes: dict[str, int] | None = None,
     ) -> tuple[dict[int, str], float]:
         """({global index: key} of the window's indexes that have a key now, the request's seconds),
         in a quiet moment, then the duty cycle's pause. `beside_requests`: on the controller's actor
-        thread if that fits."""
+        thread if that fits, with each keyed row's bytes into `sizes` where the controller gave them."""
         read = self._controller_keys.read(partition, window) if beside_requests else None
         if read is None:
             self._wait_for_quiet()
@@ -121,7 +135,11 @@ class PartitionListing:
             )
             seconds = time.perf_counter() - started
         else:
-            keys, seconds = read
+            keys, row_bytes, seconds = read
+            if sizes is not None and row_bytes is not None:
+                sizes.update(
+                    (key, size) for key, size in zip(keys, row_bytes, strict=True) if key and size >= 0
+                )
         self._sleep(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 

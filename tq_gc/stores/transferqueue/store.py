@@ -41,6 +41,7 @@ from typing import Any
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
+from tq_gc.footprint import StorageFill
 from tq_gc.ray_cluster import join_ray
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, keys_with_indexes
@@ -77,6 +78,7 @@ from tq_gc.stores.transferqueue.requests import (
     TqRequests,
 )
 from tq_gc.stores.transferqueue.rows import identities_of, paced_batches
+from tq_gc.stores.transferqueue.storage_units import read_storage_fill
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +223,16 @@ class TransferQueueRowStore(RowStore):
         if self._controller is None:
             return keys_with_indexes(self, partition)
         return self._listing.keys(partition, self._index_range_reuse_seconds)
+
+    def row_sizes(self, partition: str) -> Mapping[str, int]:
+        """{key: bytes} of the rows the last list_keys of `partition` read a size for, in its key windows,
+        from the controller's field metadata (internals.row_bytes_reader): tensors' itemsize x shape,
+        Mooncake's recorded packed size. A listing without key windows reads none."""
+        return self._listing.sizes(partition)
+
+    def storage_fill(self) -> StorageFill:
+        """Each storage unit's capacity and active keys (GET_METRICS, storage_units.py)."""
+        return read_storage_fill(self._client)
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         """Current identity of each key that exists. A key that changes while we ask may be left out.
