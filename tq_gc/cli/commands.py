@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from tq_gc.cli import render
+from tq_gc.cli.footprint_view import footprint_summary
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
@@ -140,6 +141,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
             "grace_seconds": config.grace_seconds,
             "runs": state.recent_runs(runs),
         }
+        doc["footprint"] = footprint_summary(doc["runs"])
     _emit(doc, as_json, render.status)
 
 
