@@ -12,7 +12,8 @@ Their JSON (to_dict) is part of the sweep report (a contract): fields are added,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from tq_gc.decisions import KEEP_BY_SOURCE, Decision
 
@@ -94,12 +95,49 @@ class UnitFill:
         return 1.0 if self.capacity <= 0 else max(0.0, 1.0 - self.active_keys / self.capacity)
 
 
+@dataclass(frozen=True)
+class Leftovers:
+    """Storage cells at global indexes no partition owns (stores/transferqueue/leftovers.py): how many,
+    their bytes, by unit; whether any was reclaimed, and if not, why."""
+
+    cells: int = 0
+    bytes: int = 0
+    by_unit: dict[str, int] = field(default_factory=dict)
+    indexes: tuple[int, ...] = ()
+    reclaimed: int = 0
+    why_not_reclaimed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cells": self.cells,
+            "bytes": self.bytes,
+            "units": dict(self.by_unit),
+            "sample": list(self.indexes[:20]),
+            "reclaimed": self.reclaimed,
+            "why_not_reclaimed": self.why_not_reclaimed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Leftovers | None:
+        if not data:
+            return None
+        return cls(
+            int(data["cells"]),
+            int(data["bytes"]),
+            {str(k): int(v) for k, v in data["units"].items()},
+            tuple(int(i) for i in data.get("sample", [])),
+            int(data.get("reclaimed", 0)),
+            data.get("why_not_reclaimed"),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StorageFill:
     """The store's storage units as read at one moment; `unread` says why some or all could not be."""
 
     units: tuple[UnitFill, ...] = ()
     unread: str | None = None
+    leftovers: Leftovers | None = None  # only where the audit ran (storage_audit: true)
 
     @property
     def bounded(self) -> tuple[UnitFill, ...]:
@@ -140,6 +178,7 @@ class StorageFill:
             "headroom": None if headroom is None else round(headroom, 6),
             "free_rows": self.free_rows,
             "unread": self.unread,
+            "leftovers": None if self.leftovers is None else self.leftovers.to_dict(),
         }
 
     @classmethod
@@ -151,6 +190,7 @@ class StorageFill:
         return cls(
             tuple(UnitFill(str(u["unit"]), u.get("capacity"), int(u["active_keys"])) for u in units),
             data.get("unread") if isinstance(data.get("unread"), str) else None,  # type: ignore[arg-type]
+            Leftovers.from_dict(data.get("leftovers")),  # type: ignore[arg-type]
         )
 
 

@@ -78,6 +78,8 @@ def test_listed_bytes_are_the_rows_tensor_nbytes_for_dtypes_shapes_nested_and_no
     for group in (["a0", "a2", "a5"], ["n0", "n3", "n4"], ["b0", "b3"], list(truth)):
         reported, real = sum(sizes[k] for k in group), sum(truth[k] for k in group)
         assert abs(reported - real) <= TOLERANCE * real, (group, reported, real)
+    store.list_rows(tq_partition)  # a tags source's partition: listed with its tags, sized alike
+    assert store.row_sizes(tq_partition) == sizes
 
 
 def test_the_storage_units_fill_counts_the_rows_put_into_them(

@@ -114,3 +114,18 @@ def test_orphan_growth_and_minutes_to_full() -> None:
     assert orphan_growth_per_hour([(0.0, 100), (1800.0, 50)]) == pytest.approx(-100.0)
     assert minutes_to_full(50, 100.0) == pytest.approx(30.0)
     assert minutes_to_full(50, -1.0) is None and minutes_to_full(None, 10.0) is None
+
+
+def test_leftovers_read_back_from_the_report_and_show_in_status() -> None:
+    from tq_gc.cli.footprint_view import storage_line
+    from tq_gc.footprint import Leftovers
+
+    leftovers = Leftovers(
+        3, 192, {"TransferQueueStorageUnit#0": 2, "TransferQueueStorageUnit#1": 1}, (4, 7, 9), 0, "why"
+    )
+    fill = StorageFill((UnitFill("u0", None, 5),), None, leftovers)
+
+    again = StorageFill.from_dict(fill.to_dict())
+
+    assert again == fill
+    assert "leftovers: 3 cells no row owns, 192 B (why)" in storage_line(fill.to_dict())

@@ -72,6 +72,12 @@ def storage_line(storage: Mapping[str, Any]) -> str:
         f"{u['unit']} {u['active_keys']}/{u['capacity'] if u['capacity'] is not None else '∞'}" for u in units
     )
     unread = f"; unread: {storage['unread']}" if storage.get("unread") else ""
+    leftovers = storage.get("leftovers")
+    if leftovers and leftovers.get("cells"):
+        unread += (
+            f"; leftovers: {leftovers['cells']} cells no row owns, {human_bytes(leftovers['bytes'])} "
+            f"({leftovers.get('why_not_reclaimed') or 'reclaimed'})"
+        )
     return f"storage: {room}; {held or 'no units'}{unread}"
 
 

@@ -224,6 +224,9 @@ class PressureConfig(Frozen):
     sidecar reads the storage units between sweeps. None (the default): off."""
 
     headroom_below: float | None = Field(default=None, gt=0.0, lt=1.0, allow_inf_nan=False)
+    # Each sweep also audits the storage units for cells no partition owns (O(rows): reads every unit's
+    # key set and the controller's index sets), into the report's storage.leftovers.
+    audit_leftovers: bool = False
     interval_seconds: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
     check_seconds: float = Field(default=15.0, gt=0.0, allow_inf_nan=False)
 

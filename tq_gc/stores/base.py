@@ -18,10 +18,10 @@ store needs it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from tq_gc.footprint import StorageFill
+from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.rows import Identity, Tags
 
 
@@ -61,9 +61,19 @@ class RowStore(ABC):
         inside its listing, never in a pass of their own). Default: none known."""
         return {}
 
+    def size_partitions(self, partitions: Collection[str]) -> None:
+        """Read row sizes in the listings of `partitions` only (the sweep's scope): a tags source's
+        partition outside it is listed without. Default: nothing to set."""
+        return None
+
     def storage_fill(self) -> StorageFill | None:
         """How full the store's storage is now (each unit's capacity and rows held), read-only and bounded
         in time; None if the store has no bounded storage (the default)."""
+        return None
+
+    def storage_leftovers(self) -> Leftovers | None:
+        """Storage cells no row owns (a dropped storage clear's), read-only; None if the store cannot
+        have any (the default)."""
         return None
 
     def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:

@@ -63,6 +63,7 @@ class Collector:
         self.config = config
         self.state = state
         self.row_store = row_store = as_row_store(row_store)
+        row_store.size_partitions({entry.partition for entry in config.scope})
         self._row_store_identity: str | None = None  # the instance this collector last attached to
         self.holder = holder or default_holder()
         self._stop = threading.Event()

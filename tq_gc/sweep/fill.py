@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from tq_gc.config import Config
-from tq_gc.footprint import StorageFill
+from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.report import SweepReport
 from tq_gc.stores.base import RowStore
 
@@ -20,6 +21,8 @@ def read_storage_fill(row_store: RowStore, config: Config, report: SweepReport) 
     except Exception as exc:
         log.warning("could not read the storage units' fill: %s: %s", type(exc).__name__, exc)
         return
+    if fill is not None and config.pressure.audit_leftovers:
+        fill = replace(fill, leftovers=_leftovers(row_store))
     report.storage = fill
     if fill is None:
         return
@@ -27,6 +30,14 @@ def read_storage_fill(row_store: RowStore, config: Config, report: SweepReport) 
     if warning is not None:
         log.warning("%s", warning)
         report.warnings.append(warning)
+
+
+def _leftovers(row_store: RowStore) -> Leftovers | None:
+    try:
+        return row_store.storage_leftovers()
+    except Exception as exc:
+        log.warning("could not audit the storage units for leftovers: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def pressure_warning(fill: StorageFill, threshold: float | None) -> str | None:

@@ -40,6 +40,8 @@ class PartitionListing:
         self._sleep = sleep
         # {partition: {key: bytes}} of the rows the last listing of each read a size for (key windows)
         self._sizes: dict[str, dict[str, int]] = {}
+        # The partitions whose tag listings read sizes too (None: all of them)
+        self.sized: frozenset[str] | None = None
 
     def sizes(self, partition: str) -> dict[str, int]:
         """{key: bytes} of the rows of `partition`'s last `keys` listing whose size the controller's field
@@ -65,16 +67,38 @@ class PartitionListing:
         pacer = self._pacer()
         self._sleep(0)
         rows: dict[str, Tags] = {}
+        sizes: dict[str, int] = {}
         first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
             owners, keys_seconds = self._keys_of(partition, window, pacer)
             tags_seconds = self._add_tags(partition, owners, rows, first_pass)
+            self._add_sizes(partition, owners, sizes)
             self._sleep(pacer.after(max(keys_seconds, tags_seconds)))
         for window in self._index_windows(partition, pacer):
             owners, keys_seconds = self._keys_of(partition, window, pacer)
             tags_seconds = self._add_tags(partition, first_pass.not_in(owners), rows, None)
             self._sleep(pacer.after(max(keys_seconds, tags_seconds)))
+        self._sizes[partition] = {key: size for key, size in sizes.items() if key in rows}
         return rows
+
+    def _add_sizes(self, partition: str, owners: dict[int, str], sizes: dict[str, int]) -> None:
+        """The bytes of `owners`' rows ({index: key}) into `sizes`, read on the controller's actor thread
+        (the key windows' function, beside the job's requests) where it fits: a tags source's partition
+        is listed through kv_retrieve_keys, which carries no sizes. A key whose index changed since is
+        left out."""
+        if not owners or self._controller_keys.size is None:
+            return
+        if self.sized is not None and partition not in self.sized:
+            return
+        read = self._controller_keys.read(partition, list(owners))
+        if read is None:
+            return
+        keys, row_bytes, _ = read
+        if row_bytes is None:
+            return
+        for index, key, size in zip(owners, keys, row_bytes, strict=True):
+            if key is not None and key == owners[index] and size >= 0:
+                sizes[key] = size
 
     def keys(self, partition: str, reuse_seconds: float) -> dict[str, int]:
         """{key: global index} of every keyed row, in one pass of paced windows: the partition's
