@@ -26,6 +26,7 @@ from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, st
 from prometheus_client.registry import Collector
 
 from tq_gc.decisions import KEEPS
+from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
 from tq_gc.report import PHASES, Cause, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,11 @@ KEEP_REASONS = tuple(decision.value for decision in KEEPS)
 # Outcomes after which the report's counts describe the whole in-scope population.
 _SUCCESS = (Outcome.COMPLETED, Outcome.DRY_RUN)
 # Gauges a run that did not succeed must not overwrite on a Pushgateway: they hold the last good run's.
-_KEPT_AFTER_FAILURE = (PREFIX + "last_success_timestamp_seconds", PREFIX + "orphans_waiting")
+_KEPT_AFTER_FAILURE = (
+    PREFIX + "last_success_timestamp_seconds",
+    PREFIX + "orphans_waiting",
+    *KEPT_AFTER_FAILURE,
+)
 
 
 class StoreSeries(NamedTuple):
@@ -181,10 +186,12 @@ class SweepMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._c = _collectors_for(self.registry, store)
+        self.footprint = FootprintMetrics(self.registry)  # bytes and storage headroom (metrics_footprint.py)
 
     def observe(self, report: SweepReport) -> None:
         """Count one finished sweep (any outcome)."""
         c = self._c
+        self.footprint.observe(report)
         c.sweeps.labels(outcome=report.outcome.value).inc()
         if report.cause is Cause.LEASE_HELD:
             c.lease_contention.inc()

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from tq_gc.audit import DeletedRow
 from tq_gc.decisions import KEEP_BY_SOURCE, Decision
+from tq_gc.footprint import Bytes, StorageFill
 from tq_gc.referenced import Source
 
 # The field of the counts that holds each keep reason but a source's (Counts.referenced, by source).
@@ -123,6 +124,12 @@ class SweepReport:
     # The row store instance the sweep attached to (RowStore.identity_space: a TQ controller's), if it
     # says: the next sweep, in this process or another, tells from it that the job replaced its TQ.
     row_store_identity: str | None = None
+    # The in-scope rows' bytes by what became of them, beside `counts` (footprint.py).
+    bytes: Bytes = field(default_factory=Bytes)
+    # How full the row store's storage was at the sweep's end (None: not read, or no bounded storage).
+    storage: StorageFill | None = None
+    # What an operator must hear of, beside the outcome (storage pressure); the CronJob's report too.
+    warnings: list[str] = field(default_factory=list)
     # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
     tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
 
@@ -154,6 +161,9 @@ class SweepReport:
                 else {"op": self.longest_tq_request.op, "ms": round(self.longest_tq_request.ms, 3)}
             ),
             "row_store_identity": self.row_store_identity,
+            "bytes": self.bytes.to_dict(),
+            "storage": None if self.storage is None else self.storage.to_dict(),
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -173,6 +183,9 @@ class SweepReport:
             deleted_sample=[_sampled_row(row) for row in data.get("deleted_sample", [])],
             longest_tq_request=_longest_request(data.get("longest_tq_request")),
             row_store_identity=data.get("row_store_identity"),
+            bytes=Bytes.from_dict(data.get("bytes")),
+            storage=StorageFill.from_dict(data.get("storage")),
+            warnings=[str(w) for w in data.get("warnings") or []],
         )
 
 

@@ -44,4 +44,6 @@ def test_demo_reclaims_every_orphan_keeps_every_referenced_row_and_cleans_up() -
     assert "protected by admissions" in out and "manifests 6" in out, "the manifest protected the chunks"
     assert "tqgc_rows_deleted_total 10.0" in out
     assert "LOST" not in out
+    assert any(line.startswith("│ bytes") and "reclaimed" in line for line in out.splitlines())
+    assert "orphans: " in out and "referenced" in out  # the last sweep's bytes
     assert demo_ray_processes() <= before, "the demo left Ray daemons running"

@@ -741,6 +741,7 @@ def test_request_stats_name_each_request_and_start_afresh_when_taken(
         "partition_index_page",  # the size, then the pages (no copy while waiting for quiet moments)
         "kv_retrieve_keys",
         "kv_retrieve_meta",
+        "partition_keys_window",  # the rows' bytes, in the first pass's windows, beside the job's requests
     }
     assert len(listing["partition_index_page"]) >= 4  # once per pass
     assert set(deleting) == {"kv_retrieve_meta", "clear_samples"}

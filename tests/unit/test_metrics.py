@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tq_gc.decisions import KEEPS
+from tq_gc.footprint import Bytes, StorageFill, UnitFill
 from tq_gc.metrics import KEEP_REASONS, StoreSeries, SweepMetrics, kept_by_reason, push_report
 from tq_gc.report import Cause, Counts, Outcome, SweepReport
 from tq_gc.stores.transferqueue import STORE_SERIES
@@ -137,8 +138,47 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_sweep_errors",
         "tqgc_tq_request_seconds",
         "tqgc_tq_controller_function_misfits",
+        *FOOTPRINT_FAMILIES,
     }
     assert all(f.documentation.strip() for f in families)
+
+
+FOOTPRINT_FAMILIES = {
+    "tqgc_orphan_bytes",
+    "tqgc_referenced_bytes",
+    "tqgc_orphan_rows",
+    "tqgc_reclaimed_bytes",
+    "tqgc_storage_unit_capacity_rows",
+    "tqgc_storage_unit_active_keys",
+    "tqgc_storage_headroom_ratio",
+    "tqgc_storage_free_rows",
+    "tqgc_storage_pressure",
+}
+
+
+def test_a_report_sets_the_bytes_and_the_storage_fill() -> None:
+    metrics = SweepMetrics()
+    report = SweepReport(
+        "r", "ns", dry_run=False, outcome=Outcome.COMPLETED, finished_at="2026-12-04T10:00:00+00:00"
+    )
+    report.counts.eligible, report.counts.within_grace = 3, 4
+    report.bytes = Bytes(orphaned=700, eligible=300, within_grace=400, referenced=50, reclaimed=1000)
+    report.storage = StorageFill((UnitFill("u0", 100, 75), UnitFill("u1", 100, 20)))
+    report.warnings = ["storage pressure: ..."]
+
+    metrics.observe(report)
+    metrics.observe(report)
+
+    assert value(metrics, "tqgc_orphan_bytes", state="eligible") == 300
+    assert value(metrics, "tqgc_orphan_bytes", state="within_grace") == 400
+    assert value(metrics, "tqgc_referenced_bytes") == 50
+    assert value(metrics, "tqgc_orphan_rows") == 7
+    assert value(metrics, "tqgc_reclaimed_bytes_total") == 2000
+    assert value(metrics, "tqgc_storage_unit_capacity_rows", unit="u0") == 100
+    assert value(metrics, "tqgc_storage_unit_active_keys", unit="u1") == 20
+    assert value(metrics, "tqgc_storage_headroom_ratio") == pytest.approx(0.25)
+    assert value(metrics, "tqgc_storage_free_rows") == 25
+    assert value(metrics, "tqgc_storage_pressure") == 1
 
 
 def test_each_controller_function_found_not_to_fit_is_counted_by_function() -> None:

@@ -11,7 +11,15 @@ from pathlib import Path
 import tq_gc
 
 PACKAGE = Path(tq_gc.__file__).parent
-CORE = {"tq_gc.plan", "tq_gc.rows", "tq_gc.referenced", "tq_gc.decisions", "tq_gc.report", "tq_gc.first_seen"}
+CORE = {
+    "tq_gc.plan",
+    "tq_gc.rows",
+    "tq_gc.referenced",
+    "tq_gc.decisions",
+    "tq_gc.report",
+    "tq_gc.first_seen",
+    "tq_gc.footprint",
+}
 AUDIT = {"tq_gc.audit"}  # the audit's rows and identity columns, pure data the report and records use
 
 

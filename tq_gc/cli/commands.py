@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from tq_gc.cli import render
+from tq_gc.cli.footprint_view import footprint_summary
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
@@ -140,6 +141,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
             "grace_seconds": config.grace_seconds,
             "runs": state.recent_runs(runs),
         }
+        doc["footprint"] = footprint_summary(doc["runs"])
     _emit(doc, as_json, render.status)
 
 
@@ -247,12 +249,24 @@ def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
 
 
 @cli.command()
+@click.option(
+    "--capacity",
+    is_flag=True,
+    help="A verl-shaped job on a small TransferQueue: fails without tq-gc, runs 3x as long with it.",
+)
+@click.option("--record", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.pass_context
-def demo(ctx: click.Context) -> None:
+def demo(ctx: click.Context, capacity: bool, record: str | None) -> None:
     """The whole story on a local Ray cluster with a real TransferQueue (no Redis, no config)."""
+    configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
+    if capacity:
+        from pathlib import Path
+
+        from tq_gc.cli.capacity_demo import run_capacity_demo
+
+        ctx.exit(run_capacity_demo(record=None if record is None else Path(record)))
     from tq_gc.cli.demo import run_demo
 
-    configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
     ctx.exit(run_demo())
 
 

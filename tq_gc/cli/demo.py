@@ -19,6 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tq_gc.cli.capacity_demo import reclaimed_bytes
+from tq_gc.cli.footprint_view import footprint_lines, footprint_summary, human_bytes
 from tq_gc.cli.simulation import CANONICAL, STAGING, LeakScenario
 from tq_gc.config import Config, parse_config
 from tq_gc.rows import RowId
@@ -62,6 +64,8 @@ def demo_config(manifest_dir: Path, timings: DemoTimings) -> Config:
 class Demo:
     def __init__(self, console: Console, timings: DemoTimings) -> None:
         self.console = console
+        self.reclaimed_bytes = 0
+        self.footprint: list[str] = []
         self.timings = timings
         self.started = time.monotonic()
 
@@ -118,6 +122,9 @@ class Demo:
             f"{sum(1 for r in scenario.fates.kept if r.partition == STAGING)} staging rows are referenced"
         )
         reclaimed_at = self._watch(scenario)
+        self._next_sweep(handle)  # the sweep after the last delete: its report holds the bytes left
+        self.footprint = footprint_lines(footprint_summary(_get(handle.status.remote())["last_reports"]))
+        self.reclaimed_bytes = reclaimed_bytes(status.get("metrics_port"))
         ok = self._verify(scenario, reclaimed_at)
         self._metrics(status.get("metrics_port"))
         _get(handle.shutdown.remote())
@@ -178,7 +185,10 @@ class Demo:
             table.add_row("orphan", how, str(n), f"reclaimed {gone}/{n}")
         if lost:
             table.add_row("[red]LOST[/red]", "referenced rows deleted", str(len(lost)), "[red]bug[/red]")
+        table.add_row("bytes", "the orphans' tensors", "", f"reclaimed {human_bytes(self.reclaimed_bytes)}")
         self.console.print(table)
+        for line in self.footprint:
+            self.console.print(line)
 
     def _metrics(self, port: Any) -> None:
         if not port:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from tq_gc.cli.footprint_view import footprint_lines, footprint_summary
 from tq_gc.decisions import WHY_KEPT
 from tq_gc.report import Counts
 
@@ -53,6 +54,8 @@ def sweep_report(doc: dict[str, Any]) -> None:
         console.print(f"dry run: {counts['eligible']} rows would be deleted; run with --execute to delete.")
     phases = ", ".join(f"{k} {v:.0f} ms" for k, v in doc["phases_ms"].items())
     console.print(f"phases: {phases}")
+    for line in footprint_lines(footprint_summary([doc])):
+        console.print(line)
 
 
 def status(doc: dict[str, Any]) -> None:
@@ -85,6 +88,8 @@ def status(doc: dict[str, Any]) -> None:
             run.get("reason") or "",
         )
     console.print(runs)
+    for line in footprint_lines(doc.get("footprint") or {}):
+        console.print(line)
 
 
 def admissions(doc: dict[str, Any]) -> None:

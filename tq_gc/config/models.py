@@ -216,6 +216,21 @@ def _check_crontab(cron: str) -> None:
         ) from None
 
 
+class PressureConfig(Frozen):
+    """Storage pressure: when the job's TransferQueue storage has less than `headroom_below` of its
+    capacity free (the fullest storage unit binds), the sidecar sweeps at once and then every
+    `interval_seconds` until it has not, and each sweep's report warns. It never shortens a grace or
+    weakens a check: it reclaims what is already eligible, sooner. `check_seconds`: how often the
+    sidecar reads the storage units between sweeps. None (the default): off."""
+
+    headroom_below: float | None = Field(default=None, gt=0.0, lt=1.0, allow_inf_nan=False)
+    # Each sweep also audits the storage units for cells no partition owns (O(rows): reads every unit's
+    # key set and the controller's index sets), into the report's storage.leftovers.
+    audit_leftovers: bool = False
+    interval_seconds: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
+    check_seconds: float = Field(default=15.0, gt=0.0, allow_inf_nan=False)
+
+
 class SidecarConfig(Frozen):
     name: str = "tq-gc"
     ray_namespace: str = "tq_gc"
@@ -243,6 +258,7 @@ class Config(Frozen):
     limits: Limits = Limits()
     schedule: Schedule = Schedule()
     sidecar: SidecarConfig = SidecarConfig()
+    pressure: PressureConfig = PressureConfig()
     log_format: Literal["text", "json"] = "text"
 
     @field_validator("grace_seconds", "lease_ttl_seconds", mode="before")

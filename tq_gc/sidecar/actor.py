@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections import deque
 from contextlib import ExitStack
 from datetime import UTC
@@ -49,6 +50,7 @@ from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.report import Cause, SweepReport
+from tq_gc.sidecar.pressure import PressureWatch
 from tq_gc.state.base import AdmissionRows
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.transferqueue import STORE_SERIES
@@ -62,6 +64,7 @@ log = logging.getLogger(__name__)
 
 REPORTS_KEPT = 10
 SWEEP_JOB_ID = "sweep"
+PRESSURE_JOB_ID = "pressure"
 
 
 class SidecarActor:
@@ -74,6 +77,7 @@ class SidecarActor:
         self._sweep_lock = threading.Lock()
         self._reports: deque[dict[str, Any]] = deque(maxlen=REPORTS_KEPT)
         self._last_error: dict[str, Any] | None = None
+        self._last_sweep_at: float | None = None  # time.monotonic() when the last sweep started
         self._closed = False
         try:
             self._open(row_store_factory or attach_transfer_queue)
@@ -102,6 +106,28 @@ class SidecarActor:
         self._metrics = SweepMetrics(store=STORE_SERIES)
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
+        self._watch_pressure()
+
+    def _watch_pressure(self) -> None:
+        """With pressure.headroom_below set, check the storage's headroom every pressure.check_seconds, in
+        the scheduler's one worker thread (so never beside a sweep): pressure.py."""
+        pressure = self._config.pressure
+        if pressure.headroom_below is None:
+            return
+        watch = PressureWatch(
+            pressure,
+            self._collector.row_store.storage_fill,
+            self._scheduled_sweep,
+            lambda: self._last_sweep_at,
+            self._metrics.footprint.observe_pressure,
+        )
+        self._scheduler.add_job(
+            watch.check,
+            IntervalTrigger(seconds=pressure.check_seconds, timezone=UTC),
+            id=PRESSURE_JOB_ID,
+            max_instances=1,
+            coalesce=True,
+        )
 
     def _serve_metrics(self, port: int | None) -> int | None:
         if port is None:
@@ -160,6 +186,7 @@ class SidecarActor:
 
     def _sweep(self, dry_run: bool) -> SweepReport:
         """One sweep; the caller holds the sweep lock."""
+        self._last_sweep_at = time.monotonic()
         try:
             report = self._collector.sweep(dry_run=dry_run)
         except Exception as exc:
@@ -293,7 +320,11 @@ class SidecarActor:
         schedule = self._config.schedule
         every = f"cron {schedule.cron!r}" if schedule.cron else f"every {schedule.interval_seconds:g} s"
         mode = "deleting" if self._config.sidecar.execute else "dry run"
-        return f"{every}, {mode}, grace {self._config.grace_seconds:g} s"
+        pressure = self._config.pressure
+        under = ""
+        if pressure.headroom_below is not None:
+            under = f"; every {pressure.interval_seconds:g} s while headroom < {pressure.headroom_below:.0%}"
+        return f"{every}, {mode}, grace {self._config.grace_seconds:g} s{under}"
 
 
 def _trigger(schedule: Schedule) -> IntervalTrigger | CronTrigger:

@@ -18,9 +18,10 @@ store needs it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.rows import Identity, Tags
 
 
@@ -54,6 +55,26 @@ class RowStore(ABC):
         lists a partition that is only swept (a tags source's partition is listed with list_rows).
         Default: list_rows, then the listed rows' identities (keys_with_indexes)."""
         return keys_with_indexes(self, partition)
+
+    def row_sizes(self, partition: str) -> Mapping[str, int]:
+        """{key: bytes} of the rows of `partition` whose size its last listing read (the store reads sizes
+        inside its listing, never in a pass of their own). Default: none known."""
+        return {}
+
+    def size_partitions(self, partitions: Collection[str]) -> None:
+        """Read row sizes in the listings of `partitions` only (the sweep's scope): a tags source's
+        partition outside it is listed without. Default: nothing to set."""
+        return None
+
+    def storage_fill(self) -> StorageFill | None:
+        """How full the store's storage is now (each unit's capacity and rows held), read-only and bounded
+        in time; None if the store has no bounded storage (the default)."""
+        return None
+
+    def storage_leftovers(self) -> Leftovers | None:
+        """Storage cells no row owns (a dropped storage clear's), read-only; None if the store cannot
+        have any (the default)."""
+        return None
 
     def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
         """The batches in which a sweep deletes `keys` of `partition` (the plan's order kept), at most

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
+from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, as_row_store
 
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 class DeferredRowStore(RowStore):
     def __init__(self, attach: Callable[[], object], missing_queue_is_transient: bool = True) -> None:
+        self._sized: frozenset[str] | None = None  # size_partitions' last word, for a store attached later
         self._attach = attach
         self._missing_queue_is_transient = missing_queue_is_transient
         self._store: RowStore | None = None
@@ -45,6 +47,8 @@ class DeferredRowStore(RowStore):
                     raise StoreUnavailable(f"{exc} (has the job created its TransferQueue yet?)") from exc
                 if self._interrupted:
                     self._store.interrupt()
+                if self._sized is not None:
+                    self._store.size_partitions(self._sized)
             return self._store
 
     def ensure_attached(self) -> None:
@@ -82,6 +86,24 @@ class DeferredRowStore(RowStore):
 
     def list_keys(self, partition: str) -> dict[str, int]:
         return self._attached().list_keys(partition)
+
+    def row_sizes(self, partition: str) -> Mapping[str, int]:
+        with self._lock:
+            store = self._store
+        return {} if store is None else store.row_sizes(partition)
+
+    def size_partitions(self, partitions: Collection[str]) -> None:
+        self._sized = frozenset(partitions)
+        with self._lock:
+            store = self._store
+        if store is not None:
+            store.size_partitions(self._sized)
+
+    def storage_fill(self) -> StorageFill | None:
+        return self._attached().storage_fill()
+
+    def storage_leftovers(self) -> Leftovers | None:
+        return self._attached().storage_leftovers()
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)

@@ -16,6 +16,7 @@ from tq_gc.stores.base import RowStore
 class _Row:
     global_index: int
     tags: dict[str, Any]
+    nbytes: int | None = None
 
 
 class MemoryRowStore(RowStore):
@@ -27,12 +28,19 @@ class MemoryRowStore(RowStore):
         self._next_index = itertools.count()
         self._lock = threading.Lock()
 
-    def put(self, partition: str, key: str, tags: Tags | None = None) -> int:
-        """Write (or overwrite) a row; like TQ, a new write gets a new global index."""
+    def put(self, partition: str, key: str, tags: Tags | None = None, nbytes: int | None = None) -> int:
+        """Write (or overwrite) a row (of `nbytes`, if given: row_sizes); like TQ, a new write gets a new
+        global index."""
         with self._lock:
             index = next(self._next_index)
-            self._partitions.setdefault(partition, {})[key] = _Row(index, dict(tags or {}))
+            self._partitions.setdefault(partition, {})[key] = _Row(index, dict(tags or {}), nbytes)
             return index
+
+    def row_sizes(self, partition: str) -> dict[str, int]:
+        """{key: bytes} of the rows put with a size."""
+        with self._lock:
+            rows = self._partitions.get(partition, {})
+            return {key: row.nbytes for key, row in rows.items() if row.nbytes is not None}
 
     def partitions(self) -> list[str]:
         with self._lock:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from tq_gc.config import Config, plan_policy
 from tq_gc.errors import BlastRadiusExceeded, Interrupted, TqClaimed, TqGcError
+from tq_gc.footprint import bytes_of
 from tq_gc.plan import plan
 from tq_gc.referenced import References
 from tq_gc.references.emptied import accepted_sources
@@ -29,6 +30,7 @@ from tq_gc.stores.base import RowStore, as_row_store
 from tq_gc.sweep.clocks import timed_phase, utc_now_iso
 from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
 from tq_gc.sweep.delete import Deleter
+from tq_gc.sweep.fill import read_storage_fill
 from tq_gc.sweep.lease import SweepLease, default_holder
 from tq_gc.sweep.observe import Observer
 from tq_gc.sweep.record import Recorder
@@ -61,6 +63,7 @@ class Collector:
         self.config = config
         self.state = state
         self.row_store = row_store = as_row_store(row_store)
+        row_store.size_partitions({entry.partition for entry in config.scope})
         self._row_store_identity: str | None = None  # the instance this collector last attached to
         self.holder = holder or default_holder()
         self._stop = threading.Event()
@@ -122,6 +125,7 @@ class Collector:
                 with timed_phase(report, "delete"):
                     self.deleter.delete(run)
                 report.outcome = Outcome.COMPLETED
+            read_storage_fill(self.row_store, self.config, report)
         except TqGcError as exc:  # foreseen: the error says how the sweep ends (errors.py)
             run.end(exc.outcome, exc.cause, str(exc))
             if exc.reaches_caller:
@@ -181,6 +185,10 @@ class Collector:
             self.recorder.save(run, run.plan, listing)
             run.plan = self.recorder.without_admitted_meanwhile(run, run.plan)
         run.report.counts = run.plan.counts()
+        run.sizes = {
+            entry.partition: self.row_store.row_sizes(entry.partition) for entry in self.config.scope
+        }
+        run.report.bytes = bytes_of(run.plan.buckets, run.sizes)
         if run.plan.abort_reason:
             raise BlastRadiusExceeded(run.plan.abort_reason)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tq_gc.config import Config
 from tq_gc.errors import FenceEpochMoved
 from tq_gc.first_seen import audit_intent, first_seen_identities
+from tq_gc.footprint import bytes_of_keys
 from tq_gc.state.base import Recheck, StateStore
 from tq_gc.stores.base import RowStore
 from tq_gc.sweep.lease import SweepLease, stop_if_fenced
@@ -108,6 +109,7 @@ class Deleter:
         # Kept too: recreated under the same key (new global index or tags) or already gone. Each is a
         # race we lost, counted, not an error; its record is dropped, so its grace starts again.
         counts.deleted += len(cleared)
+        run.report.bytes.reclaimed += bytes_of_keys(run.sizes.get(batch.partition, {}), cleared)
         counts.recheck_saved += len(keys) - len(cleared)
         self.state.confirm_deletes(run.held_lease, intent_id, intent, cleared, forget=batch.keys)
         run.sample(intent, cleared)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from tq_gc.audit import AuditBatch
+from tq_gc.footprint import SizesByPartition
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
 from tq_gc.state.base import Lease
@@ -30,6 +31,8 @@ class SweepRun:
     plan: Plan | None = None
     # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
     first_seen: FirstSeenByPartition = field(default_factory=dict)
+    # {partition: {key: bytes}} of the in-scope rows whose size the listing read.
+    sizes: SizesByPartition = field(default_factory=dict)
 
     @property
     def held_lease(self) -> Lease:

@@ -8,6 +8,10 @@ Present with the same shape in all three unless said otherwise:
 - `controller.index_manager.global_index_counter` (int), `.partition_to_indexes` ({pid: set}): index pages
 - `controller.partitions[pid].revert_keys_mapping` ({index: key}): key windows; `.keys_mapping`
   ({key: index}): the probe's check of what they mean
+- `controller.partitions[pid].field_metadata` ({field: FieldMeta with global_indexes, dtype, shape,
+  is_nested, is_non_tensor, per_sample_shapes}) and `.field_custom_backend_meta` ({index: {field:
+  meta}}, Mooncake's `packed_size`): rows' bytes, read in the key windows (a layout that does not fit
+  leaves sizes unknown, never the keys)
 - `controller.process_request_thread` (a Thread), and its function that calls
   `request_handle_socket.recv_multipart`: `_process_request` in 0.1.9, `_process_request_loop` in 0.1.10
   and 0.1.11 (a wrapper `_process_request` restarts it after an error): quiet waits
@@ -16,6 +20,8 @@ Present with the same shape in all three unless said otherwise:
   `TransferQueueClient(client_id, controller_info)`, `.initialize_storage_manager(manager_type, config)`
   (what TQ's own `_init_from_existing()` does): attach; the client's event loop `._loop`: every request
 - `transfer_queue.__version__`, `transfer_queue.utils.zmq_utils.ZMQRequestType`: the version check
+- the client's `storage_manager.storage_unit_infos` ({unit id: ZMQServerInfo}), a unit's `GET_METRICS` answer
+  (`capacity`, `active_keys`), `ZMQMessage`: storage fill (storage_units.py)
 
 The functions run inside the controller (through Ray's `__ray_call__`) are closures made here, so that
 Ray ships their code by value: the controller's process need not have tq-gc installed. They read and
@@ -33,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tq_gc.stores.transferqueue.field_sizes import row_bytes_reader
 
 # The TQ releases whose code the functions below were read from, oldest first (CI tests each).
 READ_FROM = ("0.1.9", "0.1.10", "0.1.11")
@@ -57,9 +65,10 @@ PROBE_PARTITIONS = 8
 # [start, min(stop, end)), ascending)
 PageReader = Callable[[Any, str, int, int], tuple[int, int, list[int]]]
 
-# (controller, partition, global indexes) -> the key of each index, None where it has none (every one, in
-# a partition the controller does not have).
-KeysReader = Callable[[Any, str, Sequence[int]], list[str | None]]
+# (controller, partition, global indexes) -> (the key of each index, None where it has none (every one, in
+# a partition the controller does not have); the bytes of each index's row where the controller's field
+# metadata tells (-1 where it does not), or None where that metadata does not fit: see row_bytes_reader).
+KeysReader = Callable[[Any, str, Sequence[int]], tuple[list[str | None], list[int] | None]]
 
 # (controller, quiet seconds, most seconds to wait, seconds between looks) -> (seconds waited, whether
 # the request thread was idle that long)
@@ -84,14 +93,23 @@ def page_reader() -> PageReader:
 
 def keys_reader() -> KeysReader:
     """The key of each global index, from TQ's own {global index: key} map (what `kv_retrieve_keys` reads);
-    `dict.get` adds nothing."""
+    `dict.get` adds nothing. And in the same call, each row's bytes (row_bytes_reader()): the listing reads
+    sizes with no pass of its own over the controller."""
+    read_bytes = row_bytes_reader()
 
-    def read_keys(controller: Any, partition: str, indexes: Sequence[int]) -> list[str | None]:
+    def read_keys(
+        controller: Any, partition: str, indexes: Sequence[int]
+    ) -> tuple[list[str | None], list[int] | None]:
         status = controller.partitions.get(partition)
         if status is None:  # gone: so are its rows
-            return [None] * len(indexes)
+            return [None] * len(indexes), None
         owners = status.revert_keys_mapping
-        return [owners.get(index) for index in indexes]
+        keys = [owners.get(index) for index in indexes]
+        try:
+            sizes = read_bytes(status, indexes)
+        except Exception:  # another layout of the field metadata: sizes unknown, keys still good
+            sizes = None
+        return keys, sizes
 
     return read_keys
 
@@ -346,3 +364,16 @@ def published_client_settings(conf: Any) -> tuple[Any, str, Any]:
     publishes (`get_config()`), as TQ's own `_init_from_existing()` reads them."""
     backend = str(conf.backend.storage_backend)
     return conf.controller.zmq_info, backend, conf.backend[backend]
+
+
+# The ZMQ identity prefix TQ's own metrics collector uses toward the storage units (0.1.11's units drop
+# requests from identities without a known prefix; 0.1.9's check none).
+METRICS_IDENTITY_PREFIX = "metrics_collector_"
+
+
+def storage_unit_addresses(client: Any) -> dict[str, str]:
+    """{storage unit id: its put/get socket's address} from the client's SimpleStorage manager
+    (`storage_manager.storage_unit_infos`, {id: ZMQServerInfo}, `.to_addr("put_get_socket")`: 0.1.9 to
+    0.1.11). AttributeError for a backend without storage units."""
+    infos = client.storage_manager.storage_unit_infos
+    return {str(unit): str(info.to_addr("put_get_socket")) for unit, info in infos.items()}

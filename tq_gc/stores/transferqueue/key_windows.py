@@ -82,14 +82,19 @@ class ControllerKeys:
     def size(self) -> int | None:
         return self._windows.size if self._read_keys.fits else None
 
-    def read(self, partition: str, indexes: list[int]) -> tuple[list[str | None], float] | None:
-        """(the key of each index, None where it has none; the read's seconds, without the wait before
-        it), or None if the reader does not fit."""
+    def read(
+        self, partition: str, indexes: list[int]
+    ) -> tuple[list[str | None], list[int] | None, float] | None:
+        """(the key of each index, None where it has none; each index's row bytes, -1 where unknown, or
+        None where the controller's field metadata did not fit; the read's seconds, without the wait
+        before it), or None if the reader does not fit."""
         what = f"keys of {len(indexes)} global indexes in {partition!r}"
         try:
-            keys, seconds = self._read_keys(what, partition, array("q", indexes))
+            (keys, sizes), seconds = self._read_keys(what, partition, array("q", indexes))
         except DoesNotFit:
             return None
         if len(keys) != len(indexes):
             raise StoreUnavailable(f"TransferQueue {what}: {len(keys)} answers for {len(indexes)} indexes")
-        return keys, seconds
+        if sizes is not None and len(sizes) != len(indexes):
+            sizes = None
+        return keys, sizes, seconds

@@ -38,6 +38,15 @@ class PartitionListing:
         self._wait_for_quiet = wait_for_quiet
         self._pacer = pacer
         self._sleep = sleep
+        # {partition: {key: bytes}} of the rows the last listing of each read a size for (key windows)
+        self._sizes: dict[str, dict[str, int]] = {}
+        # The partitions whose tag listings read sizes too (None: all of them)
+        self.sized: frozenset[str] | None = None
+
+    def sizes(self, partition: str) -> dict[str, int]:
+        """{key: bytes} of the rows of `partition`'s last `keys` listing whose size the controller's field
+        metadata gave (read in the same key windows); empty where none was read."""
+        return self._sizes.get(partition, {})
 
     def rows(self, partition: str) -> dict[str, Tags]:
         """Every keyed row with its tags, as kv_list would, in two passes over the partition's global
@@ -58,16 +67,38 @@ class PartitionListing:
         pacer = self._pacer()
         self._sleep(0)
         rows: dict[str, Tags] = {}
+        sizes: dict[str, int] = {}
         first_pass = ListedPass()
         for window in self._index_windows(partition, pacer):
             owners, keys_seconds = self._keys_of(partition, window, pacer)
             tags_seconds = self._add_tags(partition, owners, rows, first_pass)
+            self._add_sizes(partition, owners, sizes)
             self._sleep(pacer.after(max(keys_seconds, tags_seconds)))
         for window in self._index_windows(partition, pacer):
             owners, keys_seconds = self._keys_of(partition, window, pacer)
             tags_seconds = self._add_tags(partition, first_pass.not_in(owners), rows, None)
             self._sleep(pacer.after(max(keys_seconds, tags_seconds)))
+        self._sizes[partition] = {key: size for key, size in sizes.items() if key in rows}
         return rows
+
+    def _add_sizes(self, partition: str, owners: dict[int, str], sizes: dict[str, int]) -> None:
+        """The bytes of `owners`' rows ({index: key}) into `sizes`, read on the controller's actor thread
+        (the key windows' function, beside the job's requests) where it fits: a tags source's partition
+        is listed through kv_retrieve_keys, which carries no sizes. A key whose index changed since is
+        left out."""
+        if not owners or self._controller_keys.size is None:
+            return
+        if self.sized is not None and partition not in self.sized:
+            return
+        read = self._controller_keys.read(partition, list(owners))
+        if read is None:
+            return
+        keys, row_bytes, _ = read
+        if row_bytes is None:
+            return
+        for index, key, size in zip(owners, keys, row_bytes, strict=True):
+            if key is not None and key == owners[index] and size >= 0:
+                sizes[key] = size
 
     def keys(self, partition: str, reuse_seconds: float) -> dict[str, int]:
         """{key: global index} of every keyed row, in one pass of paced windows: the partition's
@@ -83,10 +114,12 @@ class PartitionListing:
         pacer = self._pacer()
         self._sleep(0)
         keys: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         for window in self._index_windows(partition, pacer, reuse_seconds, beside_requests=True):
-            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True)  # then paused
-            pacer.adapt(seconds)
+            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True, sizes=sizes)
+            pacer.adapt(seconds)  # (then paused)
             keys.update((key, index) for index, key in owners.items())
+        self._sizes[partition] = {key: size for key, size in sizes.items() if keys.get(key) is not None}
         return keys
 
     def _index_windows(
@@ -105,11 +138,16 @@ class PartitionListing:
             yield window
 
     def _keys_of(
-        self, partition: str, window: list[int], pacer: Pacer, beside_requests: bool = False
+        self,
+        partition: str,
+        window: list[int],
+        pacer: Pacer,
+        beside_requests: bool = False,
+        sizes: dict[str, int] | None = None,
     ) -> tuple[dict[int, str], float]:
         """({global index: key} of the window's indexes that have a key now, the request's seconds),
         in a quiet moment, then the duty cycle's pause. `beside_requests`: on the controller's actor
-        thread if that fits."""
+        thread if that fits, with each keyed row's bytes into `sizes` where the controller gave them."""
         read = self._controller_keys.read(partition, window) if beside_requests else None
         if read is None:
             self._wait_for_quiet()
@@ -121,7 +159,11 @@ class PartitionListing:
             )
             seconds = time.perf_counter() - started
         else:
-            keys, seconds = read
+            keys, row_bytes, seconds = read
+            if sizes is not None and row_bytes is not None:
+                sizes.update(
+                    (key, size) for key, size in zip(keys, row_bytes, strict=True) if key and size >= 0
+                )
         self._sleep(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 

@@ -34,13 +34,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
+from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.ray_cluster import join_ray
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, keys_with_indexes
@@ -67,6 +68,7 @@ from tq_gc.stores.transferqueue.internals import (
     RequestThreadWatch,
 )
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
+from tq_gc.stores.transferqueue.leftovers import audit_leftovers
 from tq_gc.stores.transferqueue.listing import PartitionListing
 from tq_gc.stores.transferqueue.pacing import Pacer, smallest_window
 from tq_gc.stores.transferqueue.quiet import NO_WAIT, QuietMoments, QuietSettings, QuietWait
@@ -77,6 +79,7 @@ from tq_gc.stores.transferqueue.requests import (
     TqRequests,
 )
 from tq_gc.stores.transferqueue.rows import identities_of, paced_batches
+from tq_gc.stores.transferqueue.storage_units import read_storage_fill
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +224,23 @@ class TransferQueueRowStore(RowStore):
         if self._controller is None:
             return keys_with_indexes(self, partition)
         return self._listing.keys(partition, self._index_range_reuse_seconds)
+
+    def row_sizes(self, partition: str) -> Mapping[str, int]:
+        """{key: bytes} of the rows the last listing of `partition` sized (field_sizes.py)."""
+        return self._listing.sizes(partition)
+
+    def size_partitions(self, partitions: Collection[str]) -> None:
+        self._listing.sized = frozenset(partitions)
+
+    def storage_fill(self) -> StorageFill:
+        """Each storage unit's capacity and active keys (GET_METRICS, storage_units.py)."""
+        return read_storage_fill(self._client)
+
+    def storage_leftovers(self) -> Leftovers:
+        """Storage cells no partition owns (a dropped storage clear's): leftovers.py. O(rows), on demand."""
+        if self._controller is None:
+            raise StoreUnavailable("the storage leftovers' audit needs the TransferQueue controller's handle")
+        return audit_leftovers(self._controller)
 
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         """Current identity of each key that exists. A key that changes while we ask may be left out.
