@@ -207,6 +207,8 @@ def _manifest_check(source: ManifestSource) -> CheckResult:
 
 def _probe_owners(reference: OwnerReference, rows: RowStore) -> Callable[[], str]:
     def probe() -> str:
+        if reference.created_by_stack and reference.partition not in rows.partitions():
+            return f"{reference.partition} not created yet (created_by_stack): names nothing until it is"
         [found] = OwnersSource([reference], rows).describe()
         owners = "" if found.owner_partition == found.partition else f" in {found.owner_partition}"
         return (
