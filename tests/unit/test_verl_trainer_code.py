@@ -19,6 +19,7 @@ V1 = ("trainer", "ppo", "v1")
 OVERRIDDEN = {
     "_build_replay_buffer",
     "_balance_batch",
+    "_save_checkpoint",
     "on_step_begin",
     "on_validate_begin",
     "on_validate_end",

@@ -12,6 +12,8 @@ verl's lifecycle, and what the mixin does at each point (verl 0.9.1's code):
   trajectories inside `_materialize_batch`, before the clear: make-before-break, no hand-off gap.
 - `_balance_batch()` writes padding rows (`pad<hex>_<i>_0`, tag is_padding) that never have a prompt row.
   They are admitted as soon as it returns; until then (milliseconds) they are new rows inside their grace.
+- `_save_checkpoint()` (`tq.save_checkpoint`, not consistent under concurrent clears) runs inside a
+  checkpoint fence `verl/<run>/checkpoint`: no delete batch runs while it saves.
 - The step reads and writes the batch, saves its checkpoint (with the batch in it), runs on_step_end and
   maybe validation, then clears the batch with no hook after the clear. The step's admissions are released
   at the next on_step_begin (or on_train_end), when the rows are gone; released late, never early.
@@ -30,7 +32,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 from tq_gc.config import Config, load_config
@@ -44,6 +46,7 @@ ADMISSION_PREFIX = "verl/"
 PRESENCE = "trainer"
 CONFIG_ENV = "TQGC_CONFIG"
 STEP = "step"
+CHECKPOINT = "checkpoint"
 VALIDATE = "validate"
 
 
@@ -109,6 +112,11 @@ class BatchHolder:
             admission_id = f"{self._prefix}{self.phase}/{self._count}"
             stack = self._phases.setdefault(self.phase, ExitStack())
         stack.enter_context(self._client.holding(admission_id, {partition: sorted(keys)}))
+
+    def checkpoint_fence(self) -> AbstractContextManager[str]:
+        """No delete while the block runs (a TQ save is not consistent under concurrent clears); it
+        starts once no delete batch is in flight."""
+        return self._client.checkpoint_fence(self._prefix + CHECKPOINT)
 
     def release(self, phase: str) -> None:
         """Release every admission made in `phase` (its rows are cleared by then)."""
@@ -184,6 +192,10 @@ class TqGcTrainerMixin:
         padding = set(balanced.keys) - set(batch.keys)
         self._tq_gc().hold(balanced.partition_id, padding)
         return balanced
+
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tq_gc().checkpoint_fence():
+            return _verl(self, "_save_checkpoint")(*args, **kwargs)
 
     def on_step_begin(self) -> None:
         self._tq_gc().release(STEP)  # the last step's batch: cleared at the end of its iteration
