@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 ADMISSION_PREFIX = "verl/"
 PRESENCE = "trainer"
 CONFIG_ENV = "TQGC_CONFIG"
+VERL_REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 STEP = "step"
 CHECKPOINT = "checkpoint"
 VALIDATE = "validate"
@@ -134,24 +135,61 @@ class BatchHolder:
 
 
 def hold_sampled_batches(replay_buffer: Any, holder: BatchHolder) -> Any:
-    """Make `replay_buffer` (verl's ReplayBuffer or a subclass) admit each batch it materializes before
-    it clears the batch's prompt rows. Returns the same replay buffer."""
-    materialize = getattr(replay_buffer, "_materialize_batch", None)
-    if materialize is None:
+    """Make `replay_buffer` (verl's ReplayBuffer, a subclass, or a custom sampler of its shape) admit each
+    batch it samples. verl's own `sample()` goes through `_materialize_batch`, which admits the batch
+    before it clears the prompt rows (make-before-break). A sampler that builds its batch another way
+    (`trainer.v1.sampler.custom_sampler`) is named in a warning here, at start, and its batch is admitted
+    when `sample()` returns: from its clear until then the rows are new to the sweeps, within their grace,
+    like padding rows. Refuses (TypeError) a sampler without `sample`. Returns the same replay buffer."""
+    sample = getattr(replay_buffer, "sample", None)
+    if not callable(sample):
         raise TypeError(
-            f"{type(replay_buffer).__name__} has no _materialize_batch: tq-gc's verl integration follows "
-            "verl 0.9's ReplayBuffer (verl/trainer/ppo/v1/replay_buffer.py); a sampler of another shape "
-            "must admit its batches itself (tq_gc.integrations.verl.BatchHolder.hold)"
+            f"{type(replay_buffer).__name__} has no sample(): tq-gc's verl integration follows verl 0.9's "
+            "ReplayBuffer (verl/trainer/ppo/v1/replay_buffer.py)"
         )
+    materialized = threading.local()  # the keys `_materialize_batch` admitted in this thread's sample()
+    materialize = getattr(replay_buffer, "_materialize_batch", None)
+    if materialize is not None:
 
-    def admitted_then_materialized(
-        partition_id: str, selected_prompt_uids: Sequence[str], partition_snapshot: Mapping[str, Any]
-    ) -> Any:
-        holder.hold(partition_id, batch_keys(selected_prompt_uids, partition_snapshot))
-        return materialize(partition_id, selected_prompt_uids, partition_snapshot)
+        def admitted_then_materialized(
+            partition_id: str, selected_prompt_uids: Sequence[str], partition_snapshot: Mapping[str, Any]
+        ) -> Any:
+            keys = batch_keys(selected_prompt_uids, partition_snapshot)
+            holder.hold(partition_id, keys)
+            held_here: set[str] = getattr(materialized, "keys", set())
+            held_here.update(keys)
+            return materialize(partition_id, selected_prompt_uids, partition_snapshot)
 
-    replay_buffer._materialize_batch = admitted_then_materialized
+        replay_buffer._materialize_batch = admitted_then_materialized
+
+    def sampled_then_held(*args: Any, **kwargs: Any) -> Any:
+        materialized.keys = set()
+        sampled = sample(*args, **kwargs)
+        batch = sampled[0] if isinstance(sampled, tuple) else sampled  # verl's: (KVBatchMeta, metrics)
+        holder.hold(batch.partition_id, set(batch.keys) - materialized.keys)
+        return sampled
+
+    replay_buffer.sample = sampled_then_held
+    custom = _not_verls(type(replay_buffer), "sample", "_materialize_batch")
+    if custom:
+        log.warning(
+            "tq-gc: the sampler %s has its own %s (not verl's): a batch it builds without "
+            "_materialize_batch is admitted when sample() returns, not before its prompt rows are cleared; "
+            "until then its rows are protected only by their grace",
+            type(replay_buffer).__qualname__,
+            " and ".join(custom),
+        )
     return replay_buffer
+
+
+def _not_verls(cls: type, *names: str) -> list[str]:
+    """Those of `names` that `cls` takes from outside verl's replay buffer module (or lacks)."""
+    custom = []
+    for name in names:
+        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+        if owner is None or owner.__module__ != VERL_REPLAY_BUFFER:
+            custom.append(name)
+    return custom
 
 
 def batch_keys(prompt_uids: Collection[str], rows: Collection[str]) -> list[str]:
