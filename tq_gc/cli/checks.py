@@ -59,7 +59,12 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
         if config.owner_references:
-            results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
+            opened_here = runtime.state is None  # the CLI's own: with memory:// the sidecar's is elsewhere
+
+            def protection() -> str:
+                return verl.protection(config, verl.admissions_swept_by(config, state, opened_here))
+
+            results.append(_check("verl in-flight protection", protection))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it

@@ -38,7 +38,7 @@ from typing import Any
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.publish.client import GcClient
-from tq_gc.state.base import StateStore
+from tq_gc.state.base import AdmissionStore
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,10 @@ def presence_admission(admission_id: str) -> bool:
     return admission_id.startswith(ADMISSION_PREFIX) and admission_id.endswith(f"/{PRESENCE}")
 
 
-def protection(config: Config, state: StateStore) -> str:
+def protection(config: Config, state: AdmissionStore) -> str:
     """`tq-gc check`'s line: whether a verl trainer integration holds what its trainer uses (an owner rule
-    alone loses a sampled batch's owner for its whole step). Raises TqGcError when not fail-safe."""
+    alone loses a sampled batch's owner for its whole step), in `state` (admissions_swept_by). Raises
+    TqGcError when not fail-safe."""
     live = state.live_admissions()
     present = sorted(admission_id for admission_id in live if presence_admission(admission_id))
     if present:
@@ -76,6 +77,26 @@ def protection(config: Config, state: StateStore) -> str:
         "prompt row: it would be deleted after grace. Set admissions.expect_nonempty: true "
         "(deploy/examples/verl.yaml does) or run the trainer with tq_gc.integrations.verl"
     )
+
+
+def admissions_swept_by(config: Config, state: AdmissionStore, opened_here: bool) -> AdmissionStore:
+    """The admissions the sweeps of `config` read. With memory:// state they live in the sidecar actor,
+    and a state this process opened for itself (the CLI's) is empty: read the sidecar's, or raise
+    TqGcError saying that they cannot be read from here."""
+    if not (opened_here and config.state_url.startswith("memory:")):
+        return state
+    from tq_gc.sidecar.client import sidecar_admissions  # imports Ray: only for the sidecar's state
+
+    sidecar = config.sidecar
+    try:
+        return sidecar_admissions(sidecar.name, sidecar.ray_namespace, config.transfer_queue.ray_address)
+    except TqGcError as exc:
+        raise TqGcError(
+            f"cannot read the sidecar's state: {exc}. With state_url memory:// the admissions live in the "
+            "sidecar actor, and this command's own memory holds none, so whether a verl trainer "
+            "integration is live cannot be told from here. Run the check while the sidecar runs, or give "
+            "the sidecar and the CLI a shared redis:// state_url"
+        ) from exc
 
 
 def client_for(config: Config) -> GcClient:
@@ -274,6 +295,7 @@ __all__ = [
     "ADMISSION_PREFIX",
     "BatchHolder",
     "TqGcTrainerMixin",
+    "admissions_swept_by",
     "batch_keys",
     "client_for",
     "hold_sampled_batches",
