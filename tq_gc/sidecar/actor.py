@@ -34,7 +34,7 @@ import math
 import threading
 from collections import deque
 from contextlib import ExitStack
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import ray
@@ -45,11 +45,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
+from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.report import Cause, SweepReport
 from tq_gc.state.base import AdmissionRows
+from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.claim import claimed, sidecar_holder
@@ -171,6 +173,7 @@ class SidecarActor:
             self._metrics.record_error()
             self._last_error = {"at": utc_now_iso(), "error": report.reason}
         self._metrics.observe(report)
+        self._observe_liveness()
         self._reports.appendleft(report.to_dict())
         counts = report.counts
         log.info(
@@ -189,6 +192,15 @@ class SidecarActor:
     def started_with(self) -> Config:
         """The config this sidecar was started with: start_sidecar compares it with its own."""
         return self._config
+
+    def _observe_liveness(self) -> None:
+        """The liveness gauges, from every sweeper's run summaries in the state store."""
+        try:
+            runs = self._state.recent_runs(RUNS_KEPT)
+        except Exception as exc:  # the sweep's own report stands; the gauges keep their last values
+            log.warning("liveness not updated: reading the run summaries failed: %s", exc)
+            return
+        self._metrics.observe_liveness(liveness(runs, datetime.now(UTC)))
 
     def status(self) -> dict[str, Any]:
         """Paused or not, next run, last reports (newest first), lease holder, metrics port."""
