@@ -75,6 +75,8 @@ class SidecarActor:
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
         self._reports: deque[dict[str, Any]] = deque(maxlen=REPORTS_KEPT)
+        # The run summaries liveness reads, newest first as the state store keeps them (read at first sweep)
+        self._liveness_runs: deque[dict[str, Any]] | None = None
         self._last_error: dict[str, Any] | None = None
         self._closed = False
         try:
@@ -173,8 +175,8 @@ class SidecarActor:
             self._metrics.record_error()
             self._last_error = {"at": utc_now_iso(), "error": report.reason}
         self._metrics.observe(report)
-        self._observe_liveness()
         self._reports.appendleft(report.to_dict())
+        self._observe_liveness(self._reports[0])
         counts = report.counts
         log.info(
             "sweep %s: %s%s, %d in scope, %d deleted, %d waiting out their grace",
@@ -193,14 +195,20 @@ class SidecarActor:
         """The config this sidecar was started with: start_sidecar compares it with its own."""
         return self._config
 
-    def _observe_liveness(self) -> None:
-        """The liveness gauges, from every sweeper's run summaries in the state store."""
-        try:
-            runs = self._state.recent_runs(RUNS_KEPT)
-        except Exception as exc:  # the sweep's own report stands; the gauges keep their last values
-            log.warning("liveness not updated: reading the run summaries failed: %s", exc)
-            return
-        self._metrics.observe_liveness(liveness(runs, datetime.now(UTC)))
+    def _observe_liveness(self, report: dict[str, Any]) -> None:
+        """The liveness gauges, from the run summaries in the state store: read once (at the first sweep,
+        which they include: a restarted sidecar goes on from its predecessor's), then this sidecar's own
+        reports added to them, so that a sweep does not read 200 summaries."""
+        if self._liveness_runs is None:
+            try:
+                runs = self._state.recent_runs(RUNS_KEPT)
+            except Exception as exc:  # the sweep's own report stands; read again at the next sweep
+                log.warning("liveness not updated: reading the run summaries failed: %s", exc)
+                return
+            self._liveness_runs = deque(runs, maxlen=RUNS_KEPT)
+        else:
+            self._liveness_runs.appendleft(report)
+        self._metrics.observe_liveness(liveness(list(self._liveness_runs), datetime.now(UTC)))
 
     def status(self) -> dict[str, Any]:
         """Paused or not, next run, last reports (newest first), lease holder, metrics port."""
