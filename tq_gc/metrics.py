@@ -242,7 +242,7 @@ class _LivenessGauges:
         self.share = Gauge(
             PREFIX + "sweep_share",
             "Share of the sweeps of the last hour, by outcome and cause (completed and dry_run: cause "
-            "none), from the run summaries in the state store (every sweeper of the job).",
+            "none), from the run summaries in the state store (read at the first sweep, so across restarts).",
             ["outcome", "cause"],
             registry=registry,
         )
