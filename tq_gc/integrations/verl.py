@@ -9,7 +9,11 @@ with env TQGC_CONFIG naming the file the sidecar runs with (docs/integrations.md
 verl's lifecycle, and what the mixin does at each point (verl 0.9.1's code):
 - `ReplayBuffer.sample()` -> `_materialize_batch()` clears the sampled groups' prompt rows, the owner
   reference of their trajectories, and hands the trajectories to the step. The mixin admits those
-  trajectories inside `_materialize_batch`, before the clear: make-before-break, no hand-off gap.
+  trajectories inside `_materialize_batch`, before the clear: make-before-break, no hand-off gap. A custom
+  sampler (`trainer.v1.sampler.custom_sampler`) that builds its batch another way is named in a warning
+  at start, and its batch admitted when `sample()` returns: from the sampler's clear of the prompt rows
+  until then the rows are unreferenced, protected by their grace (a sampler that returns more than a
+  grace after its clear would lose them).
 - `_balance_batch()` writes padding rows (`pad<hex>_<i>_0`, tag is_padding) that never have a prompt row.
   They are admitted as soon as it returns; until then (milliseconds) they are new rows inside their grace.
 - `_save_checkpoint()` (`tq.save_checkpoint`, not consistent under concurrent clears) runs inside a
