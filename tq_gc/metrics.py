@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from tq_gc.decisions import KEEPS
 from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
+from tq_gc.liveness import Liveness
 from tq_gc.report import PHASES, Cause, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ class SweepMetrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._c = _collectors_for(self.registry, store)
         self.footprint = FootprintMetrics(self.registry)  # bytes and storage headroom (metrics_footprint.py)
+        _liveness_gauges_for(self.registry)  # exported from the start, like the others
 
     def observe(self, report: SweepReport) -> None:
         """Count one finished sweep (any outcome)."""
@@ -210,6 +212,10 @@ class SweepMetrics:
             c.orphans_waiting.set(report.counts.within_grace)
             c.last_success.set(_timestamp(report.finished_at))
 
+    def observe_liveness(self, found: Liveness) -> None:
+        """Set the liveness gauges from what the state store's run summaries say (tq_gc/liveness.py)."""
+        _liveness_gauges_for(self.registry).set(found)
+
     def record_error(self) -> None:
         """Count a sweep that raised instead of returning a report."""
         self._c.sweep_errors.inc()
@@ -232,6 +238,55 @@ class SweepMetrics:
         }
         restricted = self.registry.restricted_registry(names)
         pushadd_to_gateway(url, PUSH_JOB, restricted, grouping_key, timeout=PUSH_TIMEOUT_SECONDS)
+
+
+class _LivenessGauges:
+    """The gauges of tq_gc/liveness.py, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._lock = threading.Lock()
+        self._shown: set[tuple[str, str]] = set()
+        self.share = Gauge(
+            PREFIX + "sweep_share",
+            "Share of the sweeps of the last hour, by outcome and cause (completed and dry_run: cause "
+            "none), from the run summaries in the state store (read at the first sweep, so across restarts).",
+            ["outcome", "cause"],
+            registry=registry,
+        )
+        self.since_completed = Gauge(
+            PREFIX + "sweeps_since_completed",
+            "The newest sweeps in a row that neither completed nor ran dry (skipped or aborted).",
+            registry=registry,
+        )
+        self.checkpoint_blocking = Gauge(
+            PREFIX + "checkpoint_blocking_seconds",
+            "How long the newest sweeps in a row have been skipped for a checkpoint being written (a tmp_ "
+            "directory, named in the skip's reason); 0 when the last sweep was not.",
+            registry=registry,
+        )
+
+    def set(self, found: Liveness) -> None:
+        with self._lock:
+            for key in self._shown - found.shares.keys():
+                self.share.labels(*key).set(0)
+            for key, share in found.shares.items():
+                self.share.labels(*key).set(share)
+            self._shown |= found.shares.keys()
+            self.since_completed.set(found.since_completed)
+            self.checkpoint_blocking.set(0 if found.blocked is None else found.blocked.seconds)
+
+
+_liveness_registered: weakref.WeakKeyDictionary[CollectorRegistry, _LivenessGauges] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _liveness_gauges_for(registry: CollectorRegistry) -> _LivenessGauges:
+    with _registered_lock:
+        gauges = _liveness_registered.get(registry)
+        if gauges is None:
+            gauges = _liveness_registered[registry] = _LivenessGauges(registry)
+        return gauges
 
 
 def kept_by_reason(report: SweepReport) -> dict[str, int]:

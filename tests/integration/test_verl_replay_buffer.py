@@ -43,13 +43,14 @@ STEP_S = GRACE_S + 5 * INTERVAL_S  # a large model's step: longer than grace
 TTL_S = 10 * STEP_S  # the trainer's admissions outlive the manual clock's jumps (GcClient renews them)
 
 
-def example_config(ray_address: str, train: str, val: str) -> Config:
-    """deploy/examples/verl.yaml, with this test's partitions for `train` and `val`."""
+def example_config(ray_address: str, train: str, val: str, **limits: Any) -> Config:
+    """deploy/examples/verl.yaml, with this test's partitions for `train` and `val` (and `limits`)."""
     values: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     renamed = {"train": train, "val": val}
     for entry in [*values["scope"], *values["owner_references"]]:
         entry["partition"] = renamed[entry["partition"]]
     values["transfer_queue"] = {"ray_address": ray_address}
+    values["limits"].update(limits)
     config = parse_config(values)
     assert (config.grace_seconds, config.schedule.interval_seconds) == (GRACE_S, INTERVAL_S)
     return config
@@ -278,3 +279,28 @@ def test_evicted_groups_leftovers_reclaimed_tag_only_prompt_rows_kept_while_verl
     sidecar.sweep_for(GRACE_S + 2 * INTERVAL_S)
     assert sidecar.deleted == set(leftover)
     assert {failed, tag_only_prompt, *pending} <= keys(tq, tq_partition)
+
+
+def test_a_resume_from_before_the_first_validation_sweeps_and_reclaims_with_no_val_partition(
+    tq: Any, tq_partition: str, val_partition: str, sidecar: Sidecar, tmp_path: Path
+) -> None:
+    """trainer.val_before_train=False: the checkpoint of step 1 is taken before any validation, so the
+    TQ it restores has no `val`. The shipped config marks `val` created_by_stack: sweeps complete and the
+    restored batch is reclaimed before the resumed run first validates."""
+    trainer = gc_trainer(sidecar, tq, tq_partition, val_partition, tmp_path)  # no validate() first
+    saved: list[Path] = []
+    batch = trainer.step(lambda trainer, _batch: saved.append(trainer._save_checkpoint()))
+    trainer.on_train_end()
+    assert val_partition not in tq.kv_list()
+
+    resumed = Sidecar(sidecar.config, sidecar.store)
+    trainer = gc_trainer(resumed, tq, tq_partition, val_partition, tmp_path)
+    tq.load_checkpoint(str(saved[0]))
+    leaked = set(batch.keys)
+    assert leaked <= keys(tq, tq_partition) and val_partition not in tq.kv_list()
+    reports = resumed.sweep_for(GRACE_S + 2 * INTERVAL_S)
+    assert completed(reports), [report.reason for report in reports]
+    assert resumed.deleted == leaked
+    trainer.validate()  # the resumed run's first validation creates `val`: sweeps go on completing
+    assert completed(resumed.sweep_for(2 * INTERVAL_S))
+    trainer.on_train_end()

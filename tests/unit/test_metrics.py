@@ -139,6 +139,9 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_tq_request_seconds",
         "tqgc_tq_controller_function_misfits",
         *FOOTPRINT_FAMILIES,
+        "tqgc_sweep_share",
+        "tqgc_sweeps_since_completed",
+        "tqgc_checkpoint_blocking_seconds",
     }
     assert all(f.documentation.strip() for f in families)
 

@@ -1,7 +1,8 @@
 """verl 0.9.1's trainer code, read from the installed package: the order tq_gc.integrations.verl relies on
-and tools/testbed/verl_job.py's trainer replays. verl's trainer module needs a GPU stack to import, so its
-source is read with `ast` (the replay buffer and padding, which import without it, run for real in
-tests/integration/test_verl_replay_buffer.py)."""
+and tools/testbed/verl_job.py's trainer replays. verl's trainer package imports on CPU only with verl's
+declared dependencies (datasets, torchdata, codetiming, Pillow, ...), which the test environment does not
+install, so its source is read with `ast` (the replay buffer and padding, which import without them, run
+for real in tests/integration/test_verl_replay_buffer.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ V1 = ("trainer", "ppo", "v1")
 OVERRIDDEN = {
     "_build_replay_buffer",
     "_balance_batch",
+    "_save_checkpoint",
     "on_step_begin",
     "on_validate_begin",
     "on_validate_end",

@@ -1,7 +1,8 @@
 """verl 0.9.1's own ReplayBuffer and padding on a real TransferQueue, driven in the order of verl's fit loop.
 
-verl's trainer package (`verl/trainer/ppo/v1/__init__.py`) imports the whole trainer, whose dependencies are
-a GPU stack; `replay_buffer.py` itself needs only TQ, numpy, omegaconf and `verl.utils.skip`. So the module is
+verl's trainer package (`verl/trainer/ppo/v1/__init__.py`) imports the whole trainer, whose dependencies
+(datasets, torchdata, codetiming, Pillow, ...) the test environment does not install; `replay_buffer.py`
+itself needs only TQ, numpy, omegaconf and `verl.utils.skip`. So the module is
 loaded from its file, under its own name, without the package's `__init__` (the `verl` extra installs verl
 with --no-deps). Padding comes from verl's own `verl.trainer.ppo.padding_utils`, which imports normally.
 

@@ -59,7 +59,12 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
         )
         if config.owner_references:
-            results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
+            opened_here = runtime.state is None  # the CLI's own: with memory:// the sidecar's is elsewhere
+
+            def protection() -> str:
+                return verl.protection(config, verl.admissions_swept_by(config, state, opened_here))
+
+            results.append(_check("verl in-flight protection", protection))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
@@ -207,6 +212,8 @@ def _manifest_check(source: ManifestSource) -> CheckResult:
 
 def _probe_owners(reference: OwnerReference, rows: RowStore) -> Callable[[], str]:
     def probe() -> str:
+        if reference.created_by_stack and reference.partition not in rows.partitions():
+            return f"{reference.partition} not created yet (created_by_stack): names nothing until it is"
         [found] = OwnersSource([reference], rows).describe()
         owners = "" if found.owner_partition == found.partition else f" in {found.owner_partition}"
         return (

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -21,8 +22,10 @@ from tq_gc.cli.footprint_view import footprint_summary
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
+from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
 from tq_gc.report import Outcome
+from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores.transferqueue.claim import claimed
 from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import default_holder
@@ -140,6 +143,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
             "waiting": waiting,
             "grace_seconds": config.grace_seconds,
             "runs": state.recent_runs(runs),
+            "liveness": liveness(state.recent_runs(RUNS_KEPT), datetime.now(UTC)).to_dict(),
         }
         doc["footprint"] = footprint_summary(doc["runs"])
     _emit(doc, as_json, render.status)

@@ -68,6 +68,8 @@ def status(doc: dict[str, Any]) -> None:
         else f"lease: {lease['holder']} (expires in {lease['expires_in_s']:.0f} s)"
     )
     console.print("fences: " + (", ".join(doc["fences"]) or "none"))
+    if "liveness" in doc:
+        console.print(liveness_line(doc["liveness"]))
     waiting = Table(title=f"rows waiting out their grace ({doc['grace_seconds']:g} s)")
     for column in ("partition", "rows", "oldest (s)"):
         waiting.add_column(column)
@@ -126,3 +128,24 @@ def checks(doc: dict[str, Any]) -> None:
     for result in doc["checks"]:
         table.add_row(result["name"], "yes" if result["ok"] else "NO", result["detail"])
     _console().print(table)
+
+
+def liveness_line(found: dict[str, Any]) -> str:
+    """`tq-gc status`'s liveness line: the last hour's sweeps by outcome and cause, what blocks them."""
+    if not found["sweeps"]:
+        return "sweeps, last hour: none recorded"
+    by_outcome: dict[str, list[str]] = {}
+    for share in found["shares"]:
+        cause = "" if share["cause"] == "none" else f"{share['cause']} "
+        by_outcome.setdefault(share["outcome"], []).append(f"{cause}{share['share']:.0%}")
+    parts = [f"{outcome} {', '.join(causes)}" for outcome, causes in by_outcome.items()]
+    line = f"sweeps, last hour ({found['sweeps']}): {'; '.join(parts)}"
+    if found["since_completed"]:
+        line += f"; the last {found['since_completed']} did not complete"
+    blocking = found["checkpoint_blocking"]
+    if blocking is not None:
+        line += (
+            f"; skipped for {blocking['seconds']:.0f} s ({blocking['sweeps']} sweeps) for a checkpoint being "
+            f"written: {blocking['reason']}"
+        )
+    return line

@@ -9,9 +9,15 @@ with env TQGC_CONFIG naming the file the sidecar runs with (docs/integrations.md
 verl's lifecycle, and what the mixin does at each point (verl 0.9.1's code):
 - `ReplayBuffer.sample()` -> `_materialize_batch()` clears the sampled groups' prompt rows, the owner
   reference of their trajectories, and hands the trajectories to the step. The mixin admits those
-  trajectories inside `_materialize_batch`, before the clear: make-before-break, no hand-off gap.
+  trajectories inside `_materialize_batch`, before the clear: make-before-break, no hand-off gap. A custom
+  sampler (`trainer.v1.sampler.custom_sampler`) that builds its batch another way is named in a warning
+  at start, and its batch admitted when `sample()` returns: from the sampler's clear of the prompt rows
+  until then the rows are unreferenced, protected by their grace (a sampler that returns more than a
+  grace after its clear would lose them).
 - `_balance_batch()` writes padding rows (`pad<hex>_<i>_0`, tag is_padding) that never have a prompt row.
   They are admitted as soon as it returns; until then (milliseconds) they are new rows inside their grace.
+- `_save_checkpoint()` (`tq.save_checkpoint`, not consistent under concurrent clears) runs inside a
+  checkpoint fence `verl/<run>/checkpoint`: no delete batch runs while it saves.
 - The step reads and writes the batch, saves its checkpoint (with the batch in it), runs on_step_end and
   maybe validation, then clears the batch with no hook after the clear. The step's admissions are released
   at the next on_step_begin (or on_train_end), when the rows are gone; released late, never early.
@@ -30,20 +36,22 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.publish.client import GcClient
-from tq_gc.state.base import StateStore
+from tq_gc.state.base import AdmissionStore
 
 log = logging.getLogger(__name__)
 
 ADMISSION_PREFIX = "verl/"
 PRESENCE = "trainer"
 CONFIG_ENV = "TQGC_CONFIG"
+VERL_REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 STEP = "step"
+CHECKPOINT = "checkpoint"
 VALIDATE = "validate"
 
 
@@ -52,9 +60,10 @@ def presence_admission(admission_id: str) -> bool:
     return admission_id.startswith(ADMISSION_PREFIX) and admission_id.endswith(f"/{PRESENCE}")
 
 
-def protection(config: Config, state: StateStore) -> str:
+def protection(config: Config, state: AdmissionStore) -> str:
     """`tq-gc check`'s line: whether a verl trainer integration holds what its trainer uses (an owner rule
-    alone loses a sampled batch's owner for its whole step). Raises TqGcError when not fail-safe."""
+    alone loses a sampled batch's owner for its whole step), in `state` (admissions_swept_by). Raises
+    TqGcError when not fail-safe."""
     live = state.live_admissions()
     present = sorted(admission_id for admission_id in live if presence_admission(admission_id))
     if present:
@@ -72,6 +81,26 @@ def protection(config: Config, state: StateStore) -> str:
         "prompt row: it would be deleted after grace. Set admissions.expect_nonempty: true "
         "(deploy/examples/verl.yaml does) or run the trainer with tq_gc.integrations.verl"
     )
+
+
+def admissions_swept_by(config: Config, state: AdmissionStore, opened_here: bool) -> AdmissionStore:
+    """The admissions the sweeps of `config` read. With memory:// state they live in the sidecar actor,
+    and a state this process opened for itself (the CLI's) is empty: read the sidecar's, or raise
+    TqGcError saying that they cannot be read from here."""
+    if not (opened_here and config.state_url.startswith("memory:")):
+        return state
+    from tq_gc.sidecar.client import sidecar_admissions  # imports Ray: only for the sidecar's state
+
+    sidecar = config.sidecar
+    try:
+        return sidecar_admissions(sidecar.name, sidecar.ray_namespace, config.transfer_queue.ray_address)
+    except TqGcError as exc:
+        raise TqGcError(
+            f"cannot read the sidecar's state: {exc}. With state_url memory:// the admissions live in the "
+            "sidecar actor, and this command's own memory holds none, so whether a verl trainer "
+            "integration is live cannot be told from here. Run the check while the sidecar runs, or give "
+            "the sidecar and the CLI a shared redis:// state_url"
+        ) from exc
 
 
 def client_for(config: Config) -> GcClient:
@@ -110,6 +139,11 @@ class BatchHolder:
             stack = self._phases.setdefault(self.phase, ExitStack())
         stack.enter_context(self._client.holding(admission_id, {partition: sorted(keys)}))
 
+    def checkpoint_fence(self) -> AbstractContextManager[str]:
+        """No delete while the block runs (a TQ save is not consistent under concurrent clears); it
+        starts once no delete batch is in flight."""
+        return self._client.checkpoint_fence(self._prefix + CHECKPOINT)
+
     def release(self, phase: str) -> None:
         """Release every admission made in `phase` (its rows are cleared by then)."""
         with self._lock:
@@ -126,24 +160,61 @@ class BatchHolder:
 
 
 def hold_sampled_batches(replay_buffer: Any, holder: BatchHolder) -> Any:
-    """Make `replay_buffer` (verl's ReplayBuffer or a subclass) admit each batch it materializes before
-    it clears the batch's prompt rows. Returns the same replay buffer."""
-    materialize = getattr(replay_buffer, "_materialize_batch", None)
-    if materialize is None:
+    """Make `replay_buffer` (verl's ReplayBuffer, a subclass, or a custom sampler of its shape) admit each
+    batch it samples. verl's own `sample()` goes through `_materialize_batch`, which admits the batch
+    before it clears the prompt rows (make-before-break). A sampler that builds its batch another way
+    (`trainer.v1.sampler.custom_sampler`) is named in a warning here, at start, and its batch is admitted
+    when `sample()` returns: from its clear until then the rows are new to the sweeps, within their grace,
+    like padding rows. Refuses (TypeError) a sampler without `sample`. Returns the same replay buffer."""
+    sample = getattr(replay_buffer, "sample", None)
+    if not callable(sample):
         raise TypeError(
-            f"{type(replay_buffer).__name__} has no _materialize_batch: tq-gc's verl integration follows "
-            "verl 0.9's ReplayBuffer (verl/trainer/ppo/v1/replay_buffer.py); a sampler of another shape "
-            "must admit its batches itself (tq_gc.integrations.verl.BatchHolder.hold)"
+            f"{type(replay_buffer).__name__} has no sample(): tq-gc's verl integration follows verl 0.9's "
+            "ReplayBuffer (verl/trainer/ppo/v1/replay_buffer.py)"
         )
+    materialized = threading.local()  # the keys `_materialize_batch` admitted in this thread's sample()
+    materialize = getattr(replay_buffer, "_materialize_batch", None)
+    if materialize is not None:
 
-    def admitted_then_materialized(
-        partition_id: str, selected_prompt_uids: Sequence[str], partition_snapshot: Mapping[str, Any]
-    ) -> Any:
-        holder.hold(partition_id, batch_keys(selected_prompt_uids, partition_snapshot))
-        return materialize(partition_id, selected_prompt_uids, partition_snapshot)
+        def admitted_then_materialized(
+            partition_id: str, selected_prompt_uids: Sequence[str], partition_snapshot: Mapping[str, Any]
+        ) -> Any:
+            keys = batch_keys(selected_prompt_uids, partition_snapshot)
+            holder.hold(partition_id, keys)
+            held_here: set[str] = getattr(materialized, "keys", set())
+            held_here.update(keys)
+            return materialize(partition_id, selected_prompt_uids, partition_snapshot)
 
-    replay_buffer._materialize_batch = admitted_then_materialized
+        replay_buffer._materialize_batch = admitted_then_materialized
+
+    def sampled_then_held(*args: Any, **kwargs: Any) -> Any:
+        materialized.keys = set()
+        sampled = sample(*args, **kwargs)
+        batch = sampled[0] if isinstance(sampled, tuple) else sampled  # verl's: (KVBatchMeta, metrics)
+        holder.hold(batch.partition_id, set(batch.keys) - materialized.keys)
+        return sampled
+
+    replay_buffer.sample = sampled_then_held
+    custom = _not_verls(type(replay_buffer), "sample", "_materialize_batch")
+    if custom:
+        log.warning(
+            "tq-gc: the sampler %s has its own %s (not verl's): a batch it builds without "
+            "_materialize_batch is admitted when sample() returns, not before its prompt rows are cleared; "
+            "until then its rows are protected only by their grace",
+            type(replay_buffer).__qualname__,
+            " and ".join(custom),
+        )
     return replay_buffer
+
+
+def _not_verls(cls: type, *names: str) -> list[str]:
+    """Those of `names` that `cls` takes from outside verl's replay buffer module (or lacks)."""
+    custom = []
+    for name in names:
+        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+        if owner is None or owner.__module__ != VERL_REPLAY_BUFFER:
+            custom.append(name)
+    return custom
 
 
 def batch_keys(prompt_uids: Collection[str], rows: Collection[str]) -> list[str]:
@@ -185,6 +256,10 @@ class TqGcTrainerMixin:
         self._tq_gc().hold(balanced.partition_id, padding)
         return balanced
 
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tq_gc().checkpoint_fence():
+            return _verl(self, "_save_checkpoint")(*args, **kwargs)
+
     def on_step_begin(self) -> None:
         self._tq_gc().release(STEP)  # the last step's batch: cleared at the end of its iteration
         _verl(self, "on_step_begin")()
@@ -224,6 +299,7 @@ __all__ = [
     "ADMISSION_PREFIX",
     "BatchHolder",
     "TqGcTrainerMixin",
+    "admissions_swept_by",
     "batch_keys",
     "client_for",
     "hold_sampled_batches",

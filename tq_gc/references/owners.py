@@ -21,7 +21,8 @@ Owners are looked up in the sweep's own listing of the owner partition (one snap
 tags' slot: see sweep.observe.Observer.read). Fails closed: a partition the row store lacks
 (owned or owner), an owner tag that is not a key string, a match that leaves a group of the template
 unset, and a reference marked `expect_nonempty` whose pattern matches no row of a non-empty partition
-all fail the source.
+all fail the source. A reference marked `created_by_stack` (its rows and owners in one partition, which
+the stack creates on its first write) names nothing while that partition does not exist.
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ class OwnersSource:
         known = self._listed.existing(existing)
         for rule in self._rules:
             reference = rule.reference
+            if reference.created_by_stack and reference.partition not in known:
+                yield rule, _NOT_CREATED  # rows and owners share it (config): no row to keep or delete
+                continue
             for role, partition in (
                 ("partition", reference.partition),
                 ("owner_partition", reference.owners_in),
@@ -118,8 +122,9 @@ class OwnersSource:
                     raise ReferenceSourceError(
                         Source.OWNERS.value,
                         f"partition {partition!r} (owner_references {role}) does not exist in the row "
-                        "store: a typo, a renamed partition, or a job that has not written it yet. Nothing "
-                        "is deleted until it exists",
+                        "store: a typo, a renamed partition, or a job that has not written it yet (mark "
+                        "the entry created_by_stack: true if the stack creates it later). Nothing is "
+                        "deleted until it exists",
                     )
             rows = self._listed.rows(reference.partition, listed)
             owners = self._listed.rows(reference.owners_in, listed)
@@ -131,6 +136,9 @@ class _Found:
     rows: int
     matched: int
     owned: list[str]  # keys whose owner exists
+
+
+_NOT_CREATED = _Found(rows=0, matched=0, owned=[])  # a created_by_stack partition the stack has not written
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 from contextlib import ExitStack
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import ray
@@ -46,12 +46,14 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
+from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.report import Cause, SweepReport
 from tq_gc.sidecar.pressure import PressureWatch
 from tq_gc.state.base import AdmissionRows
+from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.claim import claimed, sidecar_holder
@@ -76,6 +78,8 @@ class SidecarActor:
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
         self._reports: deque[dict[str, Any]] = deque(maxlen=REPORTS_KEPT)
+        # The run summaries liveness reads, newest first as the state store keeps them (read at first sweep)
+        self._liveness_runs: deque[dict[str, Any]] | None = None
         self._last_error: dict[str, Any] | None = None
         self._last_sweep_at: float | None = None  # time.monotonic() when the last sweep started
         self._closed = False
@@ -199,6 +203,7 @@ class SidecarActor:
             self._last_error = {"at": utc_now_iso(), "error": report.reason}
         self._metrics.observe(report)
         self._reports.appendleft(report.to_dict())
+        self._observe_liveness(self._reports[0])
         counts = report.counts
         log.info(
             "sweep %s: %s%s, %d in scope, %d deleted, %d waiting out their grace",
@@ -216,6 +221,21 @@ class SidecarActor:
     def started_with(self) -> Config:
         """The config this sidecar was started with: start_sidecar compares it with its own."""
         return self._config
+
+    def _observe_liveness(self, report: dict[str, Any]) -> None:
+        """The liveness gauges, from the run summaries in the state store: read once (at the first sweep,
+        which they include: a restarted sidecar goes on from its predecessor's), then this sidecar's own
+        reports added to them, so that a sweep does not read 200 summaries."""
+        if self._liveness_runs is None:
+            try:
+                runs = self._state.recent_runs(RUNS_KEPT)
+            except Exception as exc:  # the sweep's own report stands; read again at the next sweep
+                log.warning("liveness not updated: reading the run summaries failed: %s", exc)
+                return
+            self._liveness_runs = deque(runs, maxlen=RUNS_KEPT)
+        else:
+            self._liveness_runs.appendleft(report)
+        self._metrics.observe_liveness(liveness(list(self._liveness_runs), datetime.now(UTC)))
 
     def status(self) -> dict[str, Any]:
         """Paused or not, next run, last reports (newest first), lease holder, metrics port."""

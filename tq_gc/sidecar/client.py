@@ -148,6 +148,15 @@ def sidecar_registry(
 ) -> AdmissionRegistry:
     """The admission registry hosted by the running sidecar, for publishers (same API as
     AdmissionRegistry.connect). Joins Ray at `ray_address` if this process has not yet."""
+    return AdmissionRegistry(sidecar_admissions(name, namespace, ray_address))
+
+
+def sidecar_admissions(
+    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
+) -> SidecarAdmissionBackend:
+    """The running sidecar's admissions and fences (its memory:// state), for publishers and for the CLI's
+    reads of what the sidecar's sweeps see. Joins Ray at `ray_address` if this process has not yet;
+    TqGcError if no such sidecar runs."""
     if not ray.is_initialized():
         join_ray(ray_address)
     try:
@@ -157,7 +166,13 @@ def sidecar_registry(
             f"no tq-gc sidecar named {name!r} in Ray namespace {namespace!r}: start it first "
             "(tq_gc.start_sidecar(config) or `tq-gc serve`)"
         ) from exc
-    return AdmissionRegistry(SidecarAdmissionBackend(handle))
+    return SidecarAdmissionBackend(handle)
 
 
-__all__ = ["SidecarAdmissionBackend", "sidecar_registry", "start_sidecar", "stop_sidecar"]
+__all__ = [
+    "SidecarAdmissionBackend",
+    "sidecar_admissions",
+    "sidecar_registry",
+    "start_sidecar",
+    "stop_sidecar",
+]

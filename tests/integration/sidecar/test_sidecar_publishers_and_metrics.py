@@ -116,3 +116,12 @@ def test_metrics_served_over_http_match_the_reports(
     last_success = datetime.fromisoformat(reports[listed - 1].finished_at).timestamp()
     assert metrics[("tqgc_last_success_timestamp_seconds", ())] == pytest.approx(last_success, abs=0.001)
     assert metrics[("tqgc_sweep_phase_seconds_count", (("phase", "list"),))] == listed  # not the skipped
+    # liveness, from the run summaries in the state store: the last hour's shares, the skip at the end
+    shares = {key[1]: value for key, value in metrics.items() if key[0] == "tqgc_sweep_share"}
+    assert shares == {
+        (("cause", "none"), ("outcome", "completed")): pytest.approx(2 / len(history)),
+        (("cause", "none"), ("outcome", "dry_run")): pytest.approx(4 / len(history)),
+        (("cause", "lease_held"), ("outcome", "skipped")): pytest.approx(1 / len(history)),
+    }
+    assert metrics[("tqgc_sweeps_since_completed", ())] == 1
+    assert metrics[("tqgc_checkpoint_blocking_seconds", ())] == 0
