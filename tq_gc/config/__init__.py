@@ -5,6 +5,7 @@ models.py     Config and its sections, and the safety rules that refuse a config
 sources.py    the reference sources' sections: manifests, tag references, owner references
 loading.py    YAML + env + flags -> Config, and the error messages that name each field
 redaction.py  what is shown of a state store URL's secrets
+schedule_fit.py  whether a schedule sweeps often enough to reclaim anything
 policy.py     the planner's policy from a config (the pure planner knows nothing of config)
 """
 
@@ -36,6 +37,7 @@ from tq_gc.config.models import (
 )
 from tq_gc.config.policy import plan_policy
 from tq_gc.config.redaction import REDACTED, redact_url
+from tq_gc.config.schedule_fit import longest_gap_seconds, schedule_problem
 from tq_gc.config.sources import (
     NEMO_RL_STAGING_PARTITION,
     ManifestSource,
@@ -72,7 +74,9 @@ __all__ = [
     "env_overrides",
     "format_validation_error",
     "load_config",
+    "longest_gap_seconds",
     "parse_config",
     "plan_policy",
     "redact_url",
+    "schedule_problem",
 ]
