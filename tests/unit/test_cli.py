@@ -22,7 +22,7 @@ from support.scripted_store import ScriptedRowStore
 STAGING = "rollout_staging"
 REPORT_KEYS = {
     "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
-    "counts", "phases_ms", "deleted_sample", "longest_tq_request", "row_store_identity",
+    "counts", "phases_ms", "deleted_sample", "warnings", "longest_tq_request", "row_store_identity",
 }  # fmt: skip
 COUNT_KEYS = {
     "listed",

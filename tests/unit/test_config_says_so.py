@@ -124,3 +124,8 @@ def test_a_bad_value_from_the_file_names_the_file_only(tmp_path: Any) -> None:
         load_config(path, env={"TQGC_GRACE_SECONDS": "900"})
     message = str(caught.value)
     assert str(path) in message and "TQGC_" not in message
+
+
+def test_the_default_schedule_is_not_refused_at_load_a_cronjob_never_uses_it() -> None:
+    config = parse_config(config_with(grace_seconds=60))
+    assert schedule_problem(config) is not None  # `serve` refuses it; `check` says so

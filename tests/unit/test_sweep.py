@@ -303,7 +303,7 @@ def test_report_rows_identify_the_run(world: World) -> None:
     doc = world.sweep().to_dict()
     assert set(doc) == {
         "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
-        "counts", "phases_ms", "deleted_sample", "longest_tq_request", "row_store_identity",
+        "counts", "phases_ms", "deleted_sample", "warnings", "longest_tq_request", "row_store_identity",
     }  # fmt: skip
 
 

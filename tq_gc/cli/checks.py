@@ -7,7 +7,14 @@ from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any
 
-from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
+from tq_gc.config import (
+    Config,
+    ManifestSource,
+    OwnerReference,
+    TagReference,
+    longest_gap_seconds,
+    schedule_problem,
+)
 from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
 from tq_gc.formats.keypath import split_key_path
 from tq_gc.integrations import verl
@@ -43,12 +50,36 @@ def _check(name: str, probe: Callable[[], str]) -> CheckResult:
         return {"name": name, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
 
 
+def config_checks(config: Config, offline: bool = False) -> list[CheckResult]:
+    """What the config alone says, reaching no store (`check --offline` stops here)."""
+    scope = ", ".join(e.partition for e in config.scope) or "EMPTY: nothing would ever be collected"
+    detail = f"namespace {config.namespace}; scope {scope}"
+    if offline:
+        detail += "; checked offline: no store, source or Ray reached"
+    return [{"name": "config", "ok": bool(config.scope), "detail": detail}, _schedule_check(config)]
+
+
+def _schedule_check(config: Config) -> CheckResult:
+    """A schedule written in the config is the sidecar's, and must sweep twice per grace. The default
+    one (none written) may be a CronJob's config, whose schedule is the CronJob's own: said, not failed
+    (`serve` refuses it; a sweep warns when sweeps come further apart than the grace)."""
+    problem = schedule_problem(config)
+    if problem is None:
+        gap_seconds, grace_seconds = longest_gap_seconds(config.schedule), config.grace_seconds
+        detail = f"sweeps at most {gap_seconds:g} s apart, at least twice per grace ({grace_seconds:g} s)"
+        return {"name": "schedule", "ok": True, "detail": detail}
+    if "schedule" in config.model_fields_set:
+        return {"name": "schedule", "ok": False, "detail": problem}
+    detail = (
+        f"none written: a CronJob must sweep at least every {config.grace_seconds / 2:g} s; the sidecar's "
+        f"default would not ({problem})"
+    )
+    return {"name": "schedule", "ok": True, "detail": detail}
+
+
 def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
     """Every check, in order; the stores are opened for the checks and closed after (only those opened)."""
-    scope = ", ".join(e.partition for e in config.scope) or "EMPTY: nothing would ever be collected"
-    results = [
-        {"name": "config", "ok": bool(config.scope), "detail": f"namespace {config.namespace}; scope {scope}"}
-    ]
+    results = config_checks(config)
     with runtime.stores(config) as (state, rows):
         assert rows is not None
         results.append(_check("state store", _probe_state(state, config)))

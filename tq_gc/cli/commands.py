@@ -12,16 +12,19 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
 from tq_gc.cli import render
-from tq_gc.config import Config, load_config
+from tq_gc.cli.sidecar_state import state_in_the_sidecar
+from tq_gc.config import MEMORY_SCHEME, Config, config_schema, load_config, schedule_problem
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.logs import configure_logging
-from tq_gc.report import Outcome
+from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.stores.transferqueue.claim import claimed
 from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import default_holder
@@ -51,8 +54,25 @@ def _json_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document.")(func)
 
 
+def _wide_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--wide",
+        is_flag=True,
+        help="Tables as wide as their rows on a terminal too (piped, they always are).",
+    )(func)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    help="DEBUG logs each phase of a sweep.",
+)
 @click.version_option(package_name="tq-gc")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str) -> None:
@@ -71,7 +91,17 @@ def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Conf
 @_config_option
 @click.option("--execute", is_flag=True, help="Really delete. Without it the sweep is a dry run.")
 @_json_option
-@click.option("--max-deletes", type=click.IntRange(min=0), help="Delete at most N rows this run.")
+@click.option(
+    "--max-deletes",
+    type=click.IntRange(min=0),
+    help="Delete at most N rows this run; never more than limits.max_deletes_per_run (a larger N is "
+    "clamped to it, and the report says so).",
+)
+@click.option(
+    "--all-rows",
+    is_flag=True,
+    help=f"Report every row deleted (dry run: that it would delete), not the first {DELETED_SAMPLE_SIZE}.",
+)
 @click.option("--pushgateway", metavar="URL", help="Push the sweep's metrics to a Prometheus Pushgateway.")
 @click.option(
     "--accept-empty",
@@ -89,8 +119,10 @@ def sweep(
     max_deletes: int | None,
     pushgateway: str | None,
     accept_empty: tuple[str, ...],
+    all_rows: bool,
 ) -> None:
-    """One sweep: lease, fence, list, references, plan, re-check, delete, report."""
+    """One sweep: lease, fence, list, references, plan, re-check, delete, report. A dry run lists the
+    rows it would delete, each with how long it is unreferenced, and counts the rows it keeps by reason."""
     config = _load(ctx, config_path)
     runtime: Runtime = ctx.obj
     holder = default_holder()
@@ -101,7 +133,11 @@ def sweep(
     ):
         assert rows is not None
         report = Collector(config, state, rows, holder, pause_cyclic_gc=True, claim=claim).sweep(
-            dry_run=not execute, max_deletes=max_deletes, progress=progress, accept_empty=accept_empty
+            dry_run=not execute,
+            max_deletes=max_deletes,
+            progress=progress,
+            accept_empty=accept_empty,
+            sample_all=all_rows,
         )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which
     # logs its own failure and never changes the exit code.
@@ -118,10 +154,12 @@ def sweep(
 @_config_option
 @_json_option
 @click.option("--runs", default=10, show_default=True, type=click.IntRange(min=1), help="How many runs.")
+@_wide_option
 @click.pass_context
-def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int) -> None:
+def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int, wide: bool) -> None:
     """Last runs, the lease holder, rows waiting out their grace."""
     config = _load(ctx, config_path)
+    _refuse_a_state_out_of_reach(ctx, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         now_ms = state.now_ms()
         lease = state.lease_holder()
@@ -140,7 +178,13 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
             "grace_seconds": config.grace_seconds,
             "runs": state.recent_runs(runs),
         }
-    _emit(doc, as_json, render.status)
+    _emit(doc, as_json, partial(render.status, wide=wide))
+
+
+def _refuse_a_state_out_of_reach(ctx: click.Context, config: Config) -> None:
+    """With memory://, the state is the sidecar's own memory: this process would open an empty one."""
+    if ctx.obj.state is None and urlsplit(config.state_url).scheme == MEMORY_SCHEME:
+        raise ConfigError(state_in_the_sidecar(config))
 
 
 def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str, Any]:
@@ -155,6 +199,7 @@ def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str,
 def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Live admissions and the rows they hold."""
     config = _load(ctx, config_path)
+    _refuse_a_state_out_of_reach(ctx, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         doc = {"namespace": config.namespace, "admissions": state.live_admissions()}
     _emit(doc, as_json, render.admissions)
@@ -165,25 +210,34 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
 @click.option("--run", "run_id", help="Only rows deleted by this run.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
 @_json_option
+@_wide_option
 @click.pass_context
-def audit(ctx: click.Context, config_path: str | None, run_id: str | None, limit: int, as_json: bool) -> None:
+def audit(
+    ctx: click.Context, config_path: str | None, run_id: str | None, limit: int, as_json: bool, wide: bool
+) -> None:
     """Deleted rows, newest first."""
     config = _load(ctx, config_path)
+    _refuse_a_state_out_of_reach(ctx, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         rows = [row.to_dict() for row in state.read_audit(run_id, limit)]
-    _emit({"namespace": config.namespace, "run_id": run_id, "deleted": rows}, as_json, render.audit)
+    _emit(
+        {"namespace": config.namespace, "run_id": run_id, "deleted": rows},
+        as_json,
+        partial(render.audit, wide=wide),
+    )
 
 
 @cli.command()
 @_config_option
 @_json_option
+@click.option("--offline", is_flag=True, help="Only validate the config: reach no store, no Ray, no file.")
 @click.pass_context
-def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+def check(ctx: click.Context, config_path: str | None, as_json: bool, offline: bool) -> None:
     """Validate config, reach every store and source, touch nothing."""
-    from tq_gc.cli.checks import run_checks
+    from tq_gc.cli.checks import config_checks, run_checks
 
     config = _load(ctx, config_path)
-    results = run_checks(config, ctx.obj)
+    results = config_checks(config, offline=True) if offline else run_checks(config, ctx.obj)
     _emit({"ok": all(r["ok"] for r in results), "checks": results}, as_json, render.checks)
     ctx.exit(EXIT_OK if all(r["ok"] for r in results) else EXIT_USAGE)
 
@@ -193,7 +247,11 @@ def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None) -> None:
     """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT."""
-    serve_forever(_load(ctx, config_path))
+    config = _load(ctx, config_path)
+    problem = schedule_problem(config)
+    if problem is not None:
+        raise ConfigError(problem)
+    serve_forever(config)
 
 
 # `tq-gc serve`: how often it checks that the sidecar still answers.
@@ -254,6 +312,17 @@ def demo(ctx: click.Context) -> None:
 
     configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
     ctx.exit(run_demo())
+
+
+@cli.group(name="config")
+def config_group() -> None:
+    """What a config may hold."""
+
+
+@config_group.command(name="schema")
+def config_schema_command() -> None:
+    """Print the config's JSON Schema, every field described (docs/configuration.md)."""
+    click.echo(json.dumps(config_schema(), indent=2))
 
 
 def _emit(doc: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None]) -> None:

@@ -7,17 +7,49 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from tq_gc.decisions import WHY_KEPT
 from tq_gc.report import Counts
 
+# Off a terminal (piped, redirected) a table is as wide as its rows: nothing is cut or wrapped, so a run
+# id or a key copied from it pastes whole. On a terminal, --wide does the same.
+UNBOUNDED_WIDTH = 10_000
 
-def _console() -> Console:
-    # Built per call: tests and the CLI swap sys.stdout, and a console caches its file.
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+def output_console(wide: bool = False) -> Console:
+    """The console human output goes to. Built per call: tests and the CLI swap sys.stdout, and a console
+    caches its file."""
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    if wide or not console.is_terminal:
+        console.width = UNBOUNDED_WIDTH
+    return console
+
+
+def _console(wide: bool = False) -> Console:
+    return output_console(wide)
+
+
+def _id_column(table: Table, header: str, **options: Any) -> None:
+    """A column of ids and keys: never cut, never wrapped (the other columns give way; print_table)."""
+    table.add_column(header, no_wrap=True, overflow="ignore", **options)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table` with its id columns whole: each at least as wide as its longest id, and the console
+    widened past the terminal if the table cannot fit otherwise (the terminal wraps the line; a copied
+    id still pastes whole)."""
+    for column in table.columns:
+        if column.no_wrap and column.overflow == "ignore":
+            column.min_width = max((cell_len(str(cell)) for cell in column.cells), default=0)
+    needed = Measurement.get(console, console.options.update(width=UNBOUNDED_WIDTH), table).minimum
+    if needed > console.width:
+        console.width = needed
+    console.print(table)
 
 
 @contextmanager
@@ -47,16 +79,37 @@ def sweep_report(doc: dict[str, Any]) -> None:
     table.add_row("eligible", str(counts["eligible"]))
     table.add_row("deleted", str(counts["deleted"]))
     console.print(table)
+    for warning in doc.get("warnings", []):
+        console.print(f"[yellow]warning[/yellow]: {warning['message']}")
     if doc["reason"]:
         console.print(f"reason: {doc['reason']}")
+    _sampled_rows(console, doc)
     if doc["dry_run"] and counts["eligible"]:
         console.print(f"dry run: {counts['eligible']} rows would be deleted; run with --execute to delete.")
     phases = ", ".join(f"{k} {v:.0f} ms" for k, v in doc["phases_ms"].items())
     console.print(f"phases: {phases}")
 
 
-def status(doc: dict[str, Any]) -> None:
-    console = _console()
+def _sampled_rows(console: Console, doc: dict[str, Any]) -> None:
+    """The rows deleted (a dry run: it would delete), each with why: unreferenced this long, past the
+    grace, in its partition."""
+    sample = doc["deleted_sample"]
+    if not sample:
+        return
+    total = doc["counts"]["eligible"] if doc["dry_run"] else doc["counts"]["deleted"]
+    what = "would delete" if doc["dry_run"] else "deleted"
+    shown = f"all {total}" if len(sample) >= total else f"{len(sample)} of {total}; --all-rows for all"
+    table = Table(title=f"rows it {what} ({shown}): unreferenced past their grace")
+    table.add_column("partition")
+    _id_column(table, "key")
+    table.add_column("unreferenced for (s)", justify="right")
+    for row in sample:
+        table.add_row(row["partition"], row["key"], f"{row['unreferenced_s']:.0f}")
+    print_table(console, table)
+
+
+def status(doc: dict[str, Any], wide: bool = False) -> None:
+    console = _console(wide)
     lease = doc["lease"]
     console.print(f"namespace {doc['namespace']}  state {doc['state_url']}")
     console.print(
@@ -72,7 +125,8 @@ def status(doc: dict[str, Any]) -> None:
         waiting.add_row(partition, str(summary["rows"]), f"{summary['oldest_s']:.0f}")
     console.print(waiting)
     runs = Table(title="last runs")
-    for column in ("run", "finished", "outcome", "deleted", "eligible", "reason"):
+    _id_column(runs, "run")
+    for column in ("finished", "outcome", "deleted", "eligible", "reason"):
         runs.add_column(column)
     for run in doc["runs"]:
         counts = run.get("counts", {})
@@ -84,7 +138,7 @@ def status(doc: dict[str, Any]) -> None:
             str(counts.get("eligible", 0)),
             run.get("reason") or "",
         )
-    console.print(runs)
+    print_table(console, runs)
 
 
 def admissions(doc: dict[str, Any]) -> None:
@@ -97,9 +151,12 @@ def admissions(doc: dict[str, Any]) -> None:
     _console().print(table)
 
 
-def audit(doc: dict[str, Any]) -> None:
+def audit(doc: dict[str, Any], wide: bool = False) -> None:
     table = Table(title=f"deleted rows ({len(doc['deleted'])})")
-    for column in ("run", "partition", "key", "global index", "unreferenced (s)", "confirmed"):
+    _id_column(table, "run")
+    table.add_column("partition")
+    _id_column(table, "key")
+    for column in ("global index", "unreferenced (s)", "confirmed"):
         table.add_column(column)
     for row in doc["deleted"]:
         table.add_row(
@@ -111,7 +168,7 @@ def audit(doc: dict[str, Any]) -> None:
             # An intent never confirmed: the sweeper stopped mid-batch; the row may or may not be gone.
             "yes" if row["confirmed"] else "NO (may be deleted)",
         )
-    _console().print(table)
+    print_table(_console(wide), table)
 
 
 def checks(doc: dict[str, Any]) -> None:

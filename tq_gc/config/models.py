@@ -286,7 +286,9 @@ class Config(Frozen):
         if len(partitions) != len(set(partitions)):
             raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
         _check_batch_fits_lease(self.limits, self.lease_ttl_seconds)
-        if not self.allow_short_grace:
+        # A schedule written is the sidecar's: refused now. The default one may be a CronJob's config,
+        # which never uses it: `serve` refuses it, `check` names it.
+        if not self.allow_short_grace and "schedule" in self.model_fields_set:
             problem = schedule_gap_problem(self.schedule, self.grace_seconds)
             if problem is not None:
                 raise ValueError(problem)

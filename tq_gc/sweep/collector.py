@@ -16,12 +16,12 @@ from collections.abc import Collection
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from tq_gc.config import Config, plan_policy
+from tq_gc.config import Config, max_deletes_clamped, plan_policy
 from tq_gc.errors import BlastRadiusExceeded, Interrupted, TqClaimed, TqGcError
 from tq_gc.plan import plan
 from tq_gc.referenced import References
 from tq_gc.references.emptied import accepted_sources
-from tq_gc.report import Cause, Outcome, SweepReport
+from tq_gc.report import Cause, Outcome, SweepReport, WarningKind, warn
 from tq_gc.rows import Listing
 from tq_gc.state.base import StateStore
 from tq_gc.state.keys import RUNS_KEPT
@@ -77,17 +77,23 @@ class Collector:
         max_deletes: int | None = None,
         progress: Progress | None = None,
         accept_empty: Collection[str] = (),
+        sample_all: bool = False,
     ) -> SweepReport:
         """One sweep. The report says how it ended; it raises only ConfigError (bad config or usage,
         no TransferQueue to attach to), after recording the run, and BaseExceptions (interrupts).
 
         `accept_empty`: source ids (references/emptied.py) that may read as empty this sweep although
-        they named rows at the last one: the operator's word that it is on purpose."""
+        they named rows at the last one: the operator's word that it is on purpose. `sample_all`: the
+        report's deleted_sample holds every row deleted (a dry run: it would delete), not the first 20."""
         if max_deletes is not None and max_deletes < 0:
             raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
         accepted = accepted_sources(self.config, accept_empty)
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
         run = SweepRun(report, plan_policy(self.config, max_deletes), progress, accepted)
+        run.sample_size = None if sample_all else run.sample_size
+        clamped = max_deletes_clamped(self.config, max_deletes)
+        if clamped is not None:
+            warn(report, WarningKind.MAX_DELETES_CLAMPED, clamped)
         with paused_cyclic_gc() if self._pause_cyclic_gc else nullcontext():
             self._run(run, dry_run)
         return report
@@ -117,6 +123,7 @@ class Collector:
             listing, references = self.observer.read(run)
             self._plan_and_record(run, listing, references)
             if dry_run:
+                run.sample_planned()
                 report.outcome = Outcome.DRY_RUN
             else:
                 with timed_phase(report, "delete"):

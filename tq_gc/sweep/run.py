@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from tq_gc.audit import AuditBatch
+from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
 from tq_gc.state.base import Lease
@@ -30,6 +30,8 @@ class SweepRun:
     plan: Plan | None = None
     # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
     first_seen: FirstSeenByPartition = field(default_factory=dict)
+    # How many rows the report's deleted_sample holds: None for all.
+    sample_size: int | None = DELETED_SAMPLE_SIZE
 
     @property
     def held_lease(self) -> Lease:
@@ -47,6 +49,18 @@ class SweepRun:
 
     def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:
         """Add the first deleted rows to the report's sample, until it is full."""
-        room = DELETED_SAMPLE_SIZE - len(self.report.deleted_sample)
+        room = self._sample_room()
         if room > 0 and cleared:
             self.report.deleted_sample.extend(intent.confirm(cleared).rows()[:room])
+
+    def sample_planned(self) -> None:
+        """A dry run's sample: the rows the plan would delete, each with how long it is unreferenced."""
+        plan = self.planned
+        for row in plan.rows_to_delete()[: self._sample_room()]:
+            record = self.first_seen.get(row.partition, {}).get(row.key)
+            unreferenced_ms = 0 if record is None else plan.now_ms - record.at_ms
+            self.report.deleted_sample.append(DeletedRow(row.partition, row.key, unreferenced_ms / 1000))
+
+    def _sample_room(self) -> int:
+        taken = len(self.report.deleted_sample)
+        return (1 << 62) - taken if self.sample_size is None else self.sample_size - taken

@@ -1,0 +1,26 @@
+"""What the CLI says when the state it is asked about lives in the sidecar: with `state_url: memory://`
+the lease, the runs, the audit and the admissions are the sidecar actor's own memory, and a CLI process
+would open an empty store of its own and show nothing, with exit 0."""
+
+from __future__ import annotations
+
+from tq_gc.config import Config
+
+
+def state_in_the_sidecar(config: Config) -> str:
+    """Where the state is, and the ways to reach it (log-safe: memory:// holds no secret)."""
+    sidecar = config.sidecar
+    metrics = (
+        f"its metrics on port {sidecar.metrics_port} (tqgc_* series)"
+        if sidecar.metrics_port
+        else "its metrics, once sidecar.metrics_port is set"
+    )
+    return (
+        f"state_url is memory://: runs, lease, admissions and audit live in the memory of the sidecar "
+        f"actor {sidecar.name!r} (Ray namespace {sidecar.ray_namespace!r}), not in this process, which "
+        "would read an empty store. Reach them through the sidecar's log (`tq-gc serve` prints each "
+        f"sweep), {metrics}, or from a Ray driver in the job's cluster: "
+        f"ray.get(ray.get_actor({sidecar.name!r}, namespace={sidecar.ray_namespace!r}).status.remote()). "
+        "To read them from the CLI, give the sidecar and the CLI one shared store: state_url: "
+        "redis://host:6379/0 (docs/operations.md)"
+    )
