@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -212,6 +212,21 @@ def warn(report: SweepReport, kind: WarningKind, message: str) -> None:
     """Add a warning to the report, and log it (the sidecar's and the CronJob's log say it too)."""
     log.warning("sweep %s: %s", report.run_id, message)
     report.warnings.append(SweepWarning(kind, message))
+
+
+# Partitions a missing partition's message names: enough to spot the one meant.
+PARTITIONS_NAMED = 10
+
+
+def missing_partition(partition: str, existing: Collection[str]) -> str:
+    """What to say of a scope partition the row store does not have (a warning, a failed check)."""
+    named = sorted(existing)
+    shown = ", ".join(named[:PARTITIONS_NAMED]) + (", ..." if len(named) > PARTITIONS_NAMED else "")
+    return (
+        f"scope partition {partition!r} does not exist in the row store (it has: {shown or 'none'}): a "
+        "misspelled partition is never swept. If the job creates it later (verl's val), set "
+        "created_by_stack: true on its scope entry"
+    )
 
 
 def _longest_request(data: Mapping[str, Any] | None) -> LongestRequest | None:

@@ -64,6 +64,7 @@ def test_a_max_deletes_above_the_cap_is_clamped_and_the_report_says_so(cli: CliR
 
 
 def test_a_max_deletes_within_the_cap_warns_of_nothing(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
     _, doc = cli.run_json("sweep", "--max-deletes", "3")
     assert doc["warnings"] == []
 
@@ -206,9 +207,53 @@ def test_audit_never_cuts_ids_on_a_narrow_terminal(
 
 def test_check_names_the_default_schedule_a_cronjob_does_not_use(cli: CliRunner) -> None:
     cli.write_config(grace_seconds=60)
+    cli.rows.put(STAGING, "r1/c1")
     code, doc = cli.run_json("check")
     assert code == EXIT_OK, doc
     [line] = [c for c in doc["checks"] if c["name"] == "schedule"]
     assert line["ok"] and "every 30 s" in line["detail"]
     code, _, err = cli.run("serve")
     assert code == EXIT_USAGE and "grace_seconds=60" in err
+
+
+# a scope partition that does not exist ------------------------------------------------------------
+
+
+def test_a_misspelled_scope_partition_fails_check_and_warns_in_each_sweep(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    cli.write_config(scope=[{"partition": "rollout_stagin", "all_keys": True}])
+    code, doc = cli.run_json("check")
+    assert code == EXIT_USAGE
+    [failed] = [c for c in doc["checks"] if not c["ok"]]
+    assert "'rollout_stagin' does not exist" in failed["detail"] and STAGING in failed["detail"]
+    for _ in range(2):
+        code, doc = cli.run_json("sweep")
+        assert code == EXIT_OK
+        [warning] = doc["warnings"]
+        assert warning["kind"] == "scope_partition_missing" and "'rollout_stagin'" in warning["message"]
+
+
+def test_a_partition_the_stack_creates_later_stays_quiet(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    scope = [{"partition": STAGING, "all_keys": True}, {"partition": "val", "all_keys": True}]
+    cli.write_config(scope=[scope[0], {**scope[1], "created_by_stack": True}])
+    code, doc = cli.run_json("check")
+    assert code == EXIT_OK, doc
+    assert any("val: not created yet" in c["detail"] for c in doc["checks"])
+    _, doc = cli.run_json("sweep")
+    assert doc["warnings"] == []
+
+
+# sweeps further apart than the grace (a CronJob's schedule tq-gc does not know) ---------------------
+
+
+def test_a_gap_between_sweeps_over_the_grace_is_a_warning_naming_both_numbers(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    assert cli.run_json("sweep")[1]["warnings"] == []
+    cli.clock.advance(300)
+    _, doc = cli.run_json("sweep")
+    [warning] = doc["warnings"]
+    assert warning["kind"] == "sweep_gap_over_grace"
+    assert "300 s" in warning["message"] and "grace_seconds=120" in warning["message"]
+    cli.clock.advance(60)
+    assert cli.run_json("sweep")[1]["warnings"] == []

@@ -23,6 +23,7 @@ from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_e
 from tq_gc.references.manifests import ManifestsSource, reader_of
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
+from tq_gc.report import missing_partition
 from tq_gc.rows import KeysByPartition
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
@@ -93,6 +94,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             results.append(_check("verl in-flight protection", lambda: verl.protection(config, state)))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
+        if row_store["ok"]:
+            results += _scope_partition_checks(config, rows)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
             results.append(_check("TransferQueue claim", lambda: describe_claim(config, default_holder())))
         fit = rows.controller_fit() if row_store["ok"] else None
@@ -277,10 +280,31 @@ def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
     listing = rows.list_keys  # keys are enough to count, cheaper
 
     def probe() -> str:
-        sizes = ", ".join(f"{e.partition}: {len(listing(e.partition))} rows" for e in config.scope)
+        existing = set(rows.partitions())
+        sizes = ", ".join(
+            f"{e.partition}: {len(listing(e.partition))} rows"
+            if e.partition in existing
+            else f"{e.partition}: not created yet" + (" (created_by_stack)" if e.created_by_stack else "")
+            for e in config.scope
+        )
         return sizes or "reachable"
 
     return probe
+
+
+def _scope_partition_checks(config: Config, rows: RowStore) -> list[CheckResult]:
+    """A scope partition the row store lacks fails: a misspelled one is never swept, and would read as
+    "0 rows, ok" forever. One the stack creates later (created_by_stack) is only named."""
+    existing = set(rows.partitions())
+    return [
+        {
+            "name": f"scope partition {entry.partition}",
+            "ok": False,
+            "detail": missing_partition(entry.partition, existing),
+        }
+        for entry in config.scope
+        if entry.partition not in existing and not entry.created_by_stack
+    ]
 
 
 def _count(rows: KeysByPartition, what: str) -> str:

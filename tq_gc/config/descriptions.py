@@ -45,6 +45,8 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "prefixes": "Keys starting with one of these are in scope ('' and '*' are refused: say all_keys).",
         "all_keys": "Every key of the partition is in scope (a staging partition).",
         "key_pattern": "A regular expression the whole key must match to be in scope.",
+        "created_by_stack": "The stack creates this partition later (verl's val): while absent it is not "
+        "a misspelling (no failed check, no warning).",
     },
     "AdmissionsConfig": {
         "expect_nonempty": "No live admission aborts the sweep (a job whose publishers always hold one).",
@@ -76,6 +78,8 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "owner_has_tag": "Only an owner row carrying this tag (true) owns.",
         "expect_nonempty": "A pattern or tag matching no row of a non-empty partition fails the sweep.",
         "may_become_empty": "Owning no row after owning some is no failure.",
+        "created_by_stack": "The stack creates this partition later: while absent the rule names nothing "
+        "(rows and owners in one partition only).",
     },
     "Limits": {
         "max_deletes_per_run": "The most rows one sweep deletes; it stops at the cap (--max-deletes cannot "

@@ -57,6 +57,9 @@ class ScopeEntry(Frozen):
     # share no prefix with the rows to keep (verl's trajectories `{uid}_{session}_{index}` beside their
     # prompt rows `{uid}`).
     key_pattern: str | None = None
+    # The stack creates this partition on its first write (verl's `val` at its first validation): while
+    # it does not exist, that is the stack's normal state, not a misspelled partition.
+    created_by_stack: bool = False
 
     @field_validator("prefixes")
     @classmethod

@@ -133,6 +133,10 @@ class OwnerReference(Frozen):
     expect_nonempty: bool = False
     # Off: a reference whose rows had their owner at the last sweep and none now aborts the sweep.
     may_become_empty: bool = False
+    # The stack creates this partition on its first write (verl's `val` at its first validation): while
+    # it does not exist the rule names nothing, instead of failing the sweep as a typo would. Only where
+    # rows and owners share the partition: then its absence leaves no row to keep or to delete.
+    created_by_stack: bool = False
 
     @property
     def source_id(self) -> str:
@@ -161,6 +165,12 @@ class OwnerReference(Frozen):
             self._check_owner_key()
         if self.owner_partition is None:
             object.__setattr__(self, "owner_partition", self.partition)
+        if self.created_by_stack and self.owner_partition != self.partition:
+            raise ValueError(
+                f"created_by_stack: the owners of {self.partition!r} are in {self.owner_partition!r}, and an "
+                "absent owner partition would leave every row of an existing one unreferenced; it keeps "
+                "an absent partition quiet only where rows and owners share it"
+            )
         return self
 
     def _check_owner_key(self) -> None:

@@ -12,6 +12,7 @@ from tq_gc.references.emptied import collected_yields, guard_emptied_sources
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
+from tq_gc.report import WarningKind, missing_partition, warn
 from tq_gc.rows import ListedKeys, Listing, Tags, merge_keys
 from tq_gc.state.base import StateStore
 from tq_gc.stores.base import RowStore
@@ -54,6 +55,7 @@ class Observer:
             admissions, manifests = self.admissions.read(), self.manifests.read()
         with timed_phase(report, "list"):
             listing, existing = self._list()
+        self._warn_of_missing_partitions(run, existing)
         with timed_phase(report, "references"):
             tags = self.tags.read(listing, existing)
             owners = self.owners.read(listing, existing)
@@ -62,6 +64,17 @@ class Observer:
         yields = collected_yields(self.manifests.yields(), self.tags.counts, self.owners.counts)
         guard_emptied_sources(self.state, run.held_lease, self.config, run.accept_empty, yields)
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
+
+    def _warn_of_missing_partitions(self, run: SweepRun, existing: set[str]) -> None:
+        """A scope partition the row store does not have is swept as empty: a misspelled one would read as
+        "nothing to collect" forever. Warn, unless the stack creates it later (created_by_stack)."""
+        for entry in self.config.scope:
+            if entry.partition not in existing and not entry.created_by_stack:
+                warn(
+                    run.report,
+                    WarningKind.SCOPE_PARTITION_MISSING,
+                    missing_partition(entry.partition, existing),
+                )
 
     def _list(self) -> tuple[Listing, set[str]]:
         """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
