@@ -257,3 +257,18 @@ def test_a_gap_between_sweeps_over_the_grace_is_a_warning_naming_both_numbers(cl
     assert "300 s" in warning["message"] and "grace_seconds=120" in warning["message"]
     cli.clock.advance(60)
     assert cli.run_json("sweep")[1]["warnings"] == []
+
+
+# admissions: each with its TTL and expiry -----------------------------------------------------------
+
+
+def test_admissions_show_each_ones_time_left_and_expiry(cli: CliRunner) -> None:
+    cli.state.admit("adm-long", {STAGING: ["r1/c1"]}, ttl_ms=600_000)
+    cli.state.admit("adm-short", {STAGING: ["r2/c1"]}, ttl_ms=30_000)
+    cli.clock.advance(10)
+    _, doc = cli.run_json("admissions")
+    expiry = doc["expiry"]
+    assert expiry["adm-long"]["expires_in_s"] == 590 and expiry["adm-short"]["expires_in_s"] == 20
+    assert expiry["adm-long"]["expires_at"].endswith("+00:00")
+    _, out, _ = cli.run("admissions")
+    assert "expires in" in out and "590" in out and expiry["adm-short"]["expires_at"][:19] in out

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -181,6 +182,11 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
     _emit(doc, as_json, partial(render.status, wide=wide))
 
 
+def utc_iso(at_ms: int) -> str:
+    """A time on the store's clock (ms since the epoch) as UTC ISO 8601, to the second."""
+    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
+
+
 def _refuse_a_state_out_of_reach(ctx: click.Context, config: Config) -> None:
     """With memory://, the state is the sidecar's own memory: this process would open an empty one."""
     if ctx.obj.state is None and urlsplit(config.state_url).scheme == MEMORY_SCHEME:
@@ -201,7 +207,18 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
     config = _load(ctx, config_path)
     _refuse_a_state_out_of_reach(ctx, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
-        doc = {"namespace": config.namespace, "admissions": state.live_admissions()}
+        now_ms = state.now_ms()
+        doc = {
+            "namespace": config.namespace,
+            "admissions": state.live_admissions(),
+            "expiry": {
+                admission_id: {
+                    "expires_in_s": (expires_at_ms - now_ms) / 1000,
+                    "expires_at": utc_iso(expires_at_ms),
+                }
+                for admission_id, expires_at_ms in state.admission_expiries().items()
+            },
+        }
     _emit(doc, as_json, render.admissions)
 
 

@@ -143,12 +143,16 @@ def status(doc: dict[str, Any], wide: bool = False) -> None:
 
 def admissions(doc: dict[str, Any]) -> None:
     table = Table(title=f"live admissions ({len(doc['admissions'])})")
-    for column in ("admission", "partition", "rows", "first keys"):
+    _id_column(table, "admission")
+    for column in ("expires in (s)", "expires at (UTC)", "partition", "rows", "first keys"):
         table.add_column(column)
+    expiry = doc.get("expiry", {})
     for admission_id, rows in sorted(doc["admissions"].items()):
+        when = expiry.get(admission_id)
+        left, at = ("", "") if when is None else (f"{when['expires_in_s']:.0f}", when["expires_at"])
         for partition, keys in rows.items():
-            table.add_row(admission_id, partition, str(len(keys)), ", ".join(keys[:3]))
-    _console().print(table)
+            table.add_row(admission_id, left, at, partition, str(len(keys)), ", ".join(keys[:3]))
+    print_table(_console(), table)
 
 
 def audit(doc: dict[str, Any], wide: bool = False) -> None:
