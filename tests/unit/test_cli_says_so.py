@@ -3,6 +3,7 @@ schedule that cannot reclaim, a memory:// state the CLI cannot see, a config che
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,3 +273,37 @@ def test_admissions_show_each_ones_time_left_and_expiry(cli: CliRunner) -> None:
     assert expiry["adm-long"]["expires_at"].endswith("+00:00")
     _, out, _ = cli.run("admissions")
     assert "expires in" in out and "590" in out and expiry["adm-short"]["expires_at"][:19] in out
+
+
+# progress: each phase with its own count --------------------------------------------------------------
+
+
+def test_off_a_terminal_each_phase_logs_a_line_with_its_count_and_rate(cli: CliRunner) -> None:
+    keys = orphans(cli, 3)
+    code, _, err = cli.run("sweep", "--execute")
+    assert code == EXIT_OK
+    lines = err.splitlines()
+    [listed] = [line for line in lines if "phase list" in line]
+    assert "3 rows" in listed and "rows/s" in listed
+    [deleted] = [line for line in lines if "phase delete" in line]
+    assert f"{len(keys)} rows" in deleted and "rows/s" in deleted
+    assert all(any(f"phase {p}" in line for line in lines) for p in ("lease", "attach", "references", "plan"))
+
+
+def test_json_keeps_stdout_to_the_report_and_phases_on_stderr(cli: CliRunner) -> None:
+    orphans(cli, 2)
+    code, out, err = cli.run("sweep", "--json")
+    assert code == EXIT_OK and json.loads(out)["outcome"] == "dry_run"
+    assert "phase list" in err
+
+
+def test_on_a_terminal_each_phase_is_shown_with_its_count(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    orphans(cli, 3)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    code, _, err = cli.run("sweep", "--execute")
+    assert code == EXIT_OK
+    assert "listed 3 rows" in err and "deleted 3 rows" in err
+    assert "0/?" not in err

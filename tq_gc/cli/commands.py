@@ -130,15 +130,16 @@ def sweep(
     with (
         runtime.stores(config) as (state, rows),
         claimed(config, holder, enabled=runtime.row_store is None) as claim,  # the job's TQ's
-        render.progress(enabled=not as_json) as progress,
+        render.progress(live=not as_json) as progress,
     ):
         assert rows is not None
         report = Collector(config, state, rows, holder, pause_cyclic_gc=True, claim=claim).sweep(
             dry_run=not execute,
             max_deletes=max_deletes,
-            progress=progress,
+            progress=progress.deletes,
             accept_empty=accept_empty,
             sample_all=all_rows,
+            phases=progress.phases,
         )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which
     # logs its own failure and never changes the exit code.

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tq_gc.decisions import WHY_KEPT
 from tq_gc.report import Counts
+from tq_gc.sweep.run import PhaseListener
+from tq_gc.sweep.run import Progress as DeleteProgress
+
+log = logging.getLogger("tq_gc.cli")
 
 # Off a terminal (piped, redirected) a table is as wide as its rows: nothing is cut or wrapped, so a run
 # id or a key copied from it pastes whole. On a terminal, --wide does the same.
@@ -52,17 +57,69 @@ def print_table(console: Console, table: Table) -> None:
     console.print(table)
 
 
+class SweepProgress(NamedTuple):
+    """What a sweep tells the CLI as it goes: its deletes (done, total) and its phases."""
+
+    deletes: DeleteProgress | None
+    phases: PhaseListener | None
+
+
+# What a phase does, while it runs, on a terminal.
+_DOING = {
+    "lease": "taking the lease",
+    "attach": "attaching to TransferQueue",
+    "references": "reading references",
+    "list": "listing rows",
+    "plan": "planning",
+    "delete": "deleting",
+}
+_DONE = {
+    "lease": "lease taken",
+    "attach": "attached",
+    "references": "references read",
+    "list": "listed {rows} rows",
+    "plan": "planned: {rows} rows to delete",
+    "delete": "deleted {rows} rows",
+}
+
+
 @contextmanager
-def progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    if not (enabled and sys.stderr.isatty()):
-        yield None
+def progress(live: bool) -> Iterator[SweepProgress]:
+    """Each phase of the sweep with its own count: on a terminal (and `live`), a line as each ends and a
+    bar while it deletes; off a terminal, a log line a phase with its count and rate."""
+    console = Console(stderr=True, highlight=False)
+    if not console.is_terminal:
+        yield SweepProgress(None, log_phase)
         return
-    bar = Progress(
-        "deleting", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True)
-    )
-    task = bar.add_task("delete", total=None)
+    if not live:
+        yield SweepProgress(None, None)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rows]}"))
+    bar = Progress(*columns, TimeElapsedColumn(), console=console)
+    task = bar.add_task("starting", total=None, rows="")  # a count only once there is one: no "0/?"
+
+    def phase(name: str, rows: int | None, seconds: float | None) -> None:
+        if seconds is None:
+            bar.update(task, description=_DOING.get(name, name), completed=0, total=None, rows="")
+        else:
+            done = _DONE.get(name, name).format(rows=rows if rows is not None else "?")
+            bar.console.print(f"{done} ({seconds:.1f} s)")
+
+    def deleted(done: int, total: int) -> None:
+        bar.update(task, description="deleting", completed=done, total=total, rows=f"{done}/{total}")
+
     with bar:
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        yield SweepProgress(deleted, phase)
+
+
+def log_phase(name: str, rows: int | None, seconds: float | None) -> None:
+    """Off a terminal: a log line as each phase ends, with its rows and their rate."""
+    if seconds is None:
+        return
+    if rows is None:
+        log.info("phase %s: %.2f s", name, seconds)
+    else:
+        log.info("phase %s: %d rows in %.2f s (%.0f rows/s)", name, rows, seconds, rows / max(seconds, 1e-6))
 
 
 def sweep_report(doc: dict[str, Any]) -> None:

@@ -16,7 +16,6 @@ from tq_gc.report import WarningKind, missing_partition, warn
 from tq_gc.rows import ListedKeys, Listing, Tags, merge_keys
 from tq_gc.state.base import StateStore
 from tq_gc.stores.base import RowStore
-from tq_gc.sweep.clocks import timed_phase
 from tq_gc.sweep.run import SweepRun
 
 
@@ -50,13 +49,14 @@ class Observer:
         The second admissions read costs nothing unless an admission was made since the first
         (AdmissionsSource.reread). Owner references are read from the listing too, in the tags' slot.
         """
-        report = run.report
-        with timed_phase(report, "references"):
+        listed: list[Listing] = []
+        with run.phase("references"):
             admissions, manifests = self.admissions.read(), self.manifests.read()
-        with timed_phase(report, "list"):
+        with run.phase("list", lambda: sum(len(rows) for rows in listed[0].values()) if listed else None):
             listing, existing = self._list()
+            listed.append(listing)
         self._warn_of_missing_partitions(run, existing)
-        with timed_phase(report, "references"):
+        with run.phase("references"):
             tags = self.tags.read(listing, existing)
             owners = self.owners.read(listing, existing)
             admissions = merge_keys(admissions, self.admissions.reread())

@@ -3,15 +3,21 @@ delete, lease) read and write as the sweep goes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
 from tq_gc.state.base import Lease
+from tq_gc.sweep.clocks import timed_phase
 
 Progress = Callable[[int, int], None]
+# A phase of the sweep (report.PHASES) started (rows and seconds None) or ended: the rows it counted, if it
+# counts any, and the seconds it took. A phase may run in several stretches (references).
+PhaseListener = Callable[[str, int | None, float | None], None]
 
 
 @dataclass
@@ -32,6 +38,20 @@ class SweepRun:
     first_seen: FirstSeenByPartition = field(default_factory=dict)
     # How many rows the report's deleted_sample holds: None for all.
     sample_size: int | None = DELETED_SAMPLE_SIZE
+    phase_listener: PhaseListener | None = None
+
+    @contextmanager
+    def phase(self, name: str, rows: Callable[[], int | None] = lambda: None) -> Iterator[None]:
+        """Time the block as the report's phase `name`, and tell the listener when it starts and ends
+        (with `rows()`, read once it ended)."""
+        listener = self.phase_listener
+        if listener is not None:
+            listener(name, None, None)
+        started = time.perf_counter()
+        with timed_phase(self.report, name):
+            yield
+        if listener is not None:
+            listener(name, rows(), time.perf_counter() - started)
 
     @property
     def held_lease(self) -> Lease:
