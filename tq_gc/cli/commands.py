@@ -309,17 +309,30 @@ def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
     """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
     import ray
 
+    def fetch(seen: int) -> tuple[int, list[str]]:
+        after, lines = ray.get(handle.log_lines.remote(seen), timeout=call_timeout_seconds)
+        return int(after), list(lines)
+
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    seen = 0
     try:
         while not stop.wait(HEALTH_CHECK_SECONDS):
             try:
-                ray.get(handle.status.remote(), timeout=call_timeout_seconds)
+                seen = stream_log_lines(fetch, seen)  # the sidecar's sweeps; and a health check
             except ray.exceptions.RayActorError as exc:
                 raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stream_log_lines(fetch: Callable[[int], tuple[int, list[str]]], seen: int) -> int:
+    """Print to stderr the sidecar's log lines after the first `seen`; the count seen after them."""
+    after, lines = fetch(seen)
+    for line in lines:
+        click.echo(line, err=True)
+    return after
 
 
 @cli.command()
