@@ -126,6 +126,8 @@ def test_a_bad_value_from_the_file_names_the_file_only(tmp_path: Any) -> None:
     assert str(path) in message and "TQGC_" not in message
 
 
-def test_the_default_schedule_is_not_refused_at_load_a_cronjob_never_uses_it() -> None:
+def test_a_config_that_writes_no_schedule_sweeps_twice_per_grace() -> None:
     config = parse_config(config_with(grace_seconds=60))
-    assert schedule_problem(config) is not None  # `serve` refuses it; `check` says so
+    assert config.schedule.interval_seconds == 30 and schedule_problem(config) is None
+    assert parse_config(config.model_dump()).schedule == config.schedule  # the same once written
+    assert parse_config(config_with()).schedule.interval_seconds == 60  # the default grace: every 60 s

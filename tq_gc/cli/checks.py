@@ -61,19 +61,15 @@ def config_checks(config: Config, offline: bool = False) -> list[CheckResult]:
 
 
 def _schedule_check(config: Config) -> CheckResult:
-    """A schedule written in the config is the sidecar's, and must sweep twice per grace. The default
-    one (none written) may be a CronJob's config, whose schedule is the CronJob's own: said, not failed
-    (`serve` refuses it; a sweep warns when sweeps come further apart than the grace)."""
+    """The sidecar's schedule must sweep twice per grace (a CronJob's own schedule too: a sweep warns when
+    sweeps come further apart than the grace)."""
     problem = schedule_problem(config)
-    if problem is None:
-        gap_seconds, grace_seconds = longest_gap_seconds(config.schedule), config.grace_seconds
-        detail = f"sweeps at most {gap_seconds:g} s apart, at least twice per grace ({grace_seconds:g} s)"
-        return {"name": "schedule", "ok": True, "detail": detail}
-    if "schedule" in config.model_fields_set:
+    if problem is not None:
         return {"name": "schedule", "ok": False, "detail": problem}
+    gap_seconds, grace_seconds = longest_gap_seconds(config.schedule), config.grace_seconds
     detail = (
-        f"none written: a CronJob must sweep at least every {config.grace_seconds / 2:g} s; the sidecar's "
-        f"default would not ({problem})"
+        f"the sidecar sweeps at most {gap_seconds:g} s apart, at least twice per grace "
+        f"({grace_seconds:g} s); a CronJob must sweep at least every {grace_seconds / 2:g} s"
     )
     return {"name": "schedule", "ok": True, "detail": detail}
 

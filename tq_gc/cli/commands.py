@@ -12,16 +12,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 
 from tq_gc.cli import render
-from tq_gc.cli.sidecar_state import state_in_the_sidecar
-from tq_gc.config import MEMORY_SCHEME, Config, config_schema, load_config, schedule_problem
+from tq_gc.cli.sidecar_state import refuse_a_state_out_of_reach
+from tq_gc.config import Config, config_schema, load_config, schedule_problem
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.logs import configure_logging
@@ -161,7 +159,7 @@ def sweep(
 def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int, wide: bool) -> None:
     """Last runs, the lease holder, rows waiting out their grace."""
     config = _load(ctx, config_path)
-    _refuse_a_state_out_of_reach(ctx, config)
+    refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         now_ms = state.now_ms()
         lease = state.lease_holder()
@@ -183,17 +181,6 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
     _emit(doc, as_json, partial(render.status, wide=wide))
 
 
-def utc_iso(at_ms: int) -> str:
-    """A time on the store's clock (ms since the epoch) as UTC ISO 8601, to the second."""
-    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
-
-
-def _refuse_a_state_out_of_reach(ctx: click.Context, config: Config) -> None:
-    """With memory://, the state is the sidecar's own memory: this process would open an empty one."""
-    if ctx.obj.state is None and urlsplit(config.state_url).scheme == MEMORY_SCHEME:
-        raise ConfigError(state_in_the_sidecar(config))
-
-
 def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str, Any]:
     ages = [now_ms - at_ms for at_ms in first_seen_ms.values()]
     return {"rows": len(ages), "oldest_s": max(ages) / 1000 if ages else 0.0}
@@ -206,7 +193,7 @@ def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str,
 def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Live admissions and the rows they hold."""
     config = _load(ctx, config_path)
-    _refuse_a_state_out_of_reach(ctx, config)
+    refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         now_ms = state.now_ms()
         doc = {
@@ -215,7 +202,7 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
             "expiry": {
                 admission_id: {
                     "expires_in_s": (expires_at_ms - now_ms) / 1000,
-                    "expires_at": utc_iso(expires_at_ms),
+                    "expires_at": render.utc_iso(expires_at_ms),
                 }
                 for admission_id, expires_at_ms in state.admission_expiries().items()
             },
@@ -235,7 +222,7 @@ def audit(
 ) -> None:
     """Deleted rows, newest first."""
     config = _load(ctx, config_path)
-    _refuse_a_state_out_of_reach(ctx, config)
+    refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         rows = [row.to_dict() for row in state.read_audit(run_id, limit)]
     _emit(

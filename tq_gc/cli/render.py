@@ -6,6 +6,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from rich.cells import cell_len
@@ -37,6 +38,11 @@ def output_console(wide: bool = False) -> Console:
 
 def _console(wide: bool = False) -> Console:
     return output_console(wide)
+
+
+def utc_iso(at_ms: int) -> str:
+    """A time on the store's clock (ms since the epoch) as UTC ISO 8601, to the second."""
+    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def _id_column(table: Table, header: str, **options: Any) -> None:

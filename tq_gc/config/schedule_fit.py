@@ -1,6 +1,7 @@
 """Whether a schedule can reclaim anything: grace accrues only over observed time, and a gap in sweeping
 longer than the grace restarts every row's clock (docs/safety.md), so sweeps must come at least twice
-per grace. A schedule that does not is refused at load (config), by `check` and by `serve`."""
+per grace. A schedule written that does not is refused at load (config), by `check` and by `serve`; a
+config that writes none sweeps twice per grace."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 CRON_SPAN_SCANNED = timedelta(days=8)
 CRON_FIRES_SCANNED = 20_000
 CRON_HORIZON = timedelta(days=800)
+# Schedule's own default interval: kept where it sweeps twice per grace.
+DEFAULT_INTERVAL_SECONDS = 60.0
 # A fixed start: the same schedule reads the same at every load.
 _CRON_SCAN_START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -46,6 +49,16 @@ def _longest_cron_gap_seconds(cron: str, stop_above_seconds: float) -> float:
             break
         previous = fire
     return longest
+
+
+def default_schedule(grace_seconds: float) -> Schedule:
+    """The schedule of a config that writes none: every DEFAULT_INTERVAL_SECONDS, or twice per grace if
+    that is more often (grace_seconds 60: every 30 s)."""
+    from tq_gc.config.models import Schedule
+
+    if grace_seconds == 0 or grace_seconds / 2 >= DEFAULT_INTERVAL_SECONDS:
+        return Schedule()
+    return Schedule(interval_seconds=grace_seconds / 2)
 
 
 def schedule_gap_problem(schedule: Schedule, grace_seconds: float) -> str | None:
