@@ -34,6 +34,7 @@ def refusal(**extra: Any) -> str:
         (900, {"interval_seconds": 400, "jitter_seconds": 100}, "500"),
         (600, {"cron": "*/10 * * * *"}, "600"),
         (3600, {"cron": "0 9 * * *"}, "86400"),
+        (900, {"cron": "* 9-17 * * 1-5"}, "54060"),  # every minute of working hours: the night's gap
     ],
 )
 def test_a_schedule_that_cannot_reclaim_is_refused_naming_both_numbers(
