@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+from collections import deque
 from datetime import UTC, datetime
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -23,11 +25,50 @@ class JsonLines(logging.Formatter):
         return json.dumps(doc)
 
 
-def configure_logging(level: str, log_format: str) -> None:
-    """Route the tq_gc logger to stderr; idempotent, so the sidecar and tests can call it again."""
+# The sidecar's log lines `tq-gc serve` may fetch: a few minutes of sweeps at the busiest schedule.
+RECENT_LINES_KEPT = 1000
+
+
+class RecentLines(logging.Handler):
+    """The last `capacity` formatted lines, each with a sequence number, for a reader that polls (`tq-gc
+    serve` reading the sidecar actor's lines, which Ray does not forward to a driver that joined with
+    log_to_driver=False)."""
+
+    def __init__(self, capacity: int = RECENT_LINES_KEPT) -> None:
+        super().__init__()
+        self._lines: deque[str] = deque(maxlen=capacity)
+        self._next = 0  # the sequence number of the next line
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record)
+        with self._guard:
+            self._lines.append(line)
+            self._next += 1
+
+    def since(self, seen: int) -> tuple[int, list[str]]:
+        """(the sequence to ask from next, the lines after the first `seen`), saying how many were dropped
+        if the reader fell behind."""
+        with self._guard:
+            first = self._next - len(self._lines)
+            lines = list(self._lines)[max(seen - first, 0) :]
+            dropped = first - seen
+            end = self._next
+        if dropped > 0:
+            lines.insert(0, f"({dropped} older lines dropped)")
+        return end, lines
+
+
+def configure_logging(level: str, log_format: str, recent: RecentLines | None = None) -> None:
+    """Route the tq_gc logger to stderr (and to `recent`, if given); idempotent, so the sidecar and tests
+    can call it again."""
     logger = logging.getLogger("tq_gc")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines() if log_format == "json" else logging.Formatter(_TEXT_FORMAT))
+    formatter = JsonLines() if log_format == "json" else logging.Formatter(_TEXT_FORMAT)
+    handler.setFormatter(formatter)
     logger.handlers = [handler]
+    if recent is not None:
+        recent.setFormatter(formatter)
+        logger.handlers.append(recent)
     logger.setLevel(level)
     logger.propagate = False

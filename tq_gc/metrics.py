@@ -26,9 +26,9 @@ from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, st
 from prometheus_client.registry import Collector
 
 from tq_gc.decisions import KEEPS
-from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
 from tq_gc.liveness import Liveness
-from tq_gc.report import PHASES, Cause, Outcome, SweepReport
+from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
+from tq_gc.report import PHASES, Cause, Outcome, SweepReport, WarningKind
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class _Collectors:
     lease_contention: Counter
     sweep_errors: Counter
     tq_request_seconds: Histogram
+    sweep_warnings: Counter
 
 
 def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
@@ -128,6 +129,13 @@ def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
             buckets=TQ_REQUEST_BUCKETS_SECONDS,
             registry=registry,
         ),
+        sweep_warnings=Counter(
+            name("sweep_warnings"),
+            "Warnings of sweeps, by kind: a scope partition missing, sweeps further apart than the grace, "
+            "--max-deletes clamped (the report's warnings say which).",
+            ["kind"],
+            registry=registry,
+        ),
     )
     # Export every labelled series from the start, so a dashboard sees zeros rather than gaps.
     for outcome in Outcome:
@@ -136,6 +144,8 @@ def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
         collectors.rows_kept.labels(reason=reason)
     for op in store.request_ops:
         collectors.tq_request_seconds.labels(op=op)
+    for kind in WarningKind:
+        collectors.sweep_warnings.labels(kind=kind.value)
     registry.register(_ControllerFunctionMisfits(store))
     return collectors
 
@@ -208,6 +218,8 @@ class SweepMetrics:
                 by_op.observe(seconds)
         for reason, rows in kept_by_reason(report).items():
             c.rows_kept.labels(reason=reason).inc(rows)
+        for warning in report.warnings:
+            c.sweep_warnings.labels(kind=warning.kind.value).inc()
         if report.outcome in _SUCCESS:
             c.orphans_waiting.set(report.counts.within_grace)
             c.last_success.set(_timestamp(report.finished_at))

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -19,6 +20,7 @@ COUNTED_AS: Mapping[Decision, str] = {
     Decision.KEEP_OVER_CAP: "over_cap",
     Decision.KEEP_RECHECK: "recheck_saved",
 }
+log = logging.getLogger(__name__)
 _SOURCE_OF = {decision: source for source, decision in KEEP_BY_SOURCE.items()}
 
 
@@ -97,6 +99,21 @@ PHASES = ("lease", "attach", "list", "references", "plan", "delete")
 DELETED_SAMPLE_SIZE = 20
 
 
+class WarningKind(StrEnum):
+    """What a sweep warns of: something it did not do as asked, or cannot do as configured, without
+    failing. The label of tqgc_sweep_warnings_total{kind}; the report's `warnings` say it in words."""
+
+    MAX_DELETES_CLAMPED = "max_deletes_clamped"  # --max-deletes above limits.max_deletes_per_run
+    SCOPE_PARTITION_MISSING = "scope_partition_missing"  # a scope partition the row store does not have
+    SWEEP_GAP_OVER_GRACE = "sweep_gap_over_grace"  # sweeps further apart than the grace: clocks restart
+    STORAGE_PRESSURE = "storage_pressure"  # storage headroom below pressure.headroom_below
+
+
+class SweepWarning(NamedTuple):
+    kind: WarningKind
+    message: str
+
+
 class LongestRequest(NamedTuple):
     """The longest single request tq-gc made to TransferQueue in a sweep: the longest it held up the job's
     controller (which serves one request at a time) in one go, as tq-gc's client saw it."""
@@ -119,7 +136,9 @@ class SweepReport:
     finished_at: str = ""
     counts: Counts = field(default_factory=Counts)
     phases_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    # Deleted rows (a dry run: rows it would delete), the first DELETED_SAMPLE_SIZE unless asked for all.
     deleted_sample: list[DeletedRow] = field(default_factory=list)
+    warnings: list[SweepWarning] = field(default_factory=list)
     longest_tq_request: LongestRequest | None = None
     # The row store instance the sweep attached to (RowStore.identity_space: a TQ controller's), if it
     # says: the next sweep, in this process or another, tells from it that the job replaced its TQ.
@@ -128,8 +147,6 @@ class SweepReport:
     bytes: Bytes = field(default_factory=Bytes)
     # How full the row store's storage was at the sweep's end (None: not read, or no bounded storage).
     storage: StorageFill | None = None
-    # What an operator must hear of, beside the outcome (storage pressure); the CronJob's report too.
-    warnings: list[str] = field(default_factory=list)
     # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
     tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
 
@@ -155,6 +172,7 @@ class SweepReport:
                 {"partition": d.partition, "key": d.key, "unreferenced_s": round(d.unreferenced_seconds, 3)}
                 for d in self.deleted_sample
             ],
+            "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
             "longest_tq_request": (
                 None
                 if self.longest_tq_request is None
@@ -163,7 +181,6 @@ class SweepReport:
             "row_store_identity": self.row_store_identity,
             "bytes": self.bytes.to_dict(),
             "storage": None if self.storage is None else self.storage.to_dict(),
-            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -181,17 +198,45 @@ class SweepReport:
             counts=counts,
             phases_ms=dict(data.get("phases_ms", {})),
             deleted_sample=[_sampled_row(row) for row in data.get("deleted_sample", [])],
+            warnings=[_warning(w) for w in data.get("warnings", []) if w.get("kind") in _WARNING_KINDS],
             longest_tq_request=_longest_request(data.get("longest_tq_request")),
             row_store_identity=data.get("row_store_identity"),
             bytes=Bytes.from_dict(data.get("bytes")),
             storage=StorageFill.from_dict(data.get("storage")),
-            warnings=[str(w) for w in data.get("warnings") or []],
         )
 
 
 def _sampled_row(data: Mapping[str, Any]) -> DeletedRow:
     """A deleted_sample entry: its JSON names the row's age `unreferenced_s` (a documented field)."""
     return DeletedRow(str(data["partition"]), str(data["key"]), float(data["unreferenced_s"]))
+
+
+_WARNING_KINDS = frozenset(kind.value for kind in WarningKind)
+
+
+def _warning(data: Mapping[str, Any]) -> SweepWarning:
+    return SweepWarning(WarningKind(data["kind"]), str(data["message"]))
+
+
+def warn(report: SweepReport, kind: WarningKind, message: str) -> None:
+    """Add a warning to the report, and log it (the sidecar's and the CronJob's log say it too)."""
+    log.warning("sweep %s: %s", report.run_id, message)
+    report.warnings.append(SweepWarning(kind, message))
+
+
+# Partitions a missing partition's message names: enough to spot the one meant.
+PARTITIONS_NAMED = 10
+
+
+def missing_partition(partition: str, existing: Collection[str]) -> str:
+    """What to say of a scope partition the row store does not have (a warning, a failed check)."""
+    named = sorted(existing)
+    shown = ", ".join(named[:PARTITIONS_NAMED]) + (", ..." if len(named) > PARTITIONS_NAMED else "")
+    return (
+        f"scope partition {partition!r} does not exist in the row store (it has: {shown or 'none'}): a "
+        "misspelled partition is never swept. If the job creates it later (verl's val), set "
+        "created_by_stack: true on its scope entry"
+    )
 
 
 def _longest_request(data: Mapping[str, Any] | None) -> LongestRequest | None:

@@ -954,3 +954,19 @@ def test_a_bad_replication_option_is_a_config_error(query: str) -> None:
     with pytest.raises(ConfigError, match=query.split("=")[0]) as caught:
         RedisState.from_url(f"redis://:pw@127.0.0.1:{free_port()}/0?{query}", "job")
     assert "pw" not in str(caught.value)
+
+
+def test_each_live_admission_says_when_it_expires(state: StateStore, advance: Advance) -> None:
+    """`tq-gc admissions` shows each admission's TTL and expiry, on the store's clock."""
+    before_ms = state.now_ms()
+    state.admit("short", {"staging": ["a"]}, ttl_ms=TTL_MS)
+    state.admit("long", {"staging": ["b"]}, ttl_ms=60_000)
+    expiries = state.admission_expiries()
+    after_ms = state.now_ms()
+    assert set(expiries) == {"short", "long"}
+    assert before_ms + 60_000 <= expiries["long"] <= after_ms + 60_000
+    assert before_ms + TTL_MS <= expiries["short"] <= after_ms + TTL_MS
+    advance(PAST_TTL_S)
+    assert set(state.admission_expiries()) == {"long"}
+    state.release_admission("long")
+    assert state.admission_expiries() == {}

@@ -198,7 +198,9 @@ def run_cli(config_path: Path, capsys: pytest.CaptureFixture[str]) -> list[tuple
         for extra in ([], ["--json"]):
             argv = ["--log-level", "DEBUG", *command, "--config", str(config_path), *extra]
             capsys.readouterr()
-            code = main(argv, Runtime(row_store=MemoryRowStore()))
+            rows = MemoryRowStore()
+            rows.put(STAGING, "r1")  # the job's partition exists (check fails a missing one)
+            code = main(argv, Runtime(row_store=rows))
             out, err = capsys.readouterr()
             results.append((argv, code, out + err))
     return results

@@ -208,7 +208,7 @@ def test_interval_and_cron_together_are_refused() -> None:
 
 def test_cron_alone_leaves_no_interval_and_the_default_interval_stays_otherwise() -> None:
     assert parse_config(config_with("schedule: {cron: '*/5 * * * *'}")).schedule.interval_seconds is None
-    assert parse_config(config_with("schedule: {interval_seconds: null, cron: '0 * * * *'}")).schedule.cron
+    assert parse_config(config_with("schedule: {interval_seconds: null, cron: '*/7 * * * *'}")).schedule.cron
     assert parse_config(config_with()).schedule.interval_seconds == 60
 
 

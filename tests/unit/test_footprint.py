@@ -16,7 +16,7 @@ from tq_gc.footprint import (
     minutes_to_full,
     orphan_growth_per_hour,
 )
-from tq_gc.report import SweepReport
+from tq_gc.report import SweepReport, WarningKind
 from tq_gc.sweep.fill import pressure_warning
 
 from support.scripted_store import ScriptedRowStore
@@ -104,8 +104,9 @@ def test_a_sweep_under_pressure_warns_in_its_report(tmp_path: Path) -> None:
     report = world.sweep()
 
     assert report.storage is not None and report.storage.headroom == pytest.approx(0.1)
-    assert len(report.warnings) == 1 and "storage pressure" in report.warnings[0]
-    assert report.to_dict()["warnings"] == report.warnings
+    [warning] = report.warnings
+    assert warning.kind is WarningKind.STORAGE_PRESSURE and "storage pressure" in warning.message
+    assert report.to_dict()["warnings"] == [{"kind": "storage_pressure", "message": warning.message}]
 
 
 def test_orphan_growth_and_minutes_to_full() -> None:

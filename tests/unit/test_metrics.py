@@ -136,6 +136,7 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_last_success_timestamp_seconds",
         "tqgc_lease_contention",
         "tqgc_sweep_errors",
+        "tqgc_sweep_warnings",
         "tqgc_tq_request_seconds",
         "tqgc_tq_controller_function_misfits",
         *FOOTPRINT_FAMILIES,

@@ -302,6 +302,7 @@ class Verl:
                 "namespace": "verl",
                 "scope": [{"partition": p, "key_pattern": trajectories} for p in (TRAIN, VAL)],
                 "grace_seconds": GRACE_S,
+                "schedule": {"interval_seconds": GRACE_S / 2},  # sweeps twice per grace
                 # not expect_nonempty: a partition holding only prompt rows (groups whose trajectories
                 # are not written yet) is a state verl is in at every step
                 "owner_references": [
@@ -482,6 +483,7 @@ def test_with_the_shipped_verl_config_sweeps_go_on_when_every_owner_row_is_gone(
     hold), so the leak each resume restores is still reclaimed."""
     values = yaml.safe_load(EXAMPLE.read_text())
     values.update(grace_seconds=GRACE_S, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    values.update(schedule={"interval_seconds": GRACE_S / 2})  # sweeps twice per grace
     config = parse_config(values)
     clock = ManualClock()
     state, rows = MemoryState("verl", clock_ms=clock), MemoryRowStore()

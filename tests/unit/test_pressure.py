@@ -10,6 +10,7 @@ import pytest
 from tq_gc.config.models import PressureConfig
 from tq_gc.errors import StoreUnavailable
 from tq_gc.footprint import StorageFill, UnitFill
+from tq_gc.report import WarningKind
 from tq_gc.sidecar.pressure import PressureWatch
 
 from support.scripted_store import ScriptedRowStore
@@ -102,7 +103,7 @@ def test_a_pressure_sweep_keeps_the_grace(tmp_path: Path) -> None:
 
     assert world.staging() == {"new/1"}
     assert [r.counts.deleted for r in reports] == [1, 0]
-    assert all("storage pressure" in r.warnings[0] for r in reports)
+    assert all(r.warnings[0].kind is WarningKind.STORAGE_PRESSURE for r in reports)
 
 
 def test_pressure_config_refuses_a_threshold_outside_0_1() -> None:

@@ -7,7 +7,14 @@ from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any
 
-from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
+from tq_gc.config import (
+    Config,
+    ManifestSource,
+    OwnerReference,
+    TagReference,
+    longest_gap_seconds,
+    schedule_problem,
+)
 from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
 from tq_gc.formats.keypath import split_key_path
 from tq_gc.integrations import verl
@@ -16,6 +23,7 @@ from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_e
 from tq_gc.references.manifests import ManifestsSource, reader_of
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
+from tq_gc.report import missing_partition
 from tq_gc.rows import KeysByPartition
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
@@ -43,12 +51,32 @@ def _check(name: str, probe: Callable[[], str]) -> CheckResult:
         return {"name": name, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
 
 
+def config_checks(config: Config, offline: bool = False) -> list[CheckResult]:
+    """What the config alone says, reaching no store (`check --offline` stops here)."""
+    scope = ", ".join(e.partition for e in config.scope) or "EMPTY: nothing would ever be collected"
+    detail = f"namespace {config.namespace}; scope {scope}"
+    if offline:
+        detail += "; checked offline: no store, source or Ray reached"
+    return [{"name": "config", "ok": bool(config.scope), "detail": detail}, _schedule_check(config)]
+
+
+def _schedule_check(config: Config) -> CheckResult:
+    """The sidecar's schedule must sweep twice per grace (a CronJob's own schedule too: a sweep warns when
+    sweeps come further apart than the grace)."""
+    problem = schedule_problem(config)
+    if problem is not None:
+        return {"name": "schedule", "ok": False, "detail": problem}
+    gap_seconds, grace_seconds = longest_gap_seconds(config.schedule), config.grace_seconds
+    detail = (
+        f"the sidecar sweeps at most {gap_seconds:g} s apart, at least twice per grace "
+        f"({grace_seconds:g} s); a CronJob must sweep at least every {grace_seconds / 2:g} s"
+    )
+    return {"name": "schedule", "ok": True, "detail": detail}
+
+
 def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
     """Every check, in order; the stores are opened for the checks and closed after (only those opened)."""
-    scope = ", ".join(e.partition for e in config.scope) or "EMPTY: nothing would ever be collected"
-    results = [
-        {"name": "config", "ok": bool(config.scope), "detail": f"namespace {config.namespace}; scope {scope}"}
-    ]
+    results = config_checks(config)
     with runtime.stores(config) as (state, rows):
         assert rows is not None
         results.append(_check("state store", _probe_state(state, config)))
@@ -67,6 +95,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             results.append(_check("verl in-flight protection", protection))
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
+        if row_store["ok"]:
+            results += _scope_partition_checks(config, rows)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
             results.append(_check("TransferQueue claim", lambda: describe_claim(config, default_holder())))
         fit = rows.controller_fit() if row_store["ok"] else None
@@ -253,10 +283,31 @@ def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
     listing = rows.list_keys  # keys are enough to count, cheaper
 
     def probe() -> str:
-        sizes = ", ".join(f"{e.partition}: {len(listing(e.partition))} rows" for e in config.scope)
+        existing = set(rows.partitions())
+        sizes = ", ".join(
+            f"{e.partition}: {len(listing(e.partition))} rows"
+            if e.partition in existing
+            else f"{e.partition}: not created yet" + (" (created_by_stack)" if e.created_by_stack else "")
+            for e in config.scope
+        )
         return sizes or "reachable"
 
     return probe
+
+
+def _scope_partition_checks(config: Config, rows: RowStore) -> list[CheckResult]:
+    """A scope partition the row store lacks fails: a misspelled one is never swept, and would read as
+    "0 rows, ok" forever. One the stack creates later (created_by_stack) is only named."""
+    existing = set(rows.partitions())
+    return [
+        {
+            "name": f"scope partition {entry.partition}",
+            "ok": False,
+            "detail": missing_partition(entry.partition, existing),
+        }
+        for entry in config.scope
+        if entry.partition not in existing and not entry.created_by_stack
+    ]
 
 
 def _count(rows: KeysByPartition, what: str) -> str:

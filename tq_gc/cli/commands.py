@@ -13,18 +13,20 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import click
 
 from tq_gc.cli import render
 from tq_gc.cli.footprint_view import footprint_summary
-from tq_gc.config import Config, load_config
+from tq_gc.cli.sidecar_state import refuse_a_state_out_of_reach
+from tq_gc.config import Config, config_schema, load_config, schedule_problem
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
-from tq_gc.report import Outcome
+from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores.transferqueue.claim import claimed
 from tq_gc.sweep import Collector
@@ -55,8 +57,25 @@ def _json_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document.")(func)
 
 
+def _wide_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--wide",
+        is_flag=True,
+        help="Tables as wide as their rows on a terminal too (piped, they always are).",
+    )(func)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    help="DEBUG logs each phase of a sweep.",
+)
 @click.version_option(package_name="tq-gc")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str) -> None:
@@ -75,7 +94,17 @@ def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Conf
 @_config_option
 @click.option("--execute", is_flag=True, help="Really delete. Without it the sweep is a dry run.")
 @_json_option
-@click.option("--max-deletes", type=click.IntRange(min=0), help="Delete at most N rows this run.")
+@click.option(
+    "--max-deletes",
+    type=click.IntRange(min=0),
+    help="Delete at most N rows this run; never more than limits.max_deletes_per_run (a larger N is "
+    "clamped to it, and the report says so).",
+)
+@click.option(
+    "--all-rows",
+    is_flag=True,
+    help=f"Report every row deleted (dry run: that it would delete), not the first {DELETED_SAMPLE_SIZE}.",
+)
 @click.option("--pushgateway", metavar="URL", help="Push the sweep's metrics to a Prometheus Pushgateway.")
 @click.option(
     "--accept-empty",
@@ -93,19 +122,26 @@ def sweep(
     max_deletes: int | None,
     pushgateway: str | None,
     accept_empty: tuple[str, ...],
+    all_rows: bool,
 ) -> None:
-    """One sweep: lease, fence, list, references, plan, re-check, delete, report."""
+    """One sweep: lease, fence, list, references, plan, re-check, delete, report. A dry run lists the
+    rows it would delete, each with how long it is unreferenced, and counts the rows it keeps by reason."""
     config = _load(ctx, config_path)
     runtime: Runtime = ctx.obj
     holder = default_holder()
     with (
         runtime.stores(config) as (state, rows),
         claimed(config, holder, enabled=runtime.row_store is None) as claim,  # the job's TQ's
-        render.progress(enabled=not as_json) as progress,
+        render.progress(live=not as_json) as progress,
     ):
         assert rows is not None
         report = Collector(config, state, rows, holder, pause_cyclic_gc=True, claim=claim).sweep(
-            dry_run=not execute, max_deletes=max_deletes, progress=progress, accept_empty=accept_empty
+            dry_run=not execute,
+            max_deletes=max_deletes,
+            progress=progress.deletes,
+            accept_empty=accept_empty,
+            sample_all=all_rows,
+            phases=progress.phases,
         )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which
     # logs its own failure and never changes the exit code.
@@ -122,10 +158,12 @@ def sweep(
 @_config_option
 @_json_option
 @click.option("--runs", default=10, show_default=True, type=click.IntRange(min=1), help="How many runs.")
+@_wide_option
 @click.pass_context
-def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int) -> None:
+def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int, wide: bool) -> None:
     """Last runs, the lease holder, rows waiting out their grace."""
     config = _load(ctx, config_path)
+    refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         now_ms = state.now_ms()
         lease = state.lease_holder()
@@ -146,7 +184,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int
             "liveness": liveness(state.recent_runs(RUNS_KEPT), datetime.now(UTC)).to_dict(),
         }
         doc["footprint"] = footprint_summary(doc["runs"])
-    _emit(doc, as_json, render.status)
+    _emit(doc, as_json, partial(render.status, wide=wide))
 
 
 def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str, Any]:
@@ -161,8 +199,20 @@ def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str,
 def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Live admissions and the rows they hold."""
     config = _load(ctx, config_path)
+    refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
-        doc = {"namespace": config.namespace, "admissions": state.live_admissions()}
+        now_ms = state.now_ms()
+        doc = {
+            "namespace": config.namespace,
+            "admissions": state.live_admissions(),
+            "expiry": {
+                admission_id: {
+                    "expires_in_s": (expires_at_ms - now_ms) / 1000,
+                    "expires_at": render.utc_iso(expires_at_ms),
+                }
+                for admission_id, expires_at_ms in state.admission_expiries().items()
+            },
+        }
     _emit(doc, as_json, render.admissions)
 
 
@@ -171,25 +221,34 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
 @click.option("--run", "run_id", help="Only rows deleted by this run.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
 @_json_option
+@_wide_option
 @click.pass_context
-def audit(ctx: click.Context, config_path: str | None, run_id: str | None, limit: int, as_json: bool) -> None:
+def audit(
+    ctx: click.Context, config_path: str | None, run_id: str | None, limit: int, as_json: bool, wide: bool
+) -> None:
     """Deleted rows, newest first."""
     config = _load(ctx, config_path)
+    refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         rows = [row.to_dict() for row in state.read_audit(run_id, limit)]
-    _emit({"namespace": config.namespace, "run_id": run_id, "deleted": rows}, as_json, render.audit)
+    _emit(
+        {"namespace": config.namespace, "run_id": run_id, "deleted": rows},
+        as_json,
+        partial(render.audit, wide=wide),
+    )
 
 
 @cli.command()
 @_config_option
 @_json_option
+@click.option("--offline", is_flag=True, help="Only validate the config: reach no store, no Ray, no file.")
 @click.pass_context
-def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+def check(ctx: click.Context, config_path: str | None, as_json: bool, offline: bool) -> None:
     """Validate config, reach every store and source, touch nothing."""
-    from tq_gc.cli.checks import run_checks
+    from tq_gc.cli.checks import config_checks, run_checks
 
     config = _load(ctx, config_path)
-    results = run_checks(config, ctx.obj)
+    results = config_checks(config, offline=True) if offline else run_checks(config, ctx.obj)
     _emit({"ok": all(r["ok"] for r in results), "checks": results}, as_json, render.checks)
     ctx.exit(EXIT_OK if all(r["ok"] for r in results) else EXIT_USAGE)
 
@@ -199,7 +258,11 @@ def check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None) -> None:
     """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT."""
-    serve_forever(_load(ctx, config_path))
+    config = _load(ctx, config_path)
+    problem = schedule_problem(config)
+    if problem is not None:
+        raise ConfigError(problem)
+    serve_forever(config)
 
 
 # `tq-gc serve`: how often it checks that the sidecar still answers.
@@ -239,17 +302,30 @@ def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
     """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
     import ray
 
+    def fetch(seen: int) -> tuple[int, list[str]]:
+        after, lines = ray.get(handle.log_lines.remote(seen), timeout=call_timeout_seconds)
+        return int(after), list(lines)
+
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    seen = 0
     try:
         while not stop.wait(HEALTH_CHECK_SECONDS):
             try:
-                ray.get(handle.status.remote(), timeout=call_timeout_seconds)
+                seen = stream_log_lines(fetch, seen)  # the sidecar's sweeps; and a health check
             except ray.exceptions.RayActorError as exc:
                 raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stream_log_lines(fetch: Callable[[int], tuple[int, list[str]]], seen: int) -> int:
+    """Print to stderr the sidecar's log lines after the first `seen`; the count seen after them."""
+    after, lines = fetch(seen)
+    for line in lines:
+        click.echo(line, err=True)
+    return after
 
 
 @cli.command()
@@ -272,6 +348,17 @@ def demo(ctx: click.Context, capacity: bool, record: str | None) -> None:
     from tq_gc.cli.demo import run_demo
 
     ctx.exit(run_demo())
+
+
+@cli.group(name="config")
+def config_group() -> None:
+    """What a config may hold."""
+
+
+@config_group.command(name="schema")
+def config_schema_command() -> None:
+    """Print the config's JSON Schema, every field described (docs/configuration.md)."""
+    click.echo(json.dumps(config_schema(), indent=2))
 
 
 def _emit(doc: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None]) -> None:

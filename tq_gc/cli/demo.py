@@ -12,6 +12,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from rich.table import Table
 
 from tq_gc.cli.capacity_demo import reclaimed_bytes
 from tq_gc.cli.footprint_view import footprint_lines, footprint_summary, human_bytes
-from tq_gc.cli.simulation import CANONICAL, STAGING, LeakScenario
+from tq_gc.cli.render import output_console, print_table
+from tq_gc.cli.simulation import CANONICAL, STAGING, Fates, LeakScenario
 from tq_gc.config import Config, parse_config
 from tq_gc.rows import RowId
 
@@ -175,18 +177,9 @@ class Demo:
         return True
 
     def _summary(self, scenario: LeakScenario, reclaimed: dict[RowId, float], lost: list[RowId]) -> None:
-        table = Table(title="what happened to every row the job wrote")
-        for column in ("rows", "how / why", "count", "outcome"):
-            table.add_column(column)
-        for why, n in sorted(Counter(scenario.fates.kept.values()).items()):
-            table.add_row("referenced", why, str(n), "kept")
-        for how, n in sorted(Counter(scenario.fates.orphans.values()).items()):
-            gone = sum(1 for r, h in scenario.fates.orphans.items() if h == how and r in reclaimed)
-            table.add_row("orphan", how, str(n), f"reclaimed {gone}/{n}")
-        if lost:
-            table.add_row("[red]LOST[/red]", "referenced rows deleted", str(len(lost)), "[red]bug[/red]")
+        table = outcome_table(scenario.fates, reclaimed, lost)
         table.add_row("bytes", "the orphans' tensors", "", f"reclaimed {human_bytes(self.reclaimed_bytes)}")
-        self.console.print(table)
+        print_table(self.console, table)
         for line in self.footprint:
             self.console.print(line)
 
@@ -203,6 +196,21 @@ class Demo:
         self.console.print("[bold]final metrics[/bold] (/metrics, tqgc_*):")
         for line in lines:
             self.console.print(f"  {line}", highlight=False)
+
+
+def outcome_table(fates: Fates, reclaimed: Mapping[RowId, float], lost: list[RowId]) -> Table:
+    """What happened to every row the job wrote: each reason a row was kept or orphaned, and its fate."""
+    table = Table(title="what happened to every row the job wrote")
+    for column in ("rows", "how / why", "count", "outcome"):
+        table.add_column(column, no_wrap=True)  # piped, a row is one line (output_console)
+    for why, n in sorted(Counter(fates.kept.values()).items()):
+        table.add_row("referenced", why, str(n), "kept")
+    for how, n in sorted(Counter(fates.orphans.values()).items()):
+        gone = sum(1 for r, h in fates.orphans.items() if h == how and r in reclaimed)
+        table.add_row("orphan", how, str(n), f"reclaimed {gone}/{n}")
+    if lost:
+        table.add_row("[red]LOST[/red]", "referenced rows deleted", str(len(lost)), "[red]bug[/red]")
+    return table
 
 
 def _sweep_line(report: dict[str, Any]) -> str:
@@ -228,7 +236,7 @@ def _get(ref: Any) -> Any:
 
 
 def run_demo(timings: DemoTimings | None = None, console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or output_console()
     console.print(
         "[bold]tq-gc demo[/bold]: a toy RL training job leaks TransferQueue rows; the sidecar reclaims them"
     )

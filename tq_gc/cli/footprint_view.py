@@ -57,7 +57,7 @@ def footprint_lines(summary: Mapping[str, Any]) -> list[str]:
         if minutes is not None:
             rate = summary["stored_rows_per_hour"]
             lines.append(f"at {rate:+.0f} rows/h the fullest storage unit is full in {minutes:.0f} min")
-    lines.extend(f"WARNING: {warning}" for warning in summary.get("warnings") or [])
+    lines.extend(f"WARNING: {warning['message']}" for warning in summary.get("warnings") or [])
     return lines
 
 

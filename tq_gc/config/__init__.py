@@ -5,6 +5,9 @@ models.py     Config and its sections, and the safety rules that refuse a config
 sources.py    the reference sources' sections: manifests, tag references, owner references
 loading.py    YAML + env + flags -> Config, and the error messages that name each field
 redaction.py  what is shown of a state store URL's secrets
+schedule_fit.py  whether a schedule sweeps often enough to reclaim anything
+schema.py, descriptions.py  the config's JSON Schema, every field described
+suggest.py    the field an unknown key meant
 policy.py     the planner's policy from a config (the pure planner knows nothing of config)
 """
 
@@ -34,8 +37,10 @@ from tq_gc.config.models import (
     SidecarConfig,
     TransferQueueConfig,
 )
-from tq_gc.config.policy import plan_policy
+from tq_gc.config.policy import max_deletes_clamped, plan_policy
 from tq_gc.config.redaction import REDACTED, redact_url
+from tq_gc.config.schedule_fit import longest_gap_seconds, schedule_problem
+from tq_gc.config.schema import config_schema
 from tq_gc.config.sources import (
     NEMO_RL_STAGING_PARTITION,
     ManifestSource,
@@ -69,10 +74,14 @@ __all__ = [
     "TransferQueueConfig",
     "as_config",
     "compile_key_pattern",
+    "config_schema",
     "env_overrides",
     "format_validation_error",
     "load_config",
+    "longest_gap_seconds",
+    "max_deletes_clamped",
     "parse_config",
     "plan_policy",
     "redact_url",
+    "schedule_problem",
 ]

@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from tq_gc.config.models import Config
+from tq_gc.config.suggest import Loc, unknown_key_message
 from tq_gc.errors import ConfigError
 
 ENV_PREFIX = "TQGC_"
@@ -26,9 +27,10 @@ def load_config(
 ) -> Config:
     """YAML file, then env TQGC_... (`__` nests), then explicit overrides (flags). Raises ConfigError."""
     data: dict[str, Any] = _read_yaml(Path(path)) if path is not None else {}
-    data = _deep_merge(data, env_overrides(os.environ if env is None else env))
+    env = os.environ if env is None else env
+    data = _deep_merge(data, env_overrides(env))
     data = _deep_merge(data, dict(overrides or {}))
-    return parse_config(data, origin=str(path) if path else "defaults and environment")
+    return parse_config(data, origin=str(path) if path else "defaults", env_names=env_variables(env))
 
 
 ConfigLike = Config | Mapping[str, Any] | str | os.PathLike[str]
@@ -43,38 +45,70 @@ def as_config(config: ConfigLike) -> Config:
     return load_config(Path(config))
 
 
-def parse_config(data: Mapping[str, Any], origin: str = "config") -> Config:
+def parse_config(
+    data: Mapping[str, Any], origin: str = "config", env_names: Mapping[Loc, str] | None = None
+) -> Config:
+    """`env_names`: the TQGC_ variable that set each field (env_variables), named in its error."""
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        details = format_validation_error(exc)
+        details, from_env_only = format_validation_error(exc, env_names or {})
     # Raised outside the handler: the ValidationError (whose text quotes input values, a state_url's
     # password included) must not ride along as the ConfigError's context.
-    raise ConfigError(f"invalid config ({origin}):\n{details}")
+    where = "TQGC_ environment variables" if from_env_only else origin
+    raise ConfigError(f"invalid config ({where}):\n{details}")
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per error, naming the field. Never the input value: it may hold a secret."""
+def format_validation_error(
+    exc: ValidationError, env_names: Mapping[Loc, str] | None = None
+) -> tuple[str, bool]:
+    """One line per error, naming the field (and the TQGC_ variable that set it), and whether every
+    error came from a variable. Never the input value: it may hold a secret."""
     lines = []
+    from_env = []
     for error in exc.errors(include_input=False, include_context=False, include_url=False):
+        loc = tuple(error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown key (check its spelling against docs/configuration.md)"
+            message = unknown_key_message(loc)
         elif error["type"] == "finite_number":
             message = "must be a finite number, not .inf or .nan"
-        field = ".".join(str(part) for part in error["loc"])
+        variable = _variable_of(loc, env_names or {})
+        from_env.append(variable is not None)
+        if variable is not None:
+            message += f" (set by the environment variable {variable})"
+        field = ".".join(str(part) for part in loc)
         # A rule across fields (a model validator) has no field of its own: its message names them.
         lines.append(f"  {field}: {message}" if field else f"  {message}")
-    return "\n".join(lines)
+    return "\n".join(lines), all(from_env)
+
+
+def _variable_of(loc: Loc, env_names: Mapping[Loc, str]) -> str | None:
+    """The variable that set the field at `loc` or one of its parents."""
+    path = tuple(part for part in loc if isinstance(part, str))
+    return next((env_names[path[:n]] for n in range(len(path), 0, -1) if path[:n] in env_names), None)
+
+
+def env_variables(env: Mapping[str, str]) -> dict[Loc, str]:
+    """Each config variable's field path: TQGC_LIMITS__DELETE_BATCH -> ("limits", "delete_batch")."""
+    return {_env_path(name): name for name in env if _is_config_variable(name)}
+
+
+def _is_config_variable(name: str) -> bool:
+    return name.startswith(ENV_PREFIX) and name not in NOT_CONFIG_ENV
+
+
+def _env_path(name: str) -> tuple[str, ...]:
+    return tuple(name[len(ENV_PREFIX) :].lower().split("__"))
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     """TQGC_LIMITS__DELETE_BATCH=100 -> {"limits": {"delete_batch": 100}}; values parse as YAML."""
     result: dict[str, Any] = {}
     for name, raw in env.items():
-        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG_ENV:
+        if not _is_config_variable(name):
             continue
-        path = name[len(ENV_PREFIX) :].lower().split("__")
+        path = _env_path(name)
         node = result
         for part in path[:-1]:
             node = node.setdefault(part, {})

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tq_gc.config.base import DURATION_WITH_UNIT, Frozen
 from tq_gc.config.redaction import redact_url
+from tq_gc.config.schedule_fit import default_schedule, schedule_gap_problem
 from tq_gc.config.sources import ManifestSource, OwnerReference, TagReference, compile_key_pattern
 
 MIN_GRACE_SECONDS = 60.0
@@ -304,6 +305,12 @@ class Config(Frozen):
         if len(partitions) != len(set(partitions)):
             raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
         _check_batch_fits_lease(self.limits, self.lease_ttl_seconds)
+        if "schedule" not in self.model_fields_set:  # none written: one that sweeps twice per grace
+            object.__setattr__(self, "schedule", default_schedule(self.grace_seconds))
+        if not self.allow_short_grace:
+            problem = schedule_gap_problem(self.schedule, self.grace_seconds)
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
     def _no_protected_partition_in_scope(self) -> None:

@@ -18,3 +18,14 @@ def plan_policy(config: Config, max_deletes: int | None = None) -> PlanPolicy:
         max_delete_fraction=limits.max_delete_fraction,
         fraction_min_rows=limits.fraction_min_rows,
     )
+
+
+def max_deletes_clamped(config: Config, max_deletes: int | None) -> str | None:
+    """What to say when --max-deletes asks for more than limits.max_deletes_per_run allows, or None."""
+    cap = config.limits.max_deletes_per_run
+    if max_deletes is None or max_deletes <= cap:
+        return None
+    return (
+        f"--max-deletes {max_deletes} is above limits.max_deletes_per_run={cap}: this sweep deletes at "
+        f"most {cap} rows. Raise limits.max_deletes_per_run to allow more"
+    )

@@ -47,7 +47,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from tq_gc.config import Config, Schedule
 from tq_gc.errors import ConfigError, StoreUnavailable, TqGcError
 from tq_gc.liveness import liveness
-from tq_gc.logs import configure_logging
+from tq_gc.logs import RecentLines, configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.report import Cause, SweepReport
@@ -73,7 +73,8 @@ class SidecarActor:
     """The actor's body: `start_sidecar` applies `ray.remote` to it with the config's resource ask."""
 
     def __init__(self, config: Config, row_store_factory: RowStoreFactory | None = None) -> None:
-        configure_logging("INFO", config.log_format)
+        self._log_lines = RecentLines()  # what `tq-gc serve` streams (log_lines)
+        configure_logging("INFO", config.log_format, self._log_lines)
         self._config = config
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
@@ -217,6 +218,11 @@ class SidecarActor:
         return report
 
     # -- control ---------------------------------------------------------------------------------
+
+    def log_lines(self, seen: int) -> tuple[int, list[str]]:
+        """The sidecar's log lines after the first `seen` (its sweeps, their outcomes), and the number to
+        ask from next: what `tq-gc serve` streams."""
+        return self._log_lines.since(seen)
 
     def started_with(self) -> Config:
         """The config this sidecar was started with: start_sidecar compares it with its own."""

@@ -122,6 +122,11 @@ class AdmissionSnapshots(Protocol):
 class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
     namespace: str
 
+    def admission_expiries(self) -> dict[str, int]:
+        """When each live admission expires, {admission_id: expires_at_ms} on the store's clock (what
+        `tq-gc admissions` shows beside the rows)."""
+        ...
+
     def now_ms(self) -> int:
         """The store's clock, in ms since the epoch."""
         ...

@@ -250,6 +250,13 @@ class MemoryState:
             self._prune(self.clock_ms())
             return {admission_id: rows for admission_id, (_, rows) in self._admissions.items()}
 
+    def admission_expiries(self) -> dict[str, int]:
+        with self._lock:
+            self._prune(self.clock_ms())
+            return {
+                admission_id: expires_at_ms for admission_id, (expires_at_ms, _) in self._admissions.items()
+            }
+
     def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
         with self._lock:
             self._check_lease(lease)

@@ -212,6 +212,9 @@ class RedisState:
     def release_admission(self, admission_id: str) -> None:
         self._admissions.release(admission_id)
 
+    def admission_expiries(self) -> dict[str, int]:
+        return self._admissions.expiries(self.now_ms())
+
     def live_admissions(self) -> dict[str, AdmissionRows]:
         return copied_admissions(self.live_admission_rows())
 

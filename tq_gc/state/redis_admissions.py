@@ -76,6 +76,17 @@ class RedisAdmissions:
         self._admissions_read = read
         return {admission_id: rows for admission_id, (_, rows) in read.items()}
 
+    def expiries(self, now_ms: int) -> dict[str, int]:
+        """{admission_id: expires_at_ms} of the admissions not expired at `now_ms` (the store's clock)."""
+        with self._connection.guard("read the admissions' expiries"):
+            scored = cast(
+                list[tuple[str | bytes, float]],
+                self._connection.client.zrangebyscore(
+                    self._keys.admission_expiry, f"({now_ms}", "+inf", withscores=True
+                ),
+            )
+        return {_text(admission_id): int(expires_at_ms) for admission_id, expires_at_ms in scored}
+
     def admitted_since_lease(self, lease: Lease, partition: str, keys: Collection[str]) -> set[str]:
         """Reads only the barrier's documents added since this store last read it for this lease (each
         admission's rows are decoded once per sweep), then answers from its copy."""
@@ -93,3 +104,7 @@ class RedisAdmissions:
     def version(self) -> int:
         with self._connection.guard("read the admissions version"):
             return int(cast(str | None, self._connection.client.get(self._keys.admission_version)) or 0)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -16,25 +16,26 @@ from collections.abc import Collection
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from tq_gc.config import Config, plan_policy
+from tq_gc.config import Config, max_deletes_clamped, plan_policy
+from tq_gc.decisions import Decision
 from tq_gc.errors import BlastRadiusExceeded, Interrupted, TqClaimed, TqGcError
 from tq_gc.footprint import bytes_of
 from tq_gc.plan import plan
 from tq_gc.referenced import References
 from tq_gc.references.emptied import accepted_sources
-from tq_gc.report import Cause, Outcome, SweepReport
+from tq_gc.report import Cause, Outcome, SweepReport, WarningKind, warn
 from tq_gc.rows import Listing
 from tq_gc.state.base import StateStore
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores.base import RowStore, as_row_store
-from tq_gc.sweep.clocks import timed_phase, utc_now_iso
+from tq_gc.sweep.clocks import utc_now_iso
 from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
 from tq_gc.sweep.delete import Deleter
 from tq_gc.sweep.fill import read_storage_fill
 from tq_gc.sweep.lease import SweepLease, default_holder
 from tq_gc.sweep.observe import Observer
 from tq_gc.sweep.record import Recorder
-from tq_gc.sweep.run import Progress, SweepRun
+from tq_gc.sweep.run import PhaseListener, Progress, SweepRun
 
 if TYPE_CHECKING:
     from tq_gc.stores.transferqueue.claim import TqClaim
@@ -80,17 +81,26 @@ class Collector:
         max_deletes: int | None = None,
         progress: Progress | None = None,
         accept_empty: Collection[str] = (),
+        sample_all: bool = False,
+        phases: PhaseListener | None = None,
     ) -> SweepReport:
         """One sweep. The report says how it ended; it raises only ConfigError (bad config or usage,
         no TransferQueue to attach to), after recording the run, and BaseExceptions (interrupts).
 
         `accept_empty`: source ids (references/emptied.py) that may read as empty this sweep although
-        they named rows at the last one: the operator's word that it is on purpose."""
+        they named rows at the last one: the operator's word that it is on purpose. `sample_all`: the
+        report's deleted_sample holds every row deleted (a dry run: it would delete), not the first 20.
+        `phases`: told as each phase starts and ends, with its rows (the CLI's progress)."""
         if max_deletes is not None and max_deletes < 0:
             raise ValueError(f"max_deletes must be 0 or more, got {max_deletes}")
         accepted = accepted_sources(self.config, accept_empty)
         report = SweepReport(run_id=uuid.uuid4().hex[:16], namespace=self.config.namespace, dry_run=dry_run)
         run = SweepRun(report, plan_policy(self.config, max_deletes), progress, accepted)
+        run.sample_size = None if sample_all else run.sample_size
+        run.phase_listener = phases
+        clamped = max_deletes_clamped(self.config, max_deletes)
+        if clamped is not None:
+            warn(report, WarningKind.MAX_DELETES_CLAMPED, clamped)
         with paused_cyclic_gc() if self._pause_cyclic_gc else nullcontext():
             self._run(run, dry_run)
         return report
@@ -110,19 +120,20 @@ class Collector:
         renewal = self.lease.renewed_in_background(run)
         try:
             self._stop_if_asked()
-            with timed_phase(report, "lease"):
+            with run.phase("lease"):
                 self.lease.take(run)
             renewal.start()
-            with timed_phase(report, "attach"):
+            with run.phase("attach"):
                 self._attach_row_store(run)
                 self._hold_claim(dry_run)
             self._stop_if_asked()
             listing, references = self.observer.read(run)
             self._plan_and_record(run, listing, references)
             if dry_run:
+                run.sample_planned()
                 report.outcome = Outcome.DRY_RUN
             else:
-                with timed_phase(report, "delete"):
+                with run.phase("delete", lambda: report.counts.deleted):
                     self.deleter.delete(run)
                 report.outcome = Outcome.COMPLETED
             read_storage_fill(self.row_store, self.config, report)
@@ -178,7 +189,7 @@ class Collector:
     def _plan_and_record(self, run: SweepRun, listing: Listing, references: References) -> None:
         """Plan from what the sweep saw and the records it trusts, record its new sightings, and take
         back the rows admitted meanwhile (the write barrier). BlastRadiusExceeded if the plan aborts."""
-        with timed_phase(run.report, "plan"):
+        with run.phase("plan", lambda: None if run.plan is None else run.plan.count(Decision.DELETE)):
             now_ms = self.state.now_ms()
             run.first_seen = self.recorder.trusted(run)
             run.plan = plan(listing, references, run.first_seen, now_ms, run.policy)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from tq_gc.config import Config
 from tq_gc.footprint import Leftovers, StorageFill
-from tq_gc.report import SweepReport
+from tq_gc.report import SweepReport, WarningKind, warn
 from tq_gc.stores.base import RowStore
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,7 @@ def read_storage_fill(row_store: RowStore, config: Config, report: SweepReport) 
         return
     warning = pressure_warning(fill, config.pressure.headroom_below)
     if warning is not None:
-        log.warning("%s", warning)
-        report.warnings.append(warning)
+        warn(report, WarningKind.STORAGE_PRESSURE, warning)
 
 
 def _leftovers(row_store: RowStore) -> Leftovers | None:

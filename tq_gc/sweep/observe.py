@@ -12,10 +12,10 @@ from tq_gc.references.emptied import collected_yields, guard_emptied_sources
 from tq_gc.references.manifests import ManifestsSource
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
+from tq_gc.report import WarningKind, missing_partition, warn
 from tq_gc.rows import ListedKeys, Listing, Tags, merge_keys
 from tq_gc.state.base import StateStore
 from tq_gc.stores.base import RowStore
-from tq_gc.sweep.clocks import timed_phase
 from tq_gc.sweep.run import SweepRun
 
 
@@ -49,12 +49,14 @@ class Observer:
         The second admissions read costs nothing unless an admission was made since the first
         (AdmissionsSource.reread). Owner references are read from the listing too, in the tags' slot.
         """
-        report = run.report
-        with timed_phase(report, "references"):
+        listed: list[Listing] = []
+        with run.phase("references"):
             admissions, manifests = self.admissions.read(), self.manifests.read()
-        with timed_phase(report, "list"):
+        with run.phase("list", lambda: sum(len(rows) for rows in listed[0].values()) if listed else None):
             listing, existing = self._list()
-        with timed_phase(report, "references"):
+            listed.append(listing)
+        self._warn_of_missing_partitions(run, existing)
+        with run.phase("references"):
             tags = self.tags.read(listing, existing)
             owners = self.owners.read(listing, existing)
             admissions = merge_keys(admissions, self.admissions.reread())
@@ -62,6 +64,17 @@ class Observer:
         yields = collected_yields(self.manifests.yields(), self.tags.counts, self.owners.counts)
         guard_emptied_sources(self.state, run.held_lease, self.config, run.accept_empty, yields)
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
+
+    def _warn_of_missing_partitions(self, run: SweepRun, existing: set[str]) -> None:
+        """A scope partition the row store does not have is swept as empty: a misspelled one would read as
+        "nothing to collect" forever. Warn, unless the stack creates it later (created_by_stack)."""
+        for entry in self.config.scope:
+            if entry.partition not in existing and not entry.created_by_stack:
+                warn(
+                    run.report,
+                    WarningKind.SCOPE_PARTITION_MISSING,
+                    missing_partition(entry.partition, existing),
+                )
 
     def _list(self) -> tuple[Listing, set[str]]:
         """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from tq_gc.config import Config
 from tq_gc.first_seen import FirstSeen
 from tq_gc.plan import FirstSeenByPartition, Plan, admitted_meanwhile, stale_partitions, unreferenced_rows
+from tq_gc.report import WarningKind, warn
 from tq_gc.rows import ListedKeys, Listing, Tags
 from tq_gc.state.base import StateStore
 from tq_gc.stores.base import RowStore
@@ -28,13 +29,34 @@ class Recorder:
         in sweeping runs from the last sweep's observation to this sweep's start (its lease): the
         seconds a sweep spends joining Ray and listing are sweeping, not a pause."""
         scope = [entry.partition for entry in self.config.scope]
-        stale = stale_partitions(self.state.observed(), scope, run.started_ms, run.policy.grace_ms)
+        observed = self.state.observed()
+        stale = stale_partitions(observed, scope, run.started_ms, run.policy.grace_ms)
+        self._warn_of_a_gap(
+            run, {partition: observed[partition] for partition in scope if partition in observed}
+        )
         for partition in sorted(stale):
             self.state.forget_partition(run.held_lease, partition)
         return {
             partition: {} if partition in stale else self.state.load_first_seen(partition)
             for partition in scope
         }
+
+    def _warn_of_a_gap(self, run: SweepRun, observed_ms: Mapping[str, int]) -> None:
+        """Sweeps further apart than the grace (a CronJob's schedule tq-gc does not know, a paused
+        sidecar) restart every row's grace: at that pace nothing is ever reclaimed. Say so, with both
+        numbers."""
+        gap_ms = max((run.started_ms - at_ms for at_ms in observed_ms.values()), default=0)
+        if gap_ms <= run.policy.grace_ms:
+            return
+        grace_seconds = run.policy.grace_ms / 1000
+        warn(
+            run.report,
+            WarningKind.SWEEP_GAP_OVER_GRACE,
+            f"this sweep came {gap_ms / 1000:.0f} s after the last one, longer than grace_seconds="
+            f"{grace_seconds:g}: every unreferenced row's grace restarted, and at this pace no row is ever "
+            f"reclaimed. Sweep at least every {grace_seconds / 2:g} s (the CronJob's schedule), or raise "
+            "grace_seconds",
+        )
 
     def save(self, run: SweepRun, result: Plan, listing: Listing) -> None:
         """Record new first sightings, drop records of rows referenced again or gone, and mark every

@@ -3,16 +3,22 @@ delete, lease) read and write as the sweep goes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tq_gc.audit import AuditBatch
+from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.footprint import SizesByPartition
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
 from tq_gc.state.base import Lease
+from tq_gc.sweep.clocks import timed_phase
 
 Progress = Callable[[int, int], None]
+# A phase of the sweep (report.PHASES) started (rows and seconds None) or ended: the rows it counted, if it
+# counts any, and the seconds it took. A phase may run in several stretches (references).
+PhaseListener = Callable[[str, int | None, float | None], None]
 
 
 @dataclass
@@ -33,6 +39,22 @@ class SweepRun:
     first_seen: FirstSeenByPartition = field(default_factory=dict)
     # {partition: {key: bytes}} of the in-scope rows whose size the listing read.
     sizes: SizesByPartition = field(default_factory=dict)
+    # How many rows the report's deleted_sample holds: None for all.
+    sample_size: int | None = DELETED_SAMPLE_SIZE
+    phase_listener: PhaseListener | None = None
+
+    @contextmanager
+    def phase(self, name: str, rows: Callable[[], int | None] = lambda: None) -> Iterator[None]:
+        """Time the block as the report's phase `name`, and tell the listener when it starts and ends
+        (with `rows()`, read once it ended)."""
+        listener = self.phase_listener
+        if listener is not None:
+            listener(name, None, None)
+        started = time.perf_counter()
+        with timed_phase(self.report, name):
+            yield
+        if listener is not None:
+            listener(name, rows(), time.perf_counter() - started)
 
     @property
     def held_lease(self) -> Lease:
@@ -50,6 +72,18 @@ class SweepRun:
 
     def sample(self, intent: AuditBatch, cleared: Collection[str]) -> None:
         """Add the first deleted rows to the report's sample, until it is full."""
-        room = DELETED_SAMPLE_SIZE - len(self.report.deleted_sample)
+        room = self._sample_room()
         if room > 0 and cleared:
             self.report.deleted_sample.extend(intent.confirm(cleared).rows()[:room])
+
+    def sample_planned(self) -> None:
+        """A dry run's sample: the rows the plan would delete, each with how long it is unreferenced."""
+        plan = self.planned
+        for row in plan.rows_to_delete()[: self._sample_room()]:
+            record = self.first_seen.get(row.partition, {}).get(row.key)
+            unreferenced_ms = 0 if record is None else plan.now_ms - record.at_ms
+            self.report.deleted_sample.append(DeletedRow(row.partition, row.key, unreferenced_ms / 1000))
+
+    def _sample_room(self) -> int:
+        taken = len(self.report.deleted_sample)
+        return (1 << 62) - taken if self.sample_size is None else self.sample_size - taken

@@ -1,0 +1,307 @@
+"""Nothing the CLI is asked to do is silently ignored: a bad log level, a clamped --max-deletes, a
+schedule that cannot reclaim, a memory:// state the CLI cannot see, a config checked offline."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
+from tq_gc.wiring import Runtime
+
+from support.cli_runner import STAGING, CliRunner
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[CliRunner]:
+    yield CliRunner(tmp_path, capsys)
+    logging.getLogger("tq_gc").setLevel(logging.WARNING)
+
+
+# --log-level --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", ["foo", "verbose", "10"])
+def test_an_unknown_log_level_is_a_usage_error_listing_the_choices(cli: CliRunner, level: str) -> None:
+    code, out, err = cli.run_argv("--log-level", level, "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_USAGE and out == ""
+    assert all(choice in err.lower() for choice in ("debug", "info", "warning", "error"))
+    assert "unexpected error" not in err and cli.rows.calls == []
+
+
+def test_the_log_level_takes_any_case(cli: CliRunner) -> None:
+    code, _, _ = cli.run_argv("--log-level", "warning", "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_OK
+
+
+def test_debug_logs_each_phase_of_the_sweep(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    code, _, err = cli.run_argv("--log-level", "DEBUG", "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_OK
+    for phase in ("lease", "attach", "list", "references", "plan"):
+        assert f"phase {phase}" in err, err
+
+
+# --max-deletes above the config's cap -------------------------------------------------------------
+
+
+def test_the_help_says_max_deletes_is_capped_by_the_config(cli: CliRunner) -> None:
+    _, out, _ = cli.run_argv("sweep", "--help")
+    assert "max_deletes_per_run" in " ".join(out.split())
+
+
+def test_a_max_deletes_above_the_cap_is_clamped_and_the_report_says_so(cli: CliRunner) -> None:
+    cli.write_config(limits={"max_deletes_per_run": 7, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    code, doc = cli.run_json("sweep", "--max-deletes", str(10**30))
+    assert code == EXIT_OK
+    [warning] = [w for w in doc["warnings"] if w["kind"] == "max_deletes_clamped"]
+    assert str(10**30) in warning["message"] and "max_deletes_per_run=7" in warning["message"]
+    _, out, _ = cli.run("sweep", "--max-deletes", "100")
+    assert "max_deletes_per_run=7" in " ".join(out.split())
+
+
+def test_a_max_deletes_within_the_cap_warns_of_nothing(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    _, doc = cli.run_json("sweep", "--max-deletes", "3")
+    assert doc["warnings"] == []
+
+
+# a schedule that cannot reclaim, in check and serve -----------------------------------------------
+
+
+def test_check_fails_a_schedule_that_cannot_reclaim(cli: CliRunner) -> None:
+    cli.write_config(grace_seconds=5, allow_short_grace=True, schedule={"interval_seconds": 3600})
+    code, doc = cli.run_json("check")
+    assert code == EXIT_USAGE
+    [line] = [c for c in doc["checks"] if c["name"] == "schedule"]
+    assert not line["ok"] and "3600" in line["detail"] and "grace_seconds=5" in line["detail"]
+
+
+def test_serve_refuses_a_schedule_that_cannot_reclaim(cli: CliRunner) -> None:
+    cli.write_config(grace_seconds=5, allow_short_grace=True, schedule={"interval_seconds": 3600})
+    code, _, err = cli.run("serve")
+    assert code == EXIT_USAGE and "3600" in err and "grace_seconds=5" in err
+
+
+def test_a_schedule_that_cannot_reclaim_is_refused_at_load(cli: CliRunner) -> None:
+    cli.write_config(grace_seconds=60, schedule={"interval_seconds": 300})
+    code, _, err = cli.run("sweep")
+    assert code == EXIT_USAGE and "300" in err and "grace_seconds=60" in err
+
+
+# memory:// state: it lives in the sidecar ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["status", "admissions", "audit"])
+def test_a_memory_state_is_said_to_live_in_the_sidecar(cli: CliRunner, command: str) -> None:
+    cli.write_config(state_url="memory://", sidecar={"name": "gc-of-job", "ray_namespace": "jobs"})
+    code, out, err = cli.run(command, runtime=Runtime())
+    assert code == EXIT_USAGE and out == ""
+    assert "memory://" in err and "sidecar" in err and "'gc-of-job'" in err and "'jobs'" in err
+    assert "redis://" in err
+
+
+# check --offline ------------------------------------------------------------------------------------
+
+
+def test_check_offline_validates_without_reaching_any_store(cli: CliRunner) -> None:
+    cli.write_config(state_url="redis://127.0.0.1:1/0")  # nothing listens there
+    code, doc = cli.run_json("check", "--offline")
+    assert code == EXIT_OK and doc["ok"], doc
+    assert cli.rows.calls == []
+    assert {c["name"] for c in doc["checks"]} >= {"config", "schedule"}
+
+
+def test_check_offline_refuses_a_bad_config(cli: CliRunner) -> None:
+    cli.write_config(grace_second=900)
+    code, _, err = cli.run("check", "--offline")
+    assert code == EXIT_USAGE and "did you mean 'grace_seconds'?" in err
+
+
+def test_check_offline_needs_no_runtime(cli: CliRunner, capsys: pytest.CaptureFixture[str]) -> None:
+    cli.write_config(state_url="redis://127.0.0.1:1/0", transfer_queue={"ray_address": "ray://nowhere:1"})
+    assert main(["check", "--offline", "--config", str(cli.config_path)]) == EXIT_OK
+    assert "offline" in capsys.readouterr().out
+
+
+# a dry run that shows its work ------------------------------------------------------------------
+
+
+def orphans(cli: CliRunner, count: int) -> list[str]:
+    """`count` unreferenced rows, seen once and then past their grace."""
+    keys = [f"r{i:03d}/call0" for i in range(count)]
+    for key in keys:
+        cli.rows.put(STAGING, key)
+    assert cli.run("sweep")[0] == EXIT_OK
+    cli.clock.advance(120)
+    return keys
+
+
+def test_a_dry_run_reports_the_rows_it_would_delete_with_why(cli: CliRunner) -> None:
+    keys = orphans(cli, 3)
+    code, doc = cli.run_json("sweep")
+    assert code == EXIT_OK and doc["outcome"] == "dry_run"
+    assert sorted(row["key"] for row in doc["deleted_sample"]) == keys
+    assert all(row["partition"] == STAGING and row["unreferenced_s"] >= 120 for row in doc["deleted_sample"])
+    assert cli.rows.keys(STAGING) == set(keys)  # a dry run deletes nothing
+
+
+def test_a_dry_run_lists_a_bounded_sample_by_default_and_all_on_request(cli: CliRunner) -> None:
+    keys = orphans(cli, 25)
+    _, doc = cli.run_json("sweep")
+    assert len(doc["deleted_sample"]) == 20 and doc["counts"]["eligible"] == 25
+    _, doc = cli.run_json("sweep", "--all-rows")
+    assert sorted(row["key"] for row in doc["deleted_sample"]) == keys
+
+
+def test_a_dry_run_prints_the_rows_it_would_delete_and_the_kept_counts(cli: CliRunner) -> None:
+    keys = orphans(cli, 2)
+    cli.rows.put(STAGING, "r999/late")  # first seen now: kept for its grace
+    code, out, _ = cli.run("sweep")
+    assert code == EXIT_OK
+    assert (
+        "would delete" in out and all(key in out for key in keys) and "r999/late" not in out.split("would")[1]
+    )
+    assert "kept: within grace" in out and "unreferenced for" in out
+
+
+# tables that can be copied ---------------------------------------------------------------------------
+
+
+LONG_KEY = "__generation_cut__/ckpt-000123/" + "r7_g0_a1-" * 8 + "call3/0"
+
+
+def deleted_long_key(cli: CliRunner) -> str:
+    cli.rows.put(STAGING, LONG_KEY)
+    cli.run("sweep")
+    cli.clock.advance(120)
+    _, doc = cli.run_json("sweep", "--execute")
+    assert doc["counts"]["deleted"] == 1
+    return str(doc["run_id"])
+
+
+def test_audit_and_status_never_cut_ids_when_piped(cli: CliRunner) -> None:
+    run_id = deleted_long_key(cli)
+    _, out, _ = cli.run("audit")
+    assert LONG_KEY in out and run_id in out
+    _, out, _ = cli.run("status")
+    assert run_id in out
+
+
+@pytest.mark.parametrize("wide", [[], ["--wide"]])
+def test_audit_never_cuts_ids_on_a_narrow_terminal(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, wide: list[str]
+) -> None:
+    run_id = deleted_long_key(cli)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = cli.run("audit", *wide)
+    assert LONG_KEY in out and run_id in out
+    _, out, _ = cli.run("status", *wide)
+    assert run_id in out
+
+
+def test_check_says_how_often_a_cronjob_must_sweep(cli: CliRunner) -> None:
+    cli.write_config(grace_seconds=60)
+    cli.rows.put(STAGING, "r1/c1")
+    code, doc = cli.run_json("check")
+    assert code == EXIT_OK, doc
+    [line] = [c for c in doc["checks"] if c["name"] == "schedule"]
+    assert line["ok"] and "every 30 s" in line["detail"]
+
+
+# a scope partition that does not exist ------------------------------------------------------------
+
+
+def test_a_misspelled_scope_partition_fails_check_and_warns_in_each_sweep(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    cli.write_config(scope=[{"partition": "rollout_stagin", "all_keys": True}])
+    code, doc = cli.run_json("check")
+    assert code == EXIT_USAGE
+    [failed] = [c for c in doc["checks"] if not c["ok"]]
+    assert "'rollout_stagin' does not exist" in failed["detail"] and STAGING in failed["detail"]
+    for _ in range(2):
+        code, doc = cli.run_json("sweep")
+        assert code == EXIT_OK
+        [warning] = doc["warnings"]
+        assert warning["kind"] == "scope_partition_missing" and "'rollout_stagin'" in warning["message"]
+
+
+def test_a_partition_the_stack_creates_later_stays_quiet(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    scope = [{"partition": STAGING, "all_keys": True}, {"partition": "val", "all_keys": True}]
+    cli.write_config(scope=[scope[0], {**scope[1], "created_by_stack": True}])
+    code, doc = cli.run_json("check")
+    assert code == EXIT_OK, doc
+    assert any("val: not created yet" in c["detail"] for c in doc["checks"])
+    _, doc = cli.run_json("sweep")
+    assert doc["warnings"] == []
+
+
+# sweeps further apart than the grace (a CronJob's schedule tq-gc does not know) ---------------------
+
+
+def test_a_gap_between_sweeps_over_the_grace_is_a_warning_naming_both_numbers(cli: CliRunner) -> None:
+    cli.rows.put(STAGING, "r1/c1")
+    assert cli.run_json("sweep")[1]["warnings"] == []
+    cli.clock.advance(300)
+    _, doc = cli.run_json("sweep")
+    [warning] = doc["warnings"]
+    assert warning["kind"] == "sweep_gap_over_grace"
+    assert "300 s" in warning["message"] and "grace_seconds=120" in warning["message"]
+    cli.clock.advance(60)
+    assert cli.run_json("sweep")[1]["warnings"] == []
+
+
+# admissions: each with its TTL and expiry -----------------------------------------------------------
+
+
+def test_admissions_show_each_ones_time_left_and_expiry(cli: CliRunner) -> None:
+    cli.state.admit("adm-long", {STAGING: ["r1/c1"]}, ttl_ms=600_000)
+    cli.state.admit("adm-short", {STAGING: ["r2/c1"]}, ttl_ms=30_000)
+    cli.clock.advance(10)
+    _, doc = cli.run_json("admissions")
+    expiry = doc["expiry"]
+    assert expiry["adm-long"]["expires_in_s"] == 590 and expiry["adm-short"]["expires_in_s"] == 20
+    assert expiry["adm-long"]["expires_at"].endswith("+00:00")
+    _, out, _ = cli.run("admissions")
+    assert "expires in" in out and "590" in out and expiry["adm-short"]["expires_at"][:19] in out
+
+
+# progress: each phase with its own count --------------------------------------------------------------
+
+
+def test_off_a_terminal_each_phase_logs_a_line_with_its_count_and_rate(cli: CliRunner) -> None:
+    keys = orphans(cli, 3)
+    code, _, err = cli.run("sweep", "--execute")
+    assert code == EXIT_OK
+    lines = err.splitlines()
+    [listed] = [line for line in lines if "phase list" in line]
+    assert "3 rows" in listed and "rows/s" in listed
+    [deleted] = [line for line in lines if "phase delete" in line]
+    assert f"{len(keys)} rows" in deleted and "rows/s" in deleted
+    assert all(any(f"phase {p}" in line for line in lines) for p in ("lease", "attach", "references", "plan"))
+
+
+def test_json_keeps_stdout_to_the_report_and_phases_on_stderr(cli: CliRunner) -> None:
+    orphans(cli, 2)
+    code, out, err = cli.run("sweep", "--json")
+    assert code == EXIT_OK and json.loads(out)["outcome"] == "dry_run"
+    assert "phase list" in err
+
+
+def test_on_a_terminal_each_phase_is_shown_with_its_count(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    orphans(cli, 3)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    code, _, err = cli.run("sweep", "--execute")
+    assert code == EXIT_OK
+    assert "listed 3 rows" in err and "deleted 3 rows" in err
+    assert "0/?" not in err

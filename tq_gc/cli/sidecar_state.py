@@ -1,0 +1,37 @@
+"""What the CLI says when the state it is asked about lives in the sidecar: with `state_url: memory://`
+the lease, the runs, the audit and the admissions are the sidecar actor's own memory, and a CLI process
+would open an empty store of its own and show nothing, with exit 0."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from tq_gc.config import MEMORY_SCHEME, Config
+from tq_gc.errors import ConfigError
+from tq_gc.wiring import Runtime
+
+
+def refuse_a_state_out_of_reach(runtime: Runtime, config: Config) -> None:
+    """ConfigError if the state would be opened here from memory://: an empty store of this process's
+    own (a state handed in, as tests do, is read)."""
+    if runtime.state is None and urlsplit(config.state_url).scheme == MEMORY_SCHEME:
+        raise ConfigError(state_in_the_sidecar(config))
+
+
+def state_in_the_sidecar(config: Config) -> str:
+    """Where the state is, and the ways to reach it (log-safe: memory:// holds no secret)."""
+    sidecar = config.sidecar
+    metrics = (
+        f"its metrics on port {sidecar.metrics_port} (tqgc_* series)"
+        if sidecar.metrics_port
+        else "its metrics, once sidecar.metrics_port is set"
+    )
+    return (
+        f"state_url is memory://: runs, lease, admissions and audit live in the memory of the sidecar "
+        f"actor {sidecar.name!r} (Ray namespace {sidecar.ray_namespace!r}), not in this process, which "
+        "would read an empty store. Reach them through the sidecar's log (`tq-gc serve` prints each "
+        f"sweep), {metrics}, or from a Ray driver in the job's cluster: "
+        f"ray.get(ray.get_actor({sidecar.name!r}, namespace={sidecar.ray_namespace!r}).status.remote()). "
+        "To read them from the CLI, give the sidecar and the CLI one shared store: state_url: "
+        "redis://host:6379/0 (docs/operations.md)"
+    )
