@@ -37,6 +37,11 @@ unprotected until its admission is written); a delete batch already clearing whe
 fails, which is not retried (the admission expires after its TTL: its rows are kept longer, never
 shorter).
 
+A store that answers but refuses this client (StoreRefused: a wrong password, an ACL user without
+scripting, TLS, `maxclients`) is not down for everyone: the sweepers may reach it and delete. So
+`holding` and `checkpoint_fence` raise StoreRefused before the block, and at its end if a renewal was
+refused while it ran, unless the client was made with on_refused="continue" (then it is treated as down).
+
 A renewal never holds up another block: each held admission has a lock of its own, held across its own
 store calls only (the one block that ends waits for its own renewal under way, so that no renewal lands
 after the release); the client's lock guards its table of blocks and is never held across a call.
@@ -51,8 +56,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
-from tq_gc.errors import StoreUnavailable
+from tq_gc.errors import StoreRefused, StoreUnavailable
 from tq_gc.publish.registry import (
     DELETE_WAIT_SECONDS,
     RETRY_SECONDS,
@@ -61,6 +67,7 @@ from tq_gc.publish.registry import (
     checked_rows,
     checked_ttl_ms,
     renew_period_seconds,
+    store_down_policy,
 )
 from tq_gc.state.base import AdmissionRows
 
@@ -80,6 +87,7 @@ class _Held:
     written: bool = False  # the last write reached the store (False: pending, or lost)
     due_at: float = NOT_DUE  # monotonic time of the next renewal or retry
     ended: bool = False
+    refused: StoreRefused | None = None  # the first write the store refused while the block ran
 
 
 class GcClient:
@@ -90,8 +98,11 @@ class GcClient:
         registry: AdmissionRegistry,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         renew_seconds: float | None = None,
+        on_refused: Literal["raise", "continue"] = "raise",
     ) -> None:
         checked_ttl_ms(ttl_seconds)
+        self._on_refused = on_refused
+        self._refused_go_on = store_down_policy(on_refused, "on_refused")
         self._registry = registry
         self._ttl_seconds = ttl_seconds
         self.renew_seconds = _checked_renew_seconds(renew_seconds, ttl_seconds)
@@ -109,10 +120,12 @@ class GcClient:
         namespace: str = "default",
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         renew_seconds: float | None = None,
+        on_refused: Literal["raise", "continue"] = "raise",
     ) -> GcClient:
         """A client on the shared state store at `url`; close() closes the connection it opened."""
         renew_every = _checked_renew_seconds(renew_seconds, ttl_seconds)  # before connecting
-        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_every)
+        store_down_policy(on_refused, "on_refused")
+        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_every, on_refused)
 
     @contextmanager
     def holding(self, admission_id: str, rows: Mapping[str, Sequence[str]]) -> Iterator[str]:
@@ -122,7 +135,12 @@ class GcClient:
         back (see the module's docstring). Raises ValueError on bad input, and if this client already
         holds `admission_id` (a nested block, another thread): admitting it again would replace the
         rows of the block holding it, and the first to end would release both. Give each block an id
-        of its own."""
+        of its own.
+
+        A store that answers but refuses this client (StoreRefused: a wrong password, an ACL user
+        without scripting, maxclients, TLS) raises before the block runs, and at its end if a renewal
+        was refused while it ran: the sweepers may reach that store, so the block would be
+        unprotected. GcClient(on_refused="continue") treats a refusal as a store down instead."""
         held = self._claim(admission_id, rows)
         try:
             with held.io:  # the renewer leaves it alone until its first write is done
@@ -132,8 +150,12 @@ class GcClient:
             raise
         try:
             yield admission_id
-        finally:
+        except BaseException:
             self._end(held)
+            raise
+        self._end(held)
+        if held.refused is not None and not self._refused_go_on:
+            raise held.refused
 
     def checkpoint_fence(
         self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
@@ -141,7 +163,9 @@ class GcClient:
         """No delete while the block runs; the block starts once no delete batch is in flight. The fence
         is renewed while the block runs; with the store down the block runs all the same, its fence
         raised as soon as the store is back (AdmissionRegistry.checkpoint_fence, on_store_down="continue")."""
-        return self._registry.checkpoint_fence(name, ttl_seconds, wait_seconds, on_store_down="continue")
+        return self._registry.checkpoint_fence(
+            name, ttl_seconds, wait_seconds, on_store_down="continue", on_refused=self._on_refused
+        )
 
     def close(self) -> None:
         """Stop renewing and close the connection connect() opened. Held admissions expire by their TTL."""
@@ -188,6 +212,8 @@ class GcClient:
         try:
             self._registry.admit(held.admission_id, held.rows, self._ttl_seconds)
         except StoreUnavailable as exc:
+            if isinstance(exc, StoreRefused) and not self._refused_go_on:
+                raise
             self._saw_store(up=False)
             log.warning(
                 "could not admit %r, the block goes on (the admission is retried every %g s): %s",
@@ -218,7 +244,8 @@ class GcClient:
         try:
             self._registry.release(admission_id)
         except StoreUnavailable as exc:  # the block's outcome stands; the admission expires by its TTL
-            self._saw_store(up=False)
+            if not (isinstance(exc, StoreRefused) and not self._refused_go_on):
+                self._saw_store(up=False)
             log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
 
     def _saw_store(self, up: bool) -> None:
@@ -261,11 +288,17 @@ class GcClient:
                         )
                     self._registry.admit(held.admission_id, held.rows, self._ttl_seconds)
             except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
-                if was_written:
+                refused = isinstance(exc, StoreRefused) and not self._refused_go_on
+                if isinstance(exc, StoreRefused) and refused:
+                    if held.refused is None:
+                        log.error("the store refused admission %r (retrying): %s", held.admission_id, exc)
+                        held.refused = exc
+                elif was_written:
                     log.warning("could not renew admission %r (retrying): %s", held.admission_id, exc)
                 held.written = False
                 held.due_at = time.monotonic() + RETRY_SECONDS
-                self._saw_store(up=False)
+                if not refused:  # a refusal is no store down: new blocks still try their write, and raise
+                    self._saw_store(up=False)
                 return False
             if not was_written:
                 log.info("admission %r written (it was pending)", held.admission_id)

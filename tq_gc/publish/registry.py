@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tq_gc.config import MEMORY_SCHEME
-from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
 from tq_gc.state.base import AdmissionRows, AdmissionStore
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ class AdmissionRegistry:
         ttl_seconds: float = 300.0,
         wait_seconds: float = DELETE_WAIT_SECONDS,
         on_store_down: Literal["raise", "continue"] = "raise",
+        on_refused: Literal["raise", "continue"] = "raise",
     ) -> Iterator[str]:
         """Fence for the duration of the block, which starts only once no delete batch is in flight.
 
@@ -149,15 +150,22 @@ class AdmissionRegistry:
         runs all the same: the fence is raised again every RETRY_SECONDS until the store answers, and
         the wait for a batch in flight is skipped (none can be marked in a store that is down; one
         already clearing when it went down may end during the block). tq_gc/publish/client.py says why no
-        delete slips in before the fence is up."""
-        go_on = _store_down_policy(on_store_down)
+        delete slips in before the fence is up.
+
+        A store that answers but refuses this client (StoreRefused: a wrong password, an ACL user
+        without scripting, maxclients) is not a store down for everyone: the sweepers may reach it, so
+        the block does not run unfenced. With on_refused="raise" (the default, whatever on_store_down
+        says) StoreRefused is raised before the block runs, and at its end if a renewal was refused
+        while it ran; on_refused="continue" treats a refusal as a store down."""
+        go_on = store_down_policy(on_store_down)
+        refused_go_on = store_down_policy(on_refused, "on_refused")
         ttl_ms = checked_ttl_ms(ttl_seconds)
         with self._claimed_fence(name):
-            raised = self._raise_fence_first(name, ttl_ms, go_on)
+            raised = self._raise_fence_first(name, ttl_ms, go_on, refused_go_on)
             keeper = _FenceKeeper(self, name, ttl_seconds, raised)
             try:
                 if raised:
-                    self._wait_for_no_delete_unless_down(wait_seconds, go_on)
+                    self._wait_for_no_delete_unless_down(wait_seconds, go_on, refused_go_on)
                 yield name
             except BaseException:
                 keeper.stop()
@@ -168,13 +176,15 @@ class AdmissionRegistry:
                 self._unfence_keeping_error(name)
             else:
                 self.unfence(name)
+            if keeper.refused is not None and not refused_go_on:
+                raise keeper.refused
 
-    def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool) -> bool:
+    def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool, refused_go_on: bool) -> bool:
         """Raise the fence; False (logged) if the store is down and the caller goes on regardless."""
         try:
             self._backend.raise_fence(name, ttl_ms)
         except StoreUnavailable as exc:
-            if not go_on:
+            if not go_on or (isinstance(exc, StoreRefused) and not refused_go_on):
                 raise
             log.warning(
                 "could not raise fence %r, the checkpoint goes on (the fence is retried every %g s): %s",
@@ -185,11 +195,11 @@ class AdmissionRegistry:
             return False
         return True
 
-    def _wait_for_no_delete_unless_down(self, wait_seconds: float, go_on: bool) -> None:
+    def _wait_for_no_delete_unless_down(self, wait_seconds: float, go_on: bool, refused_go_on: bool) -> None:
         try:
             self._wait_for_no_delete(wait_seconds)
         except StoreUnavailable as exc:
-            if not go_on:
+            if not go_on or (isinstance(exc, StoreRefused) and not refused_go_on):
                 raise
             log.warning("could not ask whether a delete batch is in flight; the checkpoint goes on: %s", exc)
 
@@ -248,6 +258,7 @@ class _FenceKeeper:
         self._name = name
         self._ttl_seconds = ttl_seconds
         self._raised = raised
+        self.refused: StoreRefused | None = None  # the first renewal the store refused while the block ran
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"tq-gc-fence:{name}", daemon=True)
         self._thread.start()
@@ -258,6 +269,12 @@ class _FenceKeeper:
         while not self._stop.wait(period_seconds if self._raised else retry_seconds):
             try:
                 self._registry.fence(self._name, self._ttl_seconds)
+            except StoreRefused as exc:
+                if self.refused is None:
+                    log.error("the store refused to renew fence %r (retrying): %s", self._name, exc)
+                    self.refused = exc
+                self._raised = False
+                continue
             except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
                 if self._raised:
                     log.warning("could not renew fence %r (retrying): %s", self._name, exc)
@@ -274,10 +291,11 @@ class _FenceKeeper:
         self._thread.join()
 
 
-def _store_down_policy(on_store_down: str) -> bool:
-    if on_store_down not in ("raise", "continue"):
-        raise ValueError(f'on_store_down must be "raise" or "continue", got {on_store_down!r}')
-    return on_store_down == "continue"
+def store_down_policy(policy: str, what: str = "on_store_down") -> bool:
+    """True for "continue", False for "raise"; ValueError naming `what` otherwise."""
+    if policy not in ("raise", "continue"):
+        raise ValueError(f'{what} must be "raise" or "continue", got {policy!r}')
+    return policy == "continue"
 
 
 def checked_name(what: str, value: object) -> str:
@@ -333,4 +351,5 @@ __all__ = [
     "checked_ttl_ms",
     "checked_whole_ms",
     "renew_period_seconds",
+    "store_down_policy",
 ]
