@@ -21,6 +21,7 @@ from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.logs import configure_logging
+from tq_gc.publish.holders import by_public_name
 from tq_gc.report import Outcome
 from tq_gc.stores.transferqueue.claim import claimed
 from tq_gc.sweep import Collector
@@ -156,7 +157,7 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
     """Live admissions and the rows they hold."""
     config = _load(ctx, config_path)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
-        doc = {"namespace": config.namespace, "admissions": state.live_admissions()}
+        doc = {"namespace": config.namespace, "admissions": by_public_name(state.live_admissions())}
     _emit(doc, as_json, render.admissions)
 
 

@@ -4,7 +4,7 @@
     with gc.holding(f"call-{call_id}", {"rollout_staging": [staging_key, *chain_keys]}):
         write_rows(...)                   # admitted before the rows are written: never unprotected
         record_reference_elsewhere(...)   # the route plan row, the manifest: durable before release
-    with gc.checkpoint_fence(f"ckpt-{step}"):
+    with gc.checkpoint_fence(f"ckpt-{step}"):  # each rank's fence is its own (tq_gc/publish/holders.py)
         save_checkpoint(...)              # starts once no delete batch is in flight; none starts until exit
     gc.close()
 
@@ -17,7 +17,16 @@ protected until then by the collector's own bookkeeping, which a restarted Redis
 It renews every `renew_seconds`: by default a third of the TTL, at most RENEW_MAX_SECONDS (10 s), so
 that an admission a restarted Redis lost is back within 10 s whatever the TTL, well within the
 shortest grace a sweeper allows without `allow_short_grace` (60 s; its first-seen records went with
-the restart too). A sweeper with a shorter grace needs a shorter `renew_seconds`: a third of it.
+the restart too). A sweeper with a shorter grace needs a shorter `renew_seconds`: a third of it. Where
+the client can know the grace (a sidecar's registry: the sidecar's config), it keeps to that rule
+itself: the default period is shortened to a third of the grace, and a longer one asked for is refused
+(ValueError). On a Redis registry it cannot know the sweepers' grace: the rule is the caller's.
+
+A sidecar (memory://) killed and started again under its name is found again by the clients made
+before (tq_gc.sidecar.client.SidecarAdmissionBackend), and its empty registry gets every held
+admission back at the next renewal: within renew_seconds, a third of its grace at most. It deletes
+nothing before then: its first-seen records started empty with it, so no row is eligible for a whole
+grace after its first sweep.
 
 When the store is down (Redis, or the sidecar that hosts a memory:// registry), the job goes on and
 nothing is deleted meanwhile. `holding` logs, runs its block and keeps the admission pending;
@@ -61,6 +70,7 @@ from typing import Literal
 from tq_gc.errors import StoreRefused, StoreUnavailable
 from tq_gc.publish.registry import (
     DELETE_WAIT_SECONDS,
+    RENEW_FRACTION,
     RETRY_SECONDS,
     AdmissionRegistry,
     checked_name,
@@ -105,7 +115,11 @@ class GcClient:
         self._refused_go_on = store_down_policy(on_refused, "on_refused")
         self._registry = registry
         self._ttl_seconds = ttl_seconds
-        self.renew_seconds = _checked_renew_seconds(renew_seconds, ttl_seconds)
+        self.renew_seconds = _renew_within_grace(
+            _checked_renew_seconds(renew_seconds, ttl_seconds),
+            asked=renew_seconds is not None,
+            grace_seconds=registry.known_grace_seconds(),
+        )
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()  # guards _held and _store_down; never held across a store call
         self._store_down = False  # the last store call failed: new blocks leave their write to the renewer
@@ -306,6 +320,24 @@ class GcClient:
             held.due_at = time.monotonic() + self.renew_seconds
         self._saw_store(up=True)
         return True
+
+
+def _renew_within_grace(renew_seconds: float, asked: bool, grace_seconds: float | None) -> float:
+    """The renewal period, checked against the sweepers' grace where it is known: an admission a
+    restarted store (or sidecar) lost must be back well within a grace, so renewals come at least every
+    third of it (RENEW_FRACTION). A period asked for that is longer is refused; the default is shortened."""
+    if grace_seconds is None:
+        return renew_seconds
+    at_most_seconds = grace_seconds * RENEW_FRACTION
+    if renew_seconds <= at_most_seconds:
+        return renew_seconds
+    if asked:
+        raise ValueError(
+            f"renew_seconds {renew_seconds:g} is more than a third of the sweepers' grace "
+            f"({grace_seconds:g} s): an admission the store lost would not be back in time. Use at most "
+            f"{at_most_seconds:g}"
+        )
+    return at_most_seconds
 
 
 def _checked_renew_seconds(renew_seconds: float | None, ttl_seconds: float) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 
 from tq_gc.config import MEMORY_SCHEME
 from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
+from tq_gc.publish.holders import by_public_name, held_name, new_holder, public_name
 from tq_gc.state.base import AdmissionRows, AdmissionStore
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class AdmissionRegistry:
 
     def __init__(self, backend: AdmissionStore) -> None:
         self._backend = backend
+        self._holder = new_holder()
+        self._holder_pid = os.getpid()
         self._owned: _Closeable | None = None  # set by connect(): close only what we opened
         self._fences_up: set[str] = set()  # checkpoint_fence blocks running, by fence name
         self._fences_lock = threading.Lock()
@@ -76,18 +80,32 @@ class AdmissionRegistry:
         registry._owned = state
         return registry
 
+    @property
+    def holder(self) -> str:
+        """This registry's holder identity (tq_gc/publish/holders.py), written with every admission and
+        fence it makes. A process forked from this one gets one of its own."""
+        if os.getpid() != self._holder_pid:
+            self._holder, self._holder_pid = new_holder(), os.getpid()
+        return self._holder
+
+    def _held(self, what: str, name: str) -> str:
+        return held_name(checked_name(what, name), self.holder)
+
     def admit(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> None:
-        """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it."""
-        name = checked_name("admission_id", admission_id)
+        """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it. The
+        admission is this registry's: another registry (another worker) admitting the same id holds an
+        admission of its own, which this one's release leaves alone."""
+        name = self._held("admission_id", admission_id)
         self._backend.admit(name, checked_rows(rows), checked_ttl_ms(ttl_seconds))
 
     def renew(self, admission_id: str, ttl_seconds: float) -> bool:
         """Extend to ttl_seconds from now; False if the admission expired or is unknown (re-admit)."""
-        name = checked_name("admission_id", admission_id)
+        name = self._held("admission_id", admission_id)
         return self._backend.renew_admission(name, checked_ttl_ms(ttl_seconds))
 
     def release(self, admission_id: str) -> None:
-        self._backend.release_admission(checked_name("admission_id", admission_id))
+        """End this registry's admission `admission_id` (another registry's of the same id stays)."""
+        self._backend.release_admission(self._held("admission_id", admission_id))
 
     @contextmanager
     def admission(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> Iterator[str]:
@@ -107,20 +125,39 @@ class AdmissionRegistry:
         except StoreUnavailable as exc:
             log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
 
+    def known_grace_seconds(self) -> float | None:
+        """The shortest grace of the sweepers, where the backend can tell (the sidecar's, with memory://);
+        None where it cannot (a Redis shared by sweepers that do not record theirs) or does not answer."""
+        grace_seconds = getattr(self._backend, "grace_seconds", None)
+        if not callable(grace_seconds):
+            return None
+        try:
+            return float(grace_seconds())
+        except StoreUnavailable:
+            return None
+
     def live(self) -> dict[str, AdmissionRows]:
-        """{admission_id: {partition: [keys]}} for every admission not yet expired."""
-        return self._backend.live_admissions()
+        """{admission_id: {partition: [keys]}} for every admission not yet expired, of every holder: an
+        id held by several holders has the rows of them all."""
+        return by_public_name(self._backend.live_admissions())
 
     def fence(self, name: str, ttl_seconds: float) -> None:
-        """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint)."""
-        self._backend.raise_fence(checked_name("fence name", name), checked_ttl_ms(ttl_seconds))
+        """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint). The fence
+        is this registry's: another (another rank) raising the same name raises one of its own, and
+        deletes wait until every holder lowered theirs."""
+        self._backend.raise_fence(self._held("fence name", name), checked_ttl_ms(ttl_seconds))
 
     def unfence(self, name: str) -> None:
-        self._backend.lower_fence(checked_name("fence name", name))
+        """Lower this registry's fence `name` (another holder's of the same name stays up)."""
+        self._backend.lower_fence(self._held("fence name", name))
 
     def fences(self) -> dict[str, int]:
-        """Fences up now: {name: expires_at_ms on the store's clock}."""
-        return self._backend.live_fences()
+        """Fences up now, of every holder: {name: expires_at_ms on the store's clock, the latest}."""
+        fences: dict[str, int] = {}
+        for stored, expires_at_ms in self._backend.live_fences().items():
+            name = public_name(stored)
+            fences[name] = max(expires_at_ms, fences.get(name, expires_at_ms))
+        return fences
 
     @contextmanager
     def checkpoint_fence(
@@ -182,7 +219,7 @@ class AdmissionRegistry:
     def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool, refused_go_on: bool) -> bool:
         """Raise the fence; False (logged) if the store is down and the caller goes on regardless."""
         try:
-            self._backend.raise_fence(name, ttl_ms)
+            self._backend.raise_fence(self._held("fence name", name), ttl_ms)
         except StoreUnavailable as exc:
             if not go_on or (isinstance(exc, StoreRefused) and not refused_go_on):
                 raise
