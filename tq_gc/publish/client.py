@@ -60,8 +60,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -97,6 +99,7 @@ class _Held:
     written: bool = False  # the last write reached the store (False: pending, or lost)
     due_at: float = NOT_DUE  # monotonic time of the next renewal or retry
     ended: bool = False
+    inherited: bool = False  # a block of the process this one was forked from: that one releases it
     refused: StoreRefused | None = None  # the first write the store refused while the block ran
 
 
@@ -124,8 +127,27 @@ class GcClient:
         self._lock = threading.Lock()  # guards _held and _store_down; never held across a store call
         self._store_down = False  # the last store call failed: new blocks leave their write to the renewer
         self._stop = threading.Event()
-        self._renewer = threading.Thread(target=self._renew_forever, name="tq-gc-renewer", daemon=True)
-        self._renewer.start()
+        self._renewer = self._start_renewer()
+        _CLIENTS.add(self)
+
+    def _start_renewer(self) -> threading.Thread:
+        renewer = threading.Thread(target=self._renew_forever, name="tq-gc-renewer", daemon=True)
+        renewer.start()
+        return renewer
+
+    def _after_fork_in_child(self) -> None:
+        """A fork copies this client but not its renewer thread: start one in the child. The locks may have
+        been held by the parent's threads at the fork, so they are made afresh; the blocks held then are
+        the parent's, which renews and releases them (a block the child goes on running ends without a
+        release: the registry's holder identity is the child's own now, tq_gc/publish/holders.py). The
+        child's store connections are its own: redis-py opens new ones in a process it was not made in."""
+        self._lock = threading.Lock()
+        for held in self._held.values():
+            held.io, held.inherited, held.ended = threading.Lock(), True, True
+        self._held = {}
+        self._store_down = False
+        if not self._stop.is_set():  # not closed before the fork
+            self._renewer = self._start_renewer()
 
     @classmethod
     def connect(
@@ -246,7 +268,9 @@ class GcClient:
             held.ended = True
             with self._lock:
                 store_down = self._store_down
-            if store_down and not held.written:
+            if held.inherited:
+                log.info("admission %r was held at the fork: the parent releases it", held.admission_id)
+            elif store_down and not held.written:
                 log.warning(
                     "admission %r ended while the store was down; nothing to release", held.admission_id
                 )
@@ -320,6 +344,17 @@ class GcClient:
             held.due_at = time.monotonic() + self.renew_seconds
         self._saw_store(up=True)
         return True
+
+
+_CLIENTS: weakref.WeakSet[GcClient] = weakref.WeakSet()
+
+
+def _restart_renewers_in_child() -> None:
+    for client in list(_CLIENTS):
+        client._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_restart_renewers_in_child)
 
 
 def _renew_within_grace(renew_seconds: float, asked: bool, grace_seconds: float | None) -> float:

@@ -84,8 +84,9 @@ class AdmissionRegistry:
     def holder(self) -> str:
         """This registry's holder identity (tq_gc/publish/holders.py), written with every admission and
         fence it makes. A process forked from this one gets one of its own."""
-        if os.getpid() != self._holder_pid:
+        if os.getpid() != self._holder_pid:  # forked: the parent's fence blocks and locks are not ours
             self._holder, self._holder_pid = new_holder(), os.getpid()
+            self._fences_up, self._fences_lock = set(), threading.Lock()
         return self._holder
 
     def _held(self, what: str, name: str) -> str:
@@ -243,6 +244,7 @@ class AdmissionRegistry:
     @contextmanager
     def _claimed_fence(self, name: str) -> Iterator[None]:
         name = checked_name("fence name", name)
+        self.holder  # noqa: B018  # a forked child gets its holder identity, and locks, of its own first
         with self._fences_lock:
             if name in self._fences_up:
                 raise ValueError(

@@ -10,6 +10,7 @@ The actor itself is tq_gc/sidecar/actor.py; `tq-gc serve` (tq_gc/cli/commands.py
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import ray
@@ -123,8 +124,15 @@ class SidecarAdmissionBackend(AdmissionStore):
         self._timeout_seconds = timeout_seconds
         self._name = name
         self._namespace = namespace
+        self._pid = os.getpid()
 
     def _call(self, method: str, *args: Any) -> Any:
+        if os.getpid() != self._pid:
+            # Ray does not support a forked driver or worker: a call would hang or crash the child.
+            raise TqGcError(
+                "this sidecar registry was made in another process, which forked this one: Ray calls do "
+                "not survive a fork. Make the child its own: GcClient(sidecar_registry(...)) in the child"
+            )
         handle = self._handle
         try:
             return self._call_on(handle, method, *args)
