@@ -191,7 +191,8 @@ class Publisher(threading.Thread):
     def _add(self, key: str, kind: str) -> Holder:
         self._serial += 1
         if kind == ADMISSION:
-            admission_id = f"publisher-{self.number}-{self._serial}"
+            # Every publisher counts from 1: `call-7` is held by several at once, each its own (holders).
+            admission_id = f"call-{self._serial}"
             self._registry.admit(admission_id, {STAGING: [key]}, self._timing.admission_ttl_seconds)
             now_s = self._truth.now_s()
             self._admissions[admission_id] = _Admission(key, now_s, self._restarts.count)
@@ -244,7 +245,9 @@ class Publisher(threading.Thread):
 
     @property
     def _fence_name(self) -> str:
-        return f"checkpoint-publisher-{self.number}"
+        # One name for every publisher, as ranks fencing `ckpt-{step}`: each raises a fence of its own,
+        # up until its own unfence, whoever else lowers theirs meanwhile.
+        return "checkpoint"
 
     def _fence(self) -> None:
         self._registry.fence(self._fence_name, self._timing.fence_ttl_s)

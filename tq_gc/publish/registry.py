@@ -12,7 +12,6 @@ through tq_gc.references.admissions.AdmissionsSource; tq_gc.publish.client.GcCli
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 from tq_gc.config import MEMORY_SCHEME
 from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
 from tq_gc.publish.holders import by_public_name, held_name, new_holder, public_name
+from tq_gc.publish.inputs import checked_name, checked_rows, checked_ttl_ms, checked_whole_ms
 from tq_gc.state.base import AdmissionRows, AdmissionStore
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,15 @@ class AdmissionRegistry:
     def holder(self) -> str:
         """This registry's holder identity (tq_gc/publish/holders.py), written with every admission and
         fence it makes. A process forked from this one gets one of its own."""
-        if os.getpid() != self._holder_pid:  # forked: the parent's fence blocks and locks are not ours
+        self._own_after_fork()
+        return self._holder
+
+    def _own_after_fork(self) -> None:
+        """In a process forked from the one that made this registry: a holder identity of its own, and
+        fresh fence bookkeeping (the parent's blocks and its lock, perhaps held at the fork, are not ours)."""
+        if os.getpid() != self._holder_pid:
             self._holder, self._holder_pid = new_holder(), os.getpid()
             self._fences_up, self._fences_lock = set(), threading.Lock()
-        return self._holder
 
     def _held(self, what: str, name: str) -> str:
         return held_name(checked_name(what, name), self.holder)
@@ -244,7 +249,7 @@ class AdmissionRegistry:
     @contextmanager
     def _claimed_fence(self, name: str) -> Iterator[None]:
         name = checked_name("fence name", name)
-        self.holder  # noqa: B018  # a forked child gets its holder identity, and locks, of its own first
+        self._own_after_fork()
         with self._fences_lock:
             if name in self._fences_up:
                 raise ValueError(
@@ -335,48 +340,6 @@ def store_down_policy(policy: str, what: str = "on_store_down") -> bool:
     if policy not in ("raise", "continue"):
         raise ValueError(f'{what} must be "raise" or "continue", got {policy!r}')
     return policy == "continue"
-
-
-def checked_name(what: str, value: object) -> str:
-    """`value` if it is a non-empty string; else ValueError naming `what`."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    return value
-
-
-def checked_ttl_ms(ttl_seconds: float) -> int:
-    """ttl_seconds in whole milliseconds (at least 1); ValueError unless a positive finite number."""
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
-        raise ValueError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
-    if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
-        raise ValueError(f"ttl_seconds must be positive and finite, got {ttl_seconds!r}")
-    return max(1, math.ceil(ttl_seconds * 1000))
-
-
-def checked_whole_ms(ttl_ms: object) -> int:
-    """ttl_ms if it is a positive whole number of milliseconds (a backend's own unit); else ValueError."""
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-        raise ValueError(f"ttl_ms must be a positive whole number of milliseconds, got {ttl_ms!r}")
-    return ttl_ms
-
-
-def checked_rows(rows: object) -> AdmissionRows:
-    """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
-    if not isinstance(rows, Mapping):
-        raise ValueError(f"rows must be a mapping {{partition: [keys]}}, got {type(rows).__name__}")
-    checked: AdmissionRows = {}
-    for partition, keys in rows.items():
-        if not isinstance(partition, str) or not partition:
-            raise ValueError(f"rows: partition names must be non-empty strings, got {partition!r}")
-        if isinstance(keys, str | bytes) or not isinstance(keys, list | tuple | set | frozenset):
-            raise ValueError(
-                f"rows[{partition!r}] must be a list of keys, got {type(keys).__name__} "
-                f"(write {{{partition!r}: [key, ...]}})"
-            )
-        if not all(isinstance(key, str) and key for key in keys):
-            raise ValueError(f"rows[{partition!r}]: every key must be a non-empty string")
-        checked[partition] = list(keys)
-    return checked
 
 
 __all__ = [
