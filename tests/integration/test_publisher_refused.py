@@ -164,3 +164,14 @@ def test_check_exercises_a_publishers_rights(
     user = acl_user("~*", "+@read", "+@connection", "+time", "+config|get", "+info")
     rights = _publisher_rights(tmp_path, _user_url(redis_url, user, "right-pw"), capsys)
     assert not rights["ok"] and "Fix:" in rights["detail"] and "right-pw" not in rights["detail"]
+
+
+def test_a_tls_client_on_a_plain_port_is_refused_not_down() -> None:
+    """rediss:// to a plain port: the handshake never ends, which is not the store being down."""
+    with RedisServer() as server:
+        url = server.url.replace("redis://", "rediss://")
+        with GcClient.connect(url, "job") as gc:
+            with pytest.raises(StoreRefused, match="TLS"), gc.holding("c", {STAGING: ["k"]}):
+                pass
+            with pytest.raises(StoreRefused, match="TLS"), gc.checkpoint_fence("ckpt-1"):
+                pass

@@ -136,15 +136,26 @@ def refusal_fix(exc: RedisError) -> str | None:
 
 
 def _tls_fix(exc: BaseException) -> str | None:
+    """The fix when a connection failed in its TLS handshake (an SSL error, or a handshake that never
+    ended: rediss:// to a plain port waits for an answer that never comes); None otherwise."""
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, ssl.SSLError):
+        if isinstance(cause, ssl.SSLError) or _in_handshake(cause):
             return (
                 "TLS failed: use rediss:// for a TLS port and redis:// for a plain one, and check the "
                 "certificates"
             )
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+def _in_handshake(exc: BaseException) -> bool:
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_name == "do_handshake":
+            return True
+        trace = trace.tb_next
+    return False
 
 
 class RedisConnection:
@@ -163,7 +174,7 @@ class RedisConnection:
             fix = refusal_fix(exc)
             if fix is not None:
                 raise StoreRefused(
-                    f"state store {self.url} refused this client the right to {action}: "
+                    f"state store {self.url} refused this client (it could not {action}): "
                     f"{type(exc).__name__}: {exc}",
                     fix,
                 ) from exc
