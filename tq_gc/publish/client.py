@@ -159,9 +159,9 @@ class GcClient:
         on_refused: Literal["raise", "continue"] = "raise",
     ) -> GcClient:
         """A client on the shared state store at `url`; close() closes the connection it opened."""
-        renew_every = _checked_renew_seconds(renew_seconds, ttl_seconds)  # before connecting
+        _checked_renew_seconds(renew_seconds, ttl_seconds)  # checked before connecting
         store_down_policy(on_refused, "on_refused")
-        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_every, on_refused)
+        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_seconds, on_refused)
 
     @contextmanager
     def holding(self, admission_id: str, rows: Mapping[str, Sequence[str]]) -> Iterator[str]:
@@ -326,17 +326,17 @@ class GcClient:
                         )
                     self._registry.admit(held.admission_id, held.rows, self._ttl_seconds)
             except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
-                refused = isinstance(exc, StoreRefused) and not self._refused_go_on
-                if isinstance(exc, StoreRefused) and refused:
+                if isinstance(exc, StoreRefused) and not self._refused_go_on:
+                    # No store down: new blocks still try their first write, and raise.
                     if held.refused is None:
                         log.error("the store refused admission %r (retrying): %s", held.admission_id, exc)
                         held.refused = exc
-                elif was_written:
-                    log.warning("could not renew admission %r (retrying): %s", held.admission_id, exc)
+                else:
+                    if was_written:
+                        log.warning("could not renew admission %r (retrying): %s", held.admission_id, exc)
+                    self._saw_store(up=False)
                 held.written = False
                 held.due_at = time.monotonic() + RETRY_SECONDS
-                if not refused:  # a refusal is no store down: new blocks still try their write, and raise
-                    self._saw_store(up=False)
                 return False
             if not was_written:
                 log.info("admission %r written (it was pending)", held.admission_id)
