@@ -175,3 +175,21 @@ def test_a_tls_client_on_a_plain_port_is_refused_not_down() -> None:
                 pass
             with pytest.raises(StoreRefused, match="TLS"), gc.checkpoint_fence("ckpt-1"):
                 pass
+
+
+def test_a_fence_refused_mid_checkpoint_is_told_at_its_end(
+    redis_url: str, acl_user: Callable[..., str]
+) -> None:
+    user = acl_user("~*", "+@all")
+    admin = redis.Redis.from_url(redis_url)
+    reader = AdmissionRegistry.connect(redis_url, "job")
+    gc = GcClient.connect(_user_url(redis_url, user, "right-pw"), "job")
+    with gc, pytest.raises(StoreRefused), gc.checkpoint_fence("ckpt-1", ttl_seconds=1.5):
+        assert set(reader.fences()) == {"ckpt-1"}
+        admin.execute_command("ACL", "SETUSER", user, "-@scripting")
+        deadline = time.monotonic() + WAIT_S
+        while reader.fences():  # no renewal lands: the fence lapses after its TTL
+            assert time.monotonic() < deadline, "the fence was still renewed"
+            time.sleep(0.05)
+    reader.close()
+    admin.close()
