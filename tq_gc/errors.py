@@ -7,7 +7,9 @@ follows the outcome: skipped 3, aborted 4).
     │   │                        was touched
     │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one)
     ├── StoreUnavailable         the state store or row store     aborted  store_failed
-    │                            failed; delete nothing more
+    │   │                        failed; delete nothing more
+    │   └── StoreRefused         the state store answers but refuses this client (password, ACL,
+    │                            TLS, maxclients): the trainer kit raises it to the job at once
     ├── ReferenceSourceError     a reference source could not     aborted  source_failed
     │                            be read completely
     ├── CheckpointInProgress     a checkpoint directory is being  skipped  checkpoint_in_progress
@@ -75,6 +77,17 @@ class StoreUnavailable(TqGcError):
     """The state store or the row store failed mid-operation."""
 
     cause = Cause.STORE_FAILED
+
+
+class StoreRefused(StoreUnavailable):
+    """The state store answered, and refused this client: a wrong password, an ACL user without the
+    commands or the scripting tq-gc needs, a TLS or protocol mismatch, `maxclients` reached. Unlike a
+    store that is down for everyone, the sweepers may well reach it meanwhile, so a publisher must not
+    go on as if protected (tq_gc.publish.client.GcClient raises it). The message names cause and fix."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(f"{message}. Fix: {fix}")
+        self.fix = fix
 
 
 class ReferenceSourceError(TqGcError):

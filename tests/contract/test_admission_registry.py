@@ -208,8 +208,7 @@ def test_a_source_reads_the_same_snapshot_again_without_rebuilding_it(state: Sta
 
 
 def test_live_admissions_are_the_callers_to_change(state: StateStore) -> None:
-    registry = AdmissionRegistry(state)
-    registry.admit("a", {"staging": ["k1"]}, ttl_seconds=600)
+    state.admit("a", {"staging": ["k1"]}, 600_000)
     live = state.live_admissions()
     live["a"]["staging"].append("k-added-by-the-caller")
     live["a"]["other"] = ["k2"]
@@ -276,15 +275,14 @@ def test_redis_decodes_only_the_admissions_made_or_replaced_since_its_last_read(
 
     monkeypatch.setattr(redis_state, "decoded_rows", decoded_counted)
     state = RedisState.from_url(redis_url, "job")
-    registry = AdmissionRegistry(state)
     try:
-        registry.admit("a", {"staging": ["k1"]}, ttl_seconds=600)
-        registry.admit("b", {"staging": ["k2"]}, ttl_seconds=600)
+        state.admit("a", {"staging": ["k1"]}, 600_000)
+        state.admit("b", {"staging": ["k2"]}, 600_000)
         assert state.live_admissions() == {"a": {"staging": ["k1"]}, "b": {"staging": ["k2"]}}
         assert len(decoded) == 2
 
-        registry.admit("b", {"staging": ["k3"]}, ttl_seconds=600)
-        registry.admit("c", {"other": ["k4"]}, ttl_seconds=600)
+        state.admit("b", {"staging": ["k3"]}, 600_000)
+        state.admit("c", {"other": ["k4"]}, 600_000)
         decoded.clear()
         live = state.live_admissions()
         assert live == {"a": {"staging": ["k1"]}, "b": {"staging": ["k3"]}, "c": {"other": ["k4"]}}
@@ -294,13 +292,38 @@ def test_redis_decodes_only_the_admissions_made_or_replaced_since_its_last_read(
 
 
 def test_the_rows_read_to_share_are_the_stores_own_and_the_same_as_live(state: StateStore) -> None:
-    registry = AdmissionRegistry(state)
-    registry.admit("a", {"staging": ["k1", "k2"]}, ttl_seconds=600)
-    registry.admit("b", {"other": ["k3"]}, ttl_seconds=600)
+    state.admit("a", {"staging": ["k1", "k2"]}, 600_000)
+    state.admit("b", {"other": ["k3"]}, 600_000)
     shared = state.live_admission_rows()
     assert shared == state.live_admissions()
     again = state.live_admission_rows()
     assert again["a"] is shared["a"], "read to share: not copied"
-    registry.admit("a", {"staging": ["k4"]}, ttl_seconds=600)
+    state.admit("a", {"staging": ["k4"]}, 600_000)
     assert state.live_admission_rows()["a"] == {"staging": ["k4"]}
     assert shared["a"] == {"staging": ["k1", "k2"]}, "what was shared is never changed afterwards"
+
+
+def test_two_holders_of_one_admission_id_each_hold_their_own_rows(state: StateStore) -> None:
+    """Two workers holding `call-0` at once: neither replaces nor releases the other's rows."""
+    worker_a, worker_b = AdmissionRegistry(state), AdmissionRegistry(state)
+    worker_a.admit("call-0", {"p": ["a1"]}, ttl_seconds=600)
+    worker_b.admit("call-0", {"p": ["b1"]}, ttl_seconds=600)
+    assert worker_a.live() == {"call-0": {"p": ["a1", "b1"]}} or worker_a.live() == {
+        "call-0": {"p": ["b1", "a1"]}
+    }
+    assert AdmissionsSource(state, False).read() == {"p": {"a1", "b1"}}
+    worker_a.release("call-0")
+    assert worker_b.live() == {"call-0": {"p": ["b1"]}}
+    assert worker_a.renew("call-0", ttl_seconds=600) is False  # worker_a's is gone, worker_b's stays
+    assert worker_b.renew("call-0", ttl_seconds=600) is True
+
+
+def test_a_fence_two_holders_raised_stays_up_until_the_last_lowers_it(state: StateStore) -> None:
+    """Two ranks fencing `ckpt-7`: the first to finish does not lower the other's fence."""
+    rank_0, rank_1 = AdmissionRegistry(state), AdmissionRegistry(state)
+    with rank_0.checkpoint_fence("ckpt-7"):
+        with rank_1.checkpoint_fence("ckpt-7"):
+            assert set(rank_0.fences()) == {"ckpt-7"}
+        assert set(rank_1.fences()) == {"ckpt-7"}  # rank 0's checkpoint still runs
+        assert state.live_fences()  # and the sweepers see it up
+    assert rank_0.fences() == {} and state.live_fences() == {}

@@ -740,6 +740,20 @@ class MovesMachine(RuleBasedStateMachine):
         if orphans:
             self.pub.add(new, orphans[0], holder=holder)
 
+    @rule(sweeps=st.integers(0, 2), every_s=st.sampled_from([5, 10]))
+    def sidecar_restarts(self, sweeps: int, every_s: int) -> None:
+        """The memory:// sidecar killed and started again: its registry and first-seen records are empty.
+        The publishers' clients find it and admit again within their renewal period (a third of the
+        grace); the sweeps of the new sidecar before that must delete none of their rows."""
+        self.state = ScriptedState("moves", clock_ms=self.clock, timeline=self.timeline)
+        self.state.spies.append(self.spy)
+        self.pub.registry = AdmissionRegistry(self.state)
+        for _ in range(sweeps):  # at most 20 s: within one renewal period
+            self.run_sweep(self.config, "sidecar")
+            self.clock.advance(every_s)
+        for admission_id, keys in self.pub.admissions.items():
+            self.pub.registry.admit(admission_id, {STAGING: sorted(keys)}, ttl_seconds=FOREVER_S)
+
     @rule(seconds=st.sampled_from([61, 200]))
     def no_sweep_for(self, seconds: int) -> None:
         """A sweeper paused, a CronJob suspended: a gap longer than the grace that nothing observed."""

@@ -13,6 +13,10 @@ for N minutes:
   publishers flip a row admission <-> tag back to back, and hopping ones move a row between all three
   every 0.2-0.5 s (manifests written by rename, removed by unlink or retire, no fence): many hops
   within each sweep;
+- publishers share admission ids (`call-N`) and one fence name (`checkpoint`), as ranks do: each holds
+  its own (tq_gc/publish/holders.py); one more publisher connects as an ACL user that is refused
+  everything now and then (refusals): told at once (StoreRefused), it gives up the admissions whose
+  renewal was refused;
 - a leaker writes staging rows nothing references, and admissions it never renews;
 - three sweepers share one Redis: the sidecar (every second) and two `tq-gc sweep --execute --json`
   loops, one of them SIGKILLed at random moments; Redis is restarted empty at random moments;
@@ -33,6 +37,7 @@ native manifest format) and TQ's own API, so that the collector's internals can 
 Its modules: cli (the command line: parse_args, main), driver (Soak: services, anchors, actors, sweepers,
 chaos, settling, the verdict's facts), settings, verdict; the job (job_tq: its TQ, partitions and route-plan
 tags; manifest_files; actor_controls: switches, timing, pace; publisher; leaker); checker, chaos (Redis
-restarts, checkpoints), sweepers, truth (the ground truth), interrupts (SIGTERM, Ctrl-C); and verl, the
+restarts, checkpoints), refusals (the refused publisher's ACL user), sweepers, truth (the ground truth),
+interrupts (SIGTERM, Ctrl-C); and verl, the
 verl soak (`python -m tools.soak.verl`, scripts/soak-verl), a tool of its own.
 """

@@ -30,6 +30,7 @@ from .job_tq import CANONICAL, ROUTE_PLAN_KEY_PATH, STAGING, JobTq, route_plan_t
 from .leaker import Leaker
 from .manifest_files import write_manifest
 from .publisher import Publisher
+from .refusals import Refusals, refused_user_url
 from .settings import SoakSettings
 from .sweepers import CLI_TIMEOUT_S, CliLoopSettings, CliSweeperLoop, SidecarWatcher, SweepTally
 from .truth import MANIFEST, TAG, GroundTruth, Holder
@@ -159,8 +160,8 @@ class Soak:
 
     # -- actors and sweepers --------------------------------------------------------------------------
 
-    def _registry(self, stack: contextlib.ExitStack) -> AdmissionRegistry:
-        registry = AdmissionRegistry.connect(self.redis.url, namespace=self.namespace)
+    def _registry(self, stack: contextlib.ExitStack, url: str | None = None) -> AdmissionRegistry:
+        registry = AdmissionRegistry.connect(url or self.redis.url, namespace=self.namespace)
         stack.callback(registry.close)
         return registry
 
@@ -168,12 +169,15 @@ class Soak:
         s = self.settings
         timing = Timing(s.admission_ttl_seconds, s.renew_every_s, s.fence_ttl_s, s.tick_s)
         paces = [s.calm] * s.calm_publishers + [s.hot] * s.hot_publishers + [s.hopping] * s.hopping_publishers
+        paces += [s.calm] * s.refused_publishers  # the last ones: connected as the ACL user refused at times
+        refused_from = len(paces) - s.refused_publishers
+        refused_url = refused_user_url(self.redis.url)
         self.publishers = [
             Publisher(
                 n,
                 self._seed(),
                 self.tq,
-                self._registry(stack),
+                self._registry(stack, refused_url if n >= refused_from else None),
                 self.manifest_dir,
                 self.truth,
                 timing,
@@ -185,6 +189,9 @@ class Soak:
         ]
         self.leaker = Leaker(self._seed(), self.tq, self._registry(stack), self.truth, timing, self.switches)
         self.checker = Checker(self.tq, self.truth, s.check_every_s, self.switches)
+        self.refusals = Refusals(
+            self.redis.url, self._seed(), s.refusal_every_s, s.refusal_window_s, self.switches
+        )
         self.redis_chaos = RedisChaos(
             self.redis, self.restarts, self._seed(), s.redis_restart_every_s, self.switches
         )
@@ -197,6 +204,7 @@ class Soak:
             self.checker,
             self.redis_chaos,
             self.checkpoints,
+            self.refusals,
         ]
         stack.callback(self._join, threads)
         self.switches.chaos.set()
@@ -298,6 +306,7 @@ class Soak:
             "publishers": dict(sum((Counter(p.stats) for p in self.publishers), Counter())),
             "leaker": self.leaker.stats,
             "redis_restarts": self.restarts.count,
+            "publisher_refusals": self.refusals.count,
             "cli_runs": {loop.name: loop.runs for loop in self.cli_loops},
             "cli_kills": {loop.name: loop.kills for loop in self.cli_loops},
             "sweeps_by_sweeper": {f"{w}:{o}": n for (w, o), n in sorted(tally.by_sweeper.items())},

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tq_gc import AdmissionRegistry
+from tq_gc.errors import StoreRefused
 
 from .actor_controls import ActorSwitches, Pace, RedisRestarts, Timing
 from .job_tq import CANONICAL, STAGING, JobTq, route_plan_tags
@@ -69,7 +70,15 @@ class Publisher(threading.Thread):
         self._admissions: dict[str, _Admission] = {}
         self._serial = 0
         self._renewed_at_s = 0.0
-        self.stats = {"created": 0, "moved": 0, "retired": 0, "readmitted": 0, "lapses": 0, "failed_steps": 0}
+        self.stats = {
+            "created": 0,
+            "moved": 0,
+            "retired": 0,
+            "readmitted": 0,
+            "lapses": 0,
+            "failed_steps": 0,
+            "refused": 0,
+        }
 
     def run(self) -> None:
         try:
@@ -92,6 +101,10 @@ class Publisher(threading.Thread):
                 if not self._registry.renew(admission_id, self._timing.admission_ttl_seconds):
                     self._readmit(admission_id, held)
                     continue
+            except StoreRefused as exc:  # told at once: its rows are not protected any more
+                log.debug("renew %s refused: %s", admission_id, exc)
+                self._give_up(admission_id, held)
+                continue
             except Exception as exc:  # Redis down: try again next round
                 log.debug("renew %s failed: %s", admission_id, exc)
                 continue
@@ -106,6 +119,23 @@ class Publisher(threading.Thread):
         held.renewed_at_s, held.restarts_seen = now_s, self._restarts.count
         self.stats["readmitted" if restarted else "lapses"] += 1
         self._truth.note(held.key, f"re-admitted {admission_id} ({why}; last renewed {since_s:.1f} s before)")
+
+    def _give_up(self, admission_id: str, held: _Admission) -> None:
+        """The store refused to renew `admission_id`: it protects its row only until its lease runs out,
+        so the row is held no longer by it (an orphan, if it was its last reference)."""
+        del self._admissions[admission_id]
+        self.stats["refused"] += 1
+        holder = Holder(ADMISSION, admission_id)
+        row = self._rows.get(held.key)
+        if row is None or holder not in row.holders:
+            return
+        row.holders.remove(holder)
+        if row.holders:
+            self._truth.remove_holder(row.key, holder)
+            return
+        self._truth.drop_last_holder(row.key, holder)
+        del self._rows[row.key]
+        self._truth.orphaned(row.key, held.renewed_at_s + self._timing.admission_ttl_seconds)
 
     # -- one step: create, move or retire a row ------------------------------------------------------
 
@@ -191,7 +221,8 @@ class Publisher(threading.Thread):
     def _add(self, key: str, kind: str) -> Holder:
         self._serial += 1
         if kind == ADMISSION:
-            admission_id = f"publisher-{self.number}-{self._serial}"
+            # Every publisher counts from 1: `call-7` is held by several at once, each its own (holders).
+            admission_id = f"call-{self._serial}"
             self._registry.admit(admission_id, {STAGING: [key]}, self._timing.admission_ttl_seconds)
             now_s = self._truth.now_s()
             self._admissions[admission_id] = _Admission(key, now_s, self._restarts.count)
@@ -244,7 +275,9 @@ class Publisher(threading.Thread):
 
     @property
     def _fence_name(self) -> str:
-        return f"checkpoint-publisher-{self.number}"
+        # One name for every publisher, as ranks fencing `ckpt-{step}`: each raises a fence of its own,
+        # up until its own unfence, whoever else lowers theirs meanwhile.
+        return "checkpoint"
 
     def _fence(self) -> None:
         self._registry.fence(self._fence_name, self._timing.fence_ttl_s)

@@ -48,6 +48,10 @@ class SoakSettings:
     # leave nothing due while the chaos runs.
     redis_restart_every_s: tuple[float, float] = (40.0, 80.0)
     checkpoint_every_s: tuple[float, float] = (12.0, 25.0)
+    # A calm publisher connecting as an ACL user refused everything now and then (tools/soak/refusals.py).
+    refused_publishers: int = 1
+    refusal_every_s: tuple[float, float] = (10.0, 30.0)
+    refusal_window_s: tuple[float, float] = (2.0, 8.0)
     checkpoint_window_s: float = 3.0
     check_every_s: float = 2.0
     bulk_rows: int = 50000

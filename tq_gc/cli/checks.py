@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any
@@ -40,6 +41,8 @@ KEY_PATH_SAMPLE_ROWS = 1000
 # Other namespaces, and tag names of the sampled rows, named in a check's detail.
 NAMESPACES_SHOWN = 10
 TAG_NAMES_SHOWN = 20
+# The probe admission and fence of `publisher rights`: taken back at once, gone by themselves if not.
+PROBE_TTL_MS = 5_000
 
 
 def _check(name: str, probe: Callable[[], str]) -> CheckResult:
@@ -82,6 +85,7 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         results.append(_check("state store", _probe_state(state, config)))
         if isinstance(state, RedisState):
             results.append(_eviction_check(state))
+            results.append(_check("publisher rights", _probe_publisher_rights(state)))
             results.append(_check("namespace", _probe_namespaces(state, config)))
         results.append(
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
@@ -260,6 +264,21 @@ def _probe_state(state: StateStore, config: Config) -> Callable[[], str]:
         lease = state.lease_holder()
         holder = "free" if lease is None else f"held by {lease.holder}"
         return f"{config.redacted()['state_url']}: clock {now_ms} ms, lease {holder}"
+
+    return probe
+
+
+def _probe_publisher_rights(state: RedisState) -> Callable[[], str]:
+    """What a publisher writes, under these credentials: an admission of no rows and a fence, each
+    taken back at once. A store that refuses them would refuse the trainer kit (StoreRefused)."""
+
+    def probe() -> str:
+        probe_id = f"tq-gc-check-{secrets.token_hex(4)}"
+        state.admit(probe_id, {}, PROBE_TTL_MS)
+        state.release_admission(probe_id)
+        state.raise_fence(probe_id, PROBE_TTL_MS)  # a sweep under way stops before its next delete
+        state.lower_fence(probe_id)
+        return "admit, release, fence and unfence allowed (publishers using these credentials may write)"
 
     return probe
 

@@ -26,6 +26,7 @@ from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
+from tq_gc.publish.holders import by_public_name, latest_by_public_name
 from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores.transferqueue.claim import claimed
@@ -204,13 +205,13 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
         now_ms = state.now_ms()
         doc = {
             "namespace": config.namespace,
-            "admissions": state.live_admissions(),
+            "admissions": by_public_name(state.live_admissions()),
             "expiry": {
                 admission_id: {
                     "expires_in_s": (expires_at_ms - now_ms) / 1000,
                     "expires_at": render.utc_iso(expires_at_ms),
                 }
-                for admission_id, expires_at_ms in state.admission_expiries().items()
+                for admission_id, expires_at_ms in latest_by_public_name(state.admission_expiries()).items()
             },
         }
     _emit(doc, as_json, render.admissions)

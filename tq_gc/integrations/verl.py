@@ -42,6 +42,7 @@ from typing import Any
 from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.publish.client import GcClient
+from tq_gc.publish.holders import public_name
 from tq_gc.state.base import AdmissionStore
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ VALIDATE = "validate"
 
 def presence_admission(admission_id: str) -> bool:
     """Whether `admission_id` is a verl trainer integration's presence admission."""
-    return admission_id.startswith(ADMISSION_PREFIX) and admission_id.endswith(f"/{PRESENCE}")
+    name = public_name(admission_id)  # as the state store has it: with its holder
+    return name.startswith(ADMISSION_PREFIX) and name.endswith(f"/{PRESENCE}")
 
 
 def protection(config: Config, state: AdmissionStore) -> str:

@@ -4,7 +4,7 @@
     with gc.holding(f"call-{call_id}", {"rollout_staging": [staging_key, *chain_keys]}):
         write_rows(...)                   # admitted before the rows are written: never unprotected
         record_reference_elsewhere(...)   # the route plan row, the manifest: durable before release
-    with gc.checkpoint_fence(f"ckpt-{step}"):
+    with gc.checkpoint_fence(f"ckpt-{step}"):  # each rank's fence is its own (tq_gc/publish/holders.py)
         save_checkpoint(...)              # starts once no delete batch is in flight; none starts until exit
     gc.close()
 
@@ -17,7 +17,16 @@ protected until then by the collector's own bookkeeping, which a restarted Redis
 It renews every `renew_seconds`: by default a third of the TTL, at most RENEW_MAX_SECONDS (10 s), so
 that an admission a restarted Redis lost is back within 10 s whatever the TTL, well within the
 shortest grace a sweeper allows without `allow_short_grace` (60 s; its first-seen records went with
-the restart too). A sweeper with a shorter grace needs a shorter `renew_seconds`: a third of it.
+the restart too). A sweeper with a shorter grace needs a shorter `renew_seconds`: a third of it. Where
+the client can know the grace (a sidecar's registry: the sidecar's config), it keeps to that rule
+itself: the default period is shortened to a third of the grace, and a longer one asked for is refused
+(ValueError). On a Redis registry it cannot know the sweepers' grace: the rule is the caller's.
+
+A sidecar (memory://) killed and started again under its name is found again by the clients made
+before (tq_gc.sidecar.client.SidecarAdmissionBackend), and its empty registry gets every held
+admission back at the next renewal: within renew_seconds, a third of its grace at most. It deletes
+nothing before then: its first-seen records started empty with it, so no row is eligible for a whole
+grace after its first sweep.
 
 When the store is down (Redis, or the sidecar that hosts a memory:// registry), the job goes on and
 nothing is deleted meanwhile. `holding` logs, runs its block and keeps the admission pending;
@@ -37,6 +46,11 @@ unprotected until its admission is written); a delete batch already clearing whe
 fails, which is not retried (the admission expires after its TTL: its rows are kept longer, never
 shorter).
 
+A store that answers but refuses this client (StoreRefused: a wrong password, an ACL user without
+scripting, TLS, `maxclients`) is not down for everyone: the sweepers may reach it and delete. So
+`holding` and `checkpoint_fence` raise StoreRefused before the block, and at its end if a renewal was
+refused while it ran, unless the client was made with on_refused="continue" (then it is treated as down).
+
 A renewal never holds up another block: each held admission has a lock of its own, held across its own
 store calls only (the one block that ends waits for its own renewal under way, so that no renewal lands
 after the release); the client's lock guards its table of blocks and is never held across a call.
@@ -46,21 +60,26 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
-from tq_gc.errors import StoreUnavailable
+from tq_gc.errors import StoreRefused, StoreUnavailable
 from tq_gc.publish.registry import (
     DELETE_WAIT_SECONDS,
+    RENEW_FRACTION,
     RETRY_SECONDS,
     AdmissionRegistry,
     checked_name,
     checked_rows,
     checked_ttl_ms,
     renew_period_seconds,
+    store_down_policy,
 )
 from tq_gc.state.base import AdmissionRows
 
@@ -80,6 +99,8 @@ class _Held:
     written: bool = False  # the last write reached the store (False: pending, or lost)
     due_at: float = NOT_DUE  # monotonic time of the next renewal or retry
     ended: bool = False
+    inherited: bool = False  # a block of the process this one was forked from: that one releases it
+    refused: StoreRefused | None = None  # the first write the store refused while the block ran
 
 
 class GcClient:
@@ -90,17 +111,43 @@ class GcClient:
         registry: AdmissionRegistry,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         renew_seconds: float | None = None,
+        on_refused: Literal["raise", "continue"] = "raise",
     ) -> None:
         checked_ttl_ms(ttl_seconds)
+        self._on_refused = on_refused
+        self._refused_go_on = store_down_policy(on_refused, "on_refused")
         self._registry = registry
         self._ttl_seconds = ttl_seconds
-        self.renew_seconds = _checked_renew_seconds(renew_seconds, ttl_seconds)
+        self.renew_seconds = _renew_within_grace(
+            _checked_renew_seconds(renew_seconds, ttl_seconds),
+            asked=renew_seconds is not None,
+            grace_seconds=registry.known_grace_seconds(),
+        )
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()  # guards _held and _store_down; never held across a store call
         self._store_down = False  # the last store call failed: new blocks leave their write to the renewer
         self._stop = threading.Event()
-        self._renewer = threading.Thread(target=self._renew_forever, name="tq-gc-renewer", daemon=True)
-        self._renewer.start()
+        self._renewer = self._start_renewer()
+        _CLIENTS.add(self)
+
+    def _start_renewer(self) -> threading.Thread:
+        renewer = threading.Thread(target=self._renew_forever, name="tq-gc-renewer", daemon=True)
+        renewer.start()
+        return renewer
+
+    def _after_fork_in_child(self) -> None:
+        """A fork copies this client but not its renewer thread: start one in the child. The locks may have
+        been held by the parent's threads at the fork, so they are made afresh; the blocks held then are
+        the parent's, which renews and releases them (a block the child goes on running ends without a
+        release: the registry's holder identity is the child's own now, tq_gc/publish/holders.py). The
+        child's store connections are its own: redis-py opens new ones in a process it was not made in."""
+        self._lock = threading.Lock()
+        for held in self._held.values():
+            held.io, held.inherited, held.ended = threading.Lock(), True, True
+        self._held = {}
+        self._store_down = False
+        if not self._stop.is_set():  # not closed before the fork
+            self._renewer = self._start_renewer()
 
     @classmethod
     def connect(
@@ -109,10 +156,12 @@ class GcClient:
         namespace: str = "default",
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         renew_seconds: float | None = None,
+        on_refused: Literal["raise", "continue"] = "raise",
     ) -> GcClient:
         """A client on the shared state store at `url`; close() closes the connection it opened."""
-        renew_every = _checked_renew_seconds(renew_seconds, ttl_seconds)  # before connecting
-        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_every)
+        _checked_renew_seconds(renew_seconds, ttl_seconds)  # checked before connecting
+        store_down_policy(on_refused, "on_refused")
+        return cls(AdmissionRegistry.connect(url, namespace), ttl_seconds, renew_seconds, on_refused)
 
     @contextmanager
     def holding(self, admission_id: str, rows: Mapping[str, Sequence[str]]) -> Iterator[str]:
@@ -122,7 +171,12 @@ class GcClient:
         back (see the module's docstring). Raises ValueError on bad input, and if this client already
         holds `admission_id` (a nested block, another thread): admitting it again would replace the
         rows of the block holding it, and the first to end would release both. Give each block an id
-        of its own."""
+        of its own.
+
+        A store that answers but refuses this client (StoreRefused: a wrong password, an ACL user
+        without scripting, maxclients, TLS) raises before the block runs, and at its end if a renewal
+        was refused while it ran: the sweepers may reach that store, so the block would be
+        unprotected. GcClient(on_refused="continue") treats a refusal as a store down instead."""
         held = self._claim(admission_id, rows)
         try:
             with held.io:  # the renewer leaves it alone until its first write is done
@@ -132,8 +186,12 @@ class GcClient:
             raise
         try:
             yield admission_id
-        finally:
+        except BaseException:
             self._end(held)
+            raise
+        self._end(held)
+        if held.refused is not None and not self._refused_go_on:
+            raise held.refused
 
     def checkpoint_fence(
         self, name: str, ttl_seconds: float = 300.0, wait_seconds: float = DELETE_WAIT_SECONDS
@@ -141,7 +199,9 @@ class GcClient:
         """No delete while the block runs; the block starts once no delete batch is in flight. The fence
         is renewed while the block runs; with the store down the block runs all the same, its fence
         raised as soon as the store is back (AdmissionRegistry.checkpoint_fence, on_store_down="continue")."""
-        return self._registry.checkpoint_fence(name, ttl_seconds, wait_seconds, on_store_down="continue")
+        return self._registry.checkpoint_fence(
+            name, ttl_seconds, wait_seconds, on_store_down="continue", on_refused=self._on_refused
+        )
 
     def close(self) -> None:
         """Stop renewing and close the connection connect() opened. Held admissions expire by their TTL."""
@@ -188,6 +248,8 @@ class GcClient:
         try:
             self._registry.admit(held.admission_id, held.rows, self._ttl_seconds)
         except StoreUnavailable as exc:
+            if isinstance(exc, StoreRefused) and not self._refused_go_on:
+                raise
             self._saw_store(up=False)
             log.warning(
                 "could not admit %r, the block goes on (the admission is retried every %g s): %s",
@@ -206,7 +268,9 @@ class GcClient:
             held.ended = True
             with self._lock:
                 store_down = self._store_down
-            if store_down and not held.written:
+            if held.inherited:
+                log.info("admission %r was held at the fork: the parent releases it", held.admission_id)
+            elif store_down and not held.written:
                 log.warning(
                     "admission %r ended while the store was down; nothing to release", held.admission_id
                 )
@@ -218,7 +282,8 @@ class GcClient:
         try:
             self._registry.release(admission_id)
         except StoreUnavailable as exc:  # the block's outcome stands; the admission expires by its TTL
-            self._saw_store(up=False)
+            if not (isinstance(exc, StoreRefused) and not self._refused_go_on):
+                self._saw_store(up=False)
             log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
 
     def _saw_store(self, up: bool) -> None:
@@ -261,11 +326,17 @@ class GcClient:
                         )
                     self._registry.admit(held.admission_id, held.rows, self._ttl_seconds)
             except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
-                if was_written:
-                    log.warning("could not renew admission %r (retrying): %s", held.admission_id, exc)
+                if isinstance(exc, StoreRefused) and not self._refused_go_on:
+                    # No store down: new blocks still try their first write, and raise.
+                    if held.refused is None:
+                        log.error("the store refused admission %r (retrying): %s", held.admission_id, exc)
+                        held.refused = exc
+                else:
+                    if was_written:
+                        log.warning("could not renew admission %r (retrying): %s", held.admission_id, exc)
+                    self._saw_store(up=False)
                 held.written = False
                 held.due_at = time.monotonic() + RETRY_SECONDS
-                self._saw_store(up=False)
                 return False
             if not was_written:
                 log.info("admission %r written (it was pending)", held.admission_id)
@@ -273,6 +344,35 @@ class GcClient:
             held.due_at = time.monotonic() + self.renew_seconds
         self._saw_store(up=True)
         return True
+
+
+_CLIENTS: weakref.WeakSet[GcClient] = weakref.WeakSet()
+
+
+def _restart_renewers_in_child() -> None:
+    for client in list(_CLIENTS):
+        client._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_restart_renewers_in_child)
+
+
+def _renew_within_grace(renew_seconds: float, asked: bool, grace_seconds: float | None) -> float:
+    """The renewal period, checked against the sweepers' grace where it is known: an admission a
+    restarted store (or sidecar) lost must be back well within a grace, so renewals come at least every
+    third of it (RENEW_FRACTION). A period asked for that is longer is refused; the default is shortened."""
+    if grace_seconds is None:
+        return renew_seconds
+    at_most_seconds = grace_seconds * RENEW_FRACTION
+    if renew_seconds <= at_most_seconds:
+        return renew_seconds
+    if asked:
+        raise ValueError(
+            f"renew_seconds {renew_seconds:g} is more than a third of the sweepers' grace "
+            f"({grace_seconds:g} s): an admission the store lost would not be back in time. Use at most "
+            f"{at_most_seconds:g}"
+        )
+    return at_most_seconds
 
 
 def _checked_renew_seconds(renew_seconds: float | None, ttl_seconds: float) -> float:

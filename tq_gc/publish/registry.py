@@ -12,7 +12,7 @@ through tq_gc.references.admissions.AdmissionsSource; tq_gc.publish.client.GcCli
 from __future__ import annotations
 
 import logging
-import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -21,7 +21,9 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tq_gc.config import MEMORY_SCHEME
-from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
+from tq_gc.publish.holders import by_public_name, held_name, new_holder, public_name
+from tq_gc.publish.inputs import checked_name, checked_rows, checked_ttl_ms, checked_whole_ms
 from tq_gc.state.base import AdmissionRows, AdmissionStore
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class AdmissionRegistry:
 
     def __init__(self, backend: AdmissionStore) -> None:
         self._backend = backend
+        self._holder = new_holder()
+        self._holder_pid = os.getpid()
         self._owned: _Closeable | None = None  # set by connect(): close only what we opened
         self._fences_up: set[str] = set()  # checkpoint_fence blocks running, by fence name
         self._fences_lock = threading.Lock()
@@ -76,18 +80,38 @@ class AdmissionRegistry:
         registry._owned = state
         return registry
 
+    @property
+    def holder(self) -> str:
+        """This registry's holder identity (tq_gc/publish/holders.py), written with every admission and
+        fence it makes. A process forked from this one gets one of its own."""
+        self._own_after_fork()
+        return self._holder
+
+    def _own_after_fork(self) -> None:
+        """In a process forked from the one that made this registry: a holder identity of its own, and
+        fresh fence bookkeeping (the parent's blocks and its lock, perhaps held at the fork, are not ours)."""
+        if os.getpid() != self._holder_pid:
+            self._holder, self._holder_pid = new_holder(), os.getpid()
+            self._fences_up, self._fences_lock = set(), threading.Lock()
+
+    def _held(self, what: str, name: str) -> str:
+        return held_name(checked_name(what, name), self.holder)
+
     def admit(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> None:
-        """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it."""
-        name = checked_name("admission_id", admission_id)
+        """Protect `rows` ({partition: [keys]}) for ttl_seconds; admitting an id again replaces it. The
+        admission is this registry's: another registry (another worker) admitting the same id holds an
+        admission of its own, which this one's release leaves alone."""
+        name = self._held("admission_id", admission_id)
         self._backend.admit(name, checked_rows(rows), checked_ttl_ms(ttl_seconds))
 
     def renew(self, admission_id: str, ttl_seconds: float) -> bool:
         """Extend to ttl_seconds from now; False if the admission expired or is unknown (re-admit)."""
-        name = checked_name("admission_id", admission_id)
+        name = self._held("admission_id", admission_id)
         return self._backend.renew_admission(name, checked_ttl_ms(ttl_seconds))
 
     def release(self, admission_id: str) -> None:
-        self._backend.release_admission(checked_name("admission_id", admission_id))
+        """End this registry's admission `admission_id` (another registry's of the same id stays)."""
+        self._backend.release_admission(self._held("admission_id", admission_id))
 
     @contextmanager
     def admission(self, admission_id: str, rows: Mapping[str, Any], ttl_seconds: float) -> Iterator[str]:
@@ -107,20 +131,39 @@ class AdmissionRegistry:
         except StoreUnavailable as exc:
             log.warning("could not release admission %r (it expires after its TTL): %s", admission_id, exc)
 
+    def known_grace_seconds(self) -> float | None:
+        """The shortest grace of the sweepers, where the backend can tell (the sidecar's, with memory://);
+        None where it cannot (a Redis shared by sweepers that do not record theirs) or does not answer."""
+        grace_seconds = getattr(self._backend, "grace_seconds", None)
+        if not callable(grace_seconds):
+            return None
+        try:
+            return float(grace_seconds())
+        except StoreUnavailable:
+            return None
+
     def live(self) -> dict[str, AdmissionRows]:
-        """{admission_id: {partition: [keys]}} for every admission not yet expired."""
-        return self._backend.live_admissions()
+        """{admission_id: {partition: [keys]}} for every admission not yet expired, of every holder: an
+        id held by several holders has the rows of them all."""
+        return by_public_name(self._backend.live_admissions())
 
     def fence(self, name: str, ttl_seconds: float) -> None:
-        """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint)."""
-        self._backend.raise_fence(checked_name("fence name", name), checked_ttl_ms(ttl_seconds))
+        """Stop every delete until unfence(name) or ttl_seconds pass (e.g. around a checkpoint). The fence
+        is this registry's: another (another rank) raising the same name raises one of its own, and
+        deletes wait until every holder lowered theirs."""
+        self._backend.raise_fence(self._held("fence name", name), checked_ttl_ms(ttl_seconds))
 
     def unfence(self, name: str) -> None:
-        self._backend.lower_fence(checked_name("fence name", name))
+        """Lower this registry's fence `name` (another holder's of the same name stays up)."""
+        self._backend.lower_fence(self._held("fence name", name))
 
     def fences(self) -> dict[str, int]:
-        """Fences up now: {name: expires_at_ms on the store's clock}."""
-        return self._backend.live_fences()
+        """Fences up now, of every holder: {name: expires_at_ms on the store's clock, the latest}."""
+        fences: dict[str, int] = {}
+        for stored, expires_at_ms in self._backend.live_fences().items():
+            name = public_name(stored)
+            fences[name] = max(expires_at_ms, fences.get(name, expires_at_ms))
+        return fences
 
     @contextmanager
     def checkpoint_fence(
@@ -129,6 +172,7 @@ class AdmissionRegistry:
         ttl_seconds: float = 300.0,
         wait_seconds: float = DELETE_WAIT_SECONDS,
         on_store_down: Literal["raise", "continue"] = "raise",
+        on_refused: Literal["raise", "continue"] = "raise",
     ) -> Iterator[str]:
         """Fence for the duration of the block, which starts only once no delete batch is in flight.
 
@@ -149,15 +193,22 @@ class AdmissionRegistry:
         runs all the same: the fence is raised again every RETRY_SECONDS until the store answers, and
         the wait for a batch in flight is skipped (none can be marked in a store that is down; one
         already clearing when it went down may end during the block). tq_gc/publish/client.py says why no
-        delete slips in before the fence is up."""
-        go_on = _store_down_policy(on_store_down)
+        delete slips in before the fence is up.
+
+        A store that answers but refuses this client (StoreRefused: a wrong password, an ACL user
+        without scripting, maxclients) is not a store down for everyone: the sweepers may reach it, so
+        the block does not run unfenced. With on_refused="raise" (the default, whatever on_store_down
+        says) StoreRefused is raised before the block runs, and at its end if a renewal was refused
+        while it ran; on_refused="continue" treats a refusal as a store down."""
+        go_on = store_down_policy(on_store_down)
+        refused_go_on = store_down_policy(on_refused, "on_refused")
         ttl_ms = checked_ttl_ms(ttl_seconds)
         with self._claimed_fence(name):
-            raised = self._raise_fence_first(name, ttl_ms, go_on)
+            raised = self._raise_fence_first(name, ttl_ms, go_on, refused_go_on)
             keeper = _FenceKeeper(self, name, ttl_seconds, raised)
             try:
                 if raised:
-                    self._wait_for_no_delete_unless_down(wait_seconds, go_on)
+                    self._wait_for_no_delete_unless_down(wait_seconds, go_on, refused_go_on)
                 yield name
             except BaseException:
                 keeper.stop()
@@ -168,13 +219,15 @@ class AdmissionRegistry:
                 self._unfence_keeping_error(name)
             else:
                 self.unfence(name)
+            if keeper.refused is not None and not refused_go_on:
+                raise keeper.refused
 
-    def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool) -> bool:
+    def _raise_fence_first(self, name: str, ttl_ms: int, go_on: bool, refused_go_on: bool) -> bool:
         """Raise the fence; False (logged) if the store is down and the caller goes on regardless."""
         try:
-            self._backend.raise_fence(name, ttl_ms)
+            self._backend.raise_fence(self._held("fence name", name), ttl_ms)
         except StoreUnavailable as exc:
-            if not go_on:
+            if not go_on or (isinstance(exc, StoreRefused) and not refused_go_on):
                 raise
             log.warning(
                 "could not raise fence %r, the checkpoint goes on (the fence is retried every %g s): %s",
@@ -185,17 +238,18 @@ class AdmissionRegistry:
             return False
         return True
 
-    def _wait_for_no_delete_unless_down(self, wait_seconds: float, go_on: bool) -> None:
+    def _wait_for_no_delete_unless_down(self, wait_seconds: float, go_on: bool, refused_go_on: bool) -> None:
         try:
             self._wait_for_no_delete(wait_seconds)
         except StoreUnavailable as exc:
-            if not go_on:
+            if not go_on or (isinstance(exc, StoreRefused) and not refused_go_on):
                 raise
             log.warning("could not ask whether a delete batch is in flight; the checkpoint goes on: %s", exc)
 
     @contextmanager
     def _claimed_fence(self, name: str) -> Iterator[None]:
         name = checked_name("fence name", name)
+        self._own_after_fork()
         with self._fences_lock:
             if name in self._fences_up:
                 raise ValueError(
@@ -248,6 +302,7 @@ class _FenceKeeper:
         self._name = name
         self._ttl_seconds = ttl_seconds
         self._raised = raised
+        self.refused: StoreRefused | None = None  # the first renewal the store refused while the block ran
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"tq-gc-fence:{name}", daemon=True)
         self._thread.start()
@@ -258,6 +313,12 @@ class _FenceKeeper:
         while not self._stop.wait(period_seconds if self._raised else retry_seconds):
             try:
                 self._registry.fence(self._name, self._ttl_seconds)
+            except StoreRefused as exc:
+                if self.refused is None:
+                    log.error("the store refused to renew fence %r (retrying): %s", self._name, exc)
+                    self.refused = exc
+                self._raised = False
+                continue
             except Exception as exc:  # StoreUnavailable, or what a sidecar raised: retried all the same
                 if self._raised:
                     log.warning("could not renew fence %r (retrying): %s", self._name, exc)
@@ -274,52 +335,11 @@ class _FenceKeeper:
         self._thread.join()
 
 
-def _store_down_policy(on_store_down: str) -> bool:
-    if on_store_down not in ("raise", "continue"):
-        raise ValueError(f'on_store_down must be "raise" or "continue", got {on_store_down!r}')
-    return on_store_down == "continue"
-
-
-def checked_name(what: str, value: object) -> str:
-    """`value` if it is a non-empty string; else ValueError naming `what`."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    return value
-
-
-def checked_ttl_ms(ttl_seconds: float) -> int:
-    """ttl_seconds in whole milliseconds (at least 1); ValueError unless a positive finite number."""
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
-        raise ValueError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
-    if not math.isfinite(ttl_seconds) or ttl_seconds <= 0:
-        raise ValueError(f"ttl_seconds must be positive and finite, got {ttl_seconds!r}")
-    return max(1, math.ceil(ttl_seconds * 1000))
-
-
-def checked_whole_ms(ttl_ms: object) -> int:
-    """ttl_ms if it is a positive whole number of milliseconds (a backend's own unit); else ValueError."""
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-        raise ValueError(f"ttl_ms must be a positive whole number of milliseconds, got {ttl_ms!r}")
-    return ttl_ms
-
-
-def checked_rows(rows: object) -> AdmissionRows:
-    """{partition: [keys]}, copied. A bare string of keys is refused: it is a bug, not one key."""
-    if not isinstance(rows, Mapping):
-        raise ValueError(f"rows must be a mapping {{partition: [keys]}}, got {type(rows).__name__}")
-    checked: AdmissionRows = {}
-    for partition, keys in rows.items():
-        if not isinstance(partition, str) or not partition:
-            raise ValueError(f"rows: partition names must be non-empty strings, got {partition!r}")
-        if isinstance(keys, str | bytes) or not isinstance(keys, list | tuple | set | frozenset):
-            raise ValueError(
-                f"rows[{partition!r}] must be a list of keys, got {type(keys).__name__} "
-                f"(write {{{partition!r}: [key, ...]}})"
-            )
-        if not all(isinstance(key, str) and key for key in keys):
-            raise ValueError(f"rows[{partition!r}]: every key must be a non-empty string")
-        checked[partition] = list(keys)
-    return checked
+def store_down_policy(policy: str, what: str = "on_store_down") -> bool:
+    """True for "continue", False for "raise"; ValueError naming `what` otherwise."""
+    if policy not in ("raise", "continue"):
+        raise ValueError(f'{what} must be "raise" or "continue", got {policy!r}')
+    return policy == "continue"
 
 
 __all__ = [
@@ -333,4 +353,5 @@ __all__ = [
     "checked_ttl_ms",
     "checked_whole_ms",
     "renew_period_seconds",
+    "store_down_policy",
 ]

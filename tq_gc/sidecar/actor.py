@@ -14,9 +14,11 @@ that raises is logged and counted (`tqgc_sweep_errors_total`), and the schedule 
 Lifetime: the actor is *not* detached. It is owned by the driver that starts it (the training script,
 or `tq-gc serve`) and dies with it, like the job's TransferQueue controller, which is not detached
 either: a detached sidecar would outlive the job and keep sweeping a TQ that no longer exists. It is
-not restarted either (max_restarts=0): with `memory://` state a restarted actor would come back
-without the admissions publishers recorded in it, so a dead sidecar, which deletes nothing, is the
-safe failure. Publishers then see their calls fail, not a registry that silently forgot them.
+not restarted by Ray either (max_restarts=0). One started again under its name (start_sidecar after it
+died) comes back, with `memory://` state, without the admissions publishers recorded in it: their
+clients find it by name and admit again what they hold within their renewal period (at most a third of
+the grace), and it deletes nothing for a grace after its first sweep, its first-seen records having
+started empty with it (tq_gc/sidecar/client.py, SidecarAdmissionBackend).
 
 One state store per TQ: with memory:// the state lives in this actor, so a second sidecar (another
 name: another job's, a restart beside a live one) has a lease and registry of its own. Each executing

@@ -10,6 +10,7 @@ The actor itself is tq_gc/sidecar/actor.py; `tq-gc serve` (tq_gc/cli/commands.py
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import ray
@@ -104,17 +105,70 @@ def stop_sidecar(handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> 
 class SidecarAdmissionBackend(AdmissionStore):
     """An AdmissionStore that forwards each call to the sidecar actor and waits for its answer: a
     write has been applied by the actor when the call returns. Errors reach the publisher as
-    StoreUnavailable (sidecar gone or not answering) or as the actor raised them."""
+    StoreUnavailable (sidecar gone or not answering) or as the actor raised them.
 
-    def __init__(self, handle: Any, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
+    Given the sidecar's `name` and Ray `namespace` (sidecar_registry does), a call the actor can no
+    longer answer (it died) looks the name up again: a sidecar started again under it (by the user, or
+    by Ray) gets the call, and every later one. Its registry starts empty; GcClient's renewer admits
+    again what it holds at its next renewal (renew answers False), well within the grace the new
+    sidecar waits before any delete (its first-seen records started empty with it)."""
+
+    def __init__(
+        self,
+        handle: Any,
+        timeout_seconds: float = CALL_TIMEOUT_SECONDS,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
         self._handle = handle
         self._timeout_seconds = timeout_seconds
+        self._name = name
+        self._namespace = namespace
+        self._pid = os.getpid()
 
     def _call(self, method: str, *args: Any) -> Any:
+        if os.getpid() != self._pid:
+            # Ray does not support a forked driver or worker: a call would hang or crash the child.
+            raise TqGcError(
+                "this sidecar registry was made in another process, which forked this one: Ray calls do "
+                "not survive a fork. Make the child its own: GcClient(sidecar_registry(...)) in the child"
+            )
+        handle = self._handle
         try:
-            return ray.get(getattr(self._handle, method).remote(*args), timeout=self._timeout_seconds)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            return self._call_on(handle, method, *args)
+        except ray.exceptions.RayActorError as exc:
+            found = self._found_again(handle)
+            if found is None:
+                raise StoreUnavailable(f"the tq-gc sidecar did not answer {method}: {exc}") from exc
+        self._handle = found
+        try:
+            return self._call_on(found, method, *args)
+        except ray.exceptions.RayActorError as exc:
+            raise StoreUnavailable(f"the tq-gc sidecar started again did not answer {method}: {exc}") from exc
+
+    def _call_on(self, handle: Any, method: str, *args: Any) -> Any:
+        try:
+            return ray.get(getattr(handle, method).remote(*args), timeout=self._timeout_seconds)
+        except ray.exceptions.GetTimeoutError as exc:
             raise StoreUnavailable(f"the tq-gc sidecar did not answer {method}: {exc}") from exc
+
+    def _found_again(self, dead: Any) -> Any | None:
+        """The actor now under the sidecar's name, if it is not `dead`; None if none is (yet)."""
+        if self._name is None:
+            return None
+        try:
+            found = ray.get_actor(self._name, namespace=self._namespace)
+        except ValueError:  # none under that name (yet): the caller retries
+            return None
+        if found == dead:  # the same actor (handles compare by actor id): Ray still lists the dead one
+            return None
+        log.warning("the tq-gc sidecar %r was started again: publishing to the new one", self._name)
+        return found
+
+    def grace_seconds(self) -> float:
+        """The sidecar's grace: what a client's renewals must come well within (a third of it)."""
+        config: Config = self._call("started_with")
+        return config.grace_seconds
 
     def admit(self, admission_id: str, rows: AdmissionRows, ttl_ms: int) -> None:
         self._call("admit", admission_id, rows, ttl_ms)
@@ -166,7 +220,7 @@ def sidecar_admissions(
             f"no tq-gc sidecar named {name!r} in Ray namespace {namespace!r}: start it first "
             "(tq_gc.start_sidecar(config) or `tq-gc serve`)"
         ) from exc
-    return SidecarAdmissionBackend(handle)
+    return SidecarAdmissionBackend(handle, name=name, namespace=namespace)
 
 
 __all__ = [

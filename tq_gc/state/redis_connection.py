@@ -1,10 +1,12 @@
 """The state store's Redis connection: the state URL's own options (`?wait_replicas=`), the client made from
-the URL (its timeouts, no retries), and the two rules every command follows (a failure is StoreUnavailable;
-a write a failover must not lose waits for the replicas).
+the URL (its timeouts, no retries), and the two rules every command follows (a failure is StoreUnavailable,
+or StoreRefused when the store answered and refused this client; a write a failover must not lose waits for
+the replicas).
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,13 +14,14 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
+from redis import exceptions as redis_errors
 from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from tq_gc.config import redact_url
-from tq_gc.errors import ConfigError, StoreUnavailable
+from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
 
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -96,6 +99,65 @@ def describe(connection_kwargs: Mapping[str, Any]) -> str:
     return f"redis://{host}:{connection_kwargs.get('port', 6379)}/{connection_kwargs.get('db', 0)}"
 
 
+ACL_NEEDED = (
+    "an ACL user needs the keys `~tqgc:*` and the commands tq-gc runs: `+@read +@write +@scripting "
+    "+@connection +time +exists +wait` (docs/safety.md)"
+)
+# Failures that are the store's, whoever asks: nobody can write (sweepers neither), so nothing is deleted.
+_DOWN_FOR_EVERYONE: tuple[type[RedisError], ...] = (
+    redis_errors.BusyLoadingError,  # LOADING: restarted, reading its data back
+    redis_errors.ReadOnlyError,  # a replica, or a failover under way
+    redis_errors.OutOfMemoryError,  # maxmemory reached: no write from anyone
+    redis_errors.TryAgainError,
+    redis_errors.ClusterDownError,
+)
+
+
+def refusal_fix(exc: RedisError) -> str | None:
+    """What this client must fix when the store answered and refused it; None when the store is down for
+    everyone (refused connection, timeout, restart, read-only, out of memory)."""
+    if isinstance(exc, _DOWN_FOR_EVERYONE):
+        return None
+    if isinstance(exc, redis_errors.AuthenticationError | redis_errors.AuthenticationWrongNumberOfArgsError):
+        return "check the user name and password in the state URL (redis://user:password@host:6379/0)"
+    if isinstance(exc, redis_errors.AuthorizationError | redis_errors.NoPermissionError):
+        return ACL_NEEDED
+    if isinstance(exc, redis_errors.MaxClientsReachedError):
+        return "the server is at `maxclients`: raise it (CONFIG SET maxclients) or close idle clients"
+    if isinstance(exc, redis_errors.MaxConnectionsError):
+        return "this process's connection pool is full: close idle clients or raise max_connections"
+    if isinstance(exc, redis_errors.ExternalAuthProviderError):
+        return "check the credentials the authentication provider hands this client"
+    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+        return _tls_fix(exc)
+    # A command or script refused (unknown or renamed command, NOSCRIPT, a script error), a reply this
+    # client cannot read (a TLS port spoken to in plain text): the store answers, not to this client.
+    return "check that the state URL names a Redis this client may script (redis:// or rediss://, its port)"
+
+
+def _tls_fix(exc: BaseException) -> str | None:
+    """The fix when a connection failed in its TLS handshake (an SSL error, or a handshake that never
+    ended: rediss:// to a plain port waits for an answer that never comes); None otherwise."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError) or _in_handshake(cause):
+            return (
+                "TLS failed: use rediss:// for a TLS port and redis:// for a plain one, and check the "
+                "certificates"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _in_handshake(exc: BaseException) -> bool:
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_name == "do_handshake":
+            return True
+        trace = trace.tb_next
+    return False
+
+
 class RedisConnection:
     """The client every part of one RedisState uses, with its log-safe URL and replication options."""
 
@@ -109,6 +171,13 @@ class RedisConnection:
         try:
             yield
         except RedisError as exc:
+            fix = refusal_fix(exc)
+            if fix is not None:
+                raise StoreRefused(
+                    f"state store {self.url} refused this client (it could not {action}): "
+                    f"{type(exc).__name__}: {exc}",
+                    fix,
+                ) from exc
             raise StoreUnavailable(
                 f"state store {self.url} failed to {action}: {type(exc).__name__}: {exc}"
             ) from exc
