@@ -56,6 +56,9 @@ class Recheck:
     admissions_version: int
     # Moves on every raise_fence: a fence raised and lowered between two re-checks still moves it.
     fence_epoch: int
+    # The server process that answered ("" when it will not say): another one mid-sweep means the store
+    # restarted or failed over, and whatever publishers did while it was away is in no write barrier.
+    server_run: str = ""
 
 
 class AdmissionStore(Protocol):

@@ -16,8 +16,10 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
     tqgc:{ns}:admissions:version    STRING  a random token, new on every admit (admissions_version)
-    tqgc:{ns}:admissions:barrier    LIST    the rows document of every admit made while a sweeper holds the
-                                            lease, in order; emptied when a lease is taken or given back
+    tqgc:{ns}:admissions:barrier    LIST    a head "<lease token> <count>", then the rows document of every
+                                            admit made while a sweeper holds the lease, in order; started
+                                            afresh when a lease is taken, deleted when it is given back; a
+                                            head that is missing or miscounts ends the sweep's deletes
                                             (see StateStore.admitted_since_lease)
     tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
     tqgc:{ns}:fences:epoch          STRING  counter, INCR on every raise_fence (see state.base.Recheck)

@@ -54,6 +54,7 @@ class MemoryState:
         self._fences: dict[str, int] = {}
         self._admissions_version = 0
         self._barrier: dict[str, set[str]] = {}  # partition -> keys admitted since the lease was taken
+        self._server_run = secrets.token_hex(8)  # this store lives and dies with its process
 
     def __repr__(self) -> str:
         return f"MemoryState(namespace={self.namespace!r})"
@@ -138,7 +139,7 @@ class MemoryState:
         with self._lock:
             if renewed is not None and self._deleting is not None and self._deleting[0] == lease.token:
                 self._deleting = (lease.token, self.clock_ms() + ttl_ms)  # a slow clear stays in flight
-            return Recheck(renewed, fences, self._admissions_version, self._fence_epoch)
+            return Recheck(renewed, fences, self._admissions_version, self._fence_epoch, self._server_run)
 
     def _live_lease(self, now: int) -> Lease | None:
         if self._lease is not None and self._lease.expires_at_ms <= now:

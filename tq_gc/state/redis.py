@@ -117,7 +117,7 @@ class RedisState:
         value = json.dumps({"token": token, "holder": holder})
         keys = [self._keys.lease, self._keys.admission_barrier]
         with self._connection.guard("acquire the lease"):
-            taken, seconds, microseconds = self._acquire_lease(keys=keys, args=[value, ttl_ms])
+            taken, seconds, microseconds = self._acquire_lease(keys=keys, args=[value, ttl_ms, token])
         if not taken:
             return None
         return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
@@ -137,7 +137,19 @@ class RedisState:
             fences={fences[i]: int(float(fences[i + 1])) for i in range(0, len(fences), 2)},
             admissions_version=int(version),
             fence_epoch=int(epoch),
+            server_run=self.server_run(),
         )
+
+    def server_run(self) -> str:
+        """The run id of the Redis server process answering (INFO server), read after a re-check: it
+        changes when the server restarts, even with its data (an append-only file), and at a failover to
+        a replica. "" when INFO is refused (some managed services): then only a failed call tells."""
+        with self._connection.guard("read the server's run id"):
+            try:
+                info = self._client.info("server")
+            except redis.ResponseError:  # INFO disabled or renamed
+                return ""
+        return str(info.get("run_id", ""))
 
     def release_lease(self, lease: Lease) -> None:
         with self._connection.guard("release the lease"):
