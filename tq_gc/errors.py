@@ -66,9 +66,12 @@ class ConfigError(TqGcError):
 
 class TransferQueueNotFound(ConfigError):
     def __init__(self, ray_address: str) -> None:
+        from tq_gc.config.redaction import redact_url  # not at the top: tq_gc.config imports this module
+
         super().__init__(
             f"no TransferQueueController (namespace 'transfer_queue') in the Ray cluster at "
-            f"{ray_address!r}: tq-gc attaches to a running job's TransferQueue and never creates one. "
+            f"{redact_url(ray_address)!r}: tq-gc attaches to a running job's TransferQueue and never "
+            "creates one. "
             "Start the training job first, or set transfer_queue.ray_address to its cluster."
         )
         self.ray_address = ray_address

@@ -68,7 +68,7 @@ class SidecarActor:
     """The actor's body: `start_sidecar` applies `ray.remote` to it with the config's resource ask."""
 
     def __init__(self, config: Config, row_store_factory: RowStoreFactory | None = None) -> None:
-        configure_logging("INFO", config.log_format)
+        configure_logging("INFO", config.log_format, config.secret_urls())
         self._config = config
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
