@@ -63,7 +63,9 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         row_store = _check("row store", _probe_rows(config, rows))
         results.append(row_store)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
-            results.append(_check("TransferQueue claim", lambda: describe_claim(config, default_holder())))
+            results.append(
+                _check("TransferQueue claim", lambda: describe_claim(config, default_holder(), state))
+            )
         fit = rows.controller_fit() if row_store["ok"] else None
         if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
             results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})

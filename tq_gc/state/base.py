@@ -125,6 +125,12 @@ class AdmissionSnapshots(Protocol):
 class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
     namespace: str
 
+    def store_id(self) -> str:
+        """Which store this is, whatever address reached it: two sweepers share a store exactly when
+        their ids are equal. A random id written once into the store (Redis: SET NX) and read back by
+        everyone; each memory:// store has its own. A store restarted empty has a new one."""
+        ...
+
     def now_ms(self) -> int:
         """The store's clock, in ms since the epoch."""
         ...

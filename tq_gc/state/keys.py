@@ -65,6 +65,10 @@ def check_namespace(namespace: str) -> str:
     return namespace
 
 
+# Which store this is, whatever URL reaches it: a random id written once (SET NX) into the database.
+STORE_ID_KEY = "tqgc:store_id"
+
+
 class Keys:
     """Every key of one namespace."""
 

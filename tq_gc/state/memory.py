@@ -55,9 +55,13 @@ class MemoryState:
         self._admissions_version = 0
         self._barrier: dict[str, set[str]] = {}  # partition -> keys admitted since the lease was taken
         self._server_run = secrets.token_hex(8)  # this store lives and dies with its process
+        self._store_id = f"memory-{secrets.token_hex(16)}"
 
     def __repr__(self) -> str:
         return f"MemoryState(namespace={self.namespace!r})"
+
+    def store_id(self) -> str:
+        return self._store_id
 
     def now_ms(self) -> int:
         return self.clock_ms()

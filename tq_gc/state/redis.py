@@ -25,7 +25,7 @@ from tq_gc.config import redact_url
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
-from tq_gc.state.keys import GENERATION_ROWS, Keys, check_namespace
+from tq_gc.state.keys import GENERATION_ROWS, STORE_ID_KEY, Keys, check_namespace
 from tq_gc.state.redis_admissions import RedisAdmissions
 from tq_gc.state.redis_audit import RedisAudit
 from tq_gc.state.redis_connection import RedisConnection, Replication, client_from_url, describe
@@ -56,6 +56,7 @@ class RedisState:
         self._release_lease = register(scripts.RELEASE_LEASE)
         self._lease_holder = register(scripts.LEASE_HOLDER)
         self._acquire_lease = register(scripts.ACQUIRE_LEASE)
+        self._store_id = register(scripts.STORE_ID)
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
@@ -83,6 +84,13 @@ class RedisState:
 
     def __repr__(self) -> str:
         return f"RedisState(url={self.url!r}, namespace={self.namespace!r})"
+
+    def store_id(self) -> str:
+        """Which store this is: a random id written into the database the first time anyone asks, and
+        read back by everyone after, whatever URL (host name, port spelling, `?db=`) reached it. A Redis
+        restarted empty, or another database, has another."""
+        with self._connection.guard("read the store's id"):
+            return str(self._store_id(keys=[STORE_ID_KEY], args=[f"redis-{secrets.token_hex(16)}"]))
 
     def now_ms(self) -> int:
         with self._connection.guard("read its clock"):

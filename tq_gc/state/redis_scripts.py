@@ -280,3 +280,9 @@ if not value then
 end
 return {value, now_ms() + redis.call('PTTL', KEYS[1])}
 """)
+
+# The store's id (KEYS[1]): ARGV[1] if it has none yet, else the one written first.
+STORE_ID = """
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+"""
