@@ -3,6 +3,8 @@
 - Hole 3: Redis comes back *with* its data (an append-only file; a failover looks the same) while a
   sweep runs. While it was away, a publisher's `holding()` could not admit, so the row it adopted meanwhile
   is in no write barrier: the sweep that lived through the outage must delete nothing more.
+- Hole 8: a Redis restarted empty loses the record of what each reference source named, so an unmounted
+  volume (an empty mount point) read as a source that released everything.
 - Hole 6: the barrier's key vanishes (evicted under maxmemory, deleted) or is shortened mid-sweep: the
   admissions the sweep would have read from it are lost, so the sweep must delete nothing more.
 
@@ -13,9 +15,11 @@ its new reference deletes it at once.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +28,9 @@ import redis
 from tools.testbed.redis_server import KillableRedisServer
 from tq_gc.config import Config, parse_config
 from tq_gc.errors import StoreUnavailable
+from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.report import Outcome, SweepReport
+from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state import RedisState
 from tq_gc.state.keys import Keys
 from tq_gc.sweep import Collector
@@ -204,4 +209,57 @@ def test_a_vanished_or_shortened_barrier_ends_the_sweeps_deletes(
         for n in range(3):
             registry.release(f"other-{n}")
         registry.close()
+        state.close()
+
+
+# Hole 8: a Redis restarted empty, and the checkpoint volume unmounted at the same time ------------------
+
+HELD = "held/by-a-manifest"
+
+
+@pytest.fixture
+def plain_redis() -> Iterator[KillableRedisServer]:
+    """A redis-server of this test's own, without persistence, to restart empty mid-job."""
+    server = KillableRedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_store_restarted_empty_does_not_forget_an_unmounted_volume(
+    plain_redis: KillableRedisServer, tmp_path: Path
+) -> None:
+    """A sidecar-like sweeper (one Collector, many sweeps): its store restarts empty, losing the record
+    of what each source named, while the volume of its manifests is unmounted (an empty directory). The
+    manifest's row is never deleted, however long that lasts, and every sweep says why."""
+    volume = tmp_path / "ckpt"
+    manifest = volume / "ckpt-1" / "gc-manifest.json"
+    manifest.parent.mkdir(parents=True)
+    write_manifest(manifest, "ckpt-1", {STAGING: [HELD]})
+    values = config_for(plain_redis.url).model_dump() | {
+        "manifests": [{"glob": f"{volume}/**/gc-manifest.json"}]
+    }
+    config = parse_config(values)
+    state = RedisState.from_url(plain_redis.url, NAMESPACE)
+    rows = ScriptedRowStore()
+    rows.put(DATA, "plan/base", {"plan": {"keys": [ADOPTED]}})
+    rows.put(STAGING, HELD)
+    rows.put(STAGING, ADOPTED)
+    sweeper = Collector(config, state, rows)
+    try:
+        first = sweeper.sweep(dry_run=False)
+        assert first.outcome == Outcome.COMPLETED and first.counts.referenced["manifests"] == 1, first.reason
+        plain_redis.restart_empty()
+        shutil.rmtree(volume)
+        volume.mkdir()  # what an unmounted volume leaves: its mount point
+        started = time.monotonic()
+        while time.monotonic() - started < GRACE_S * 3:  # three graces, observed throughout
+            report = sweeper.sweep(dry_run=False)
+            assert HELD in rows.keys(STAGING), (report.outcome, report.reason, report.counts)
+            assert (report.outcome, report.cause) == (Outcome.ABORTED, Cause.SOURCE_FAILED), report.reason
+            assert "matches no file" in (report.reason or ""), report.reason
+            time.sleep(GRACE_S / 4)
+    finally:
         state.close()

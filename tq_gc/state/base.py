@@ -201,6 +201,11 @@ class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
         recorded them); {} before any."""
         ...
 
+    def source_baseline_since_ms(self) -> int | None:
+        """Store time (ms) of the first recorded source counts, kept from then on; None before any (a
+        new store, or one restarted empty: it has lost the baseline it had)."""
+        ...
+
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
         """Replace the recorded counts with `counts`. Raises LeaseLost, writing nothing, if not ours."""
         ...

@@ -86,6 +86,7 @@ class Keys:
         self.observed = f"{self.prefix}:observed"
         self.deleting = f"{self.prefix}:deleting"
         self.source_counts = f"{self.prefix}:source_counts"
+        self.source_counts_since = f"{self.prefix}:source_counts:since"
 
     # The first-seen records' keys say "sightings": stored names, kept as they were written.
     def first_seen(self, partition: str) -> str:

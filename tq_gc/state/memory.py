@@ -43,6 +43,7 @@ class MemoryState:
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
         self._source_counts: dict[str, int] = {}
+        self._source_counts_since_ms: int | None = None  # when the first counts were recorded
         self._audit: deque[tuple[str, AuditBatch]] = deque()  # (intent id, batch), oldest first
         self._audit_rows = 0
         self._intents = 0
@@ -171,10 +172,16 @@ class MemoryState:
         with self._lock:
             return dict(self._source_counts)
 
+    def source_baseline_since_ms(self) -> int | None:
+        with self._lock:
+            return self._source_counts_since_ms
+
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
         with self._lock:
             self._check_lease(lease)
             self._source_counts = dict(counts)
+            if self._source_counts_since_ms is None:
+                self._source_counts_since_ms = self.clock_ms()
 
     def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         with self._lock:

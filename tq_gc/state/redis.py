@@ -183,6 +183,9 @@ class RedisState:
     def source_counts(self) -> dict[str, int]:
         return self._audit.source_counts()
 
+    def source_baseline_since_ms(self) -> int | None:
+        return self._audit.source_baseline_since_ms()
+
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
         self._audit.record_source_counts(lease, counts)
 
