@@ -238,14 +238,16 @@ return 1
 
 # The counts of the reference sources (KEYS[2]), replaced by the source-count pairs after the token.
 # The baseline's birth (KEYS[3]) is kept from the first recording on: a store restarted empty has none.
-RECORD_SOURCE_COUNTS = _with_clock(_lease_guarded("""
+RECORD_SOURCE_COUNTS = _with_clock(
+    _lease_guarded("""
 redis.call('SET', KEYS[3], string.format('%d', now_ms()), 'NX')
 redis.call('DEL', KEYS[2])
 for i = 2, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
 return 1
-"""))
+""")
+)
 
 # the lease renewed (and our delete in flight, KEYS[5], with it: a clear slower than the TTL stays marked
 # for as long as its sweeper lives) + live fences + admissions version + fence epoch:
