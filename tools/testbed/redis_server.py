@@ -132,9 +132,15 @@ class KillableRedisServer(RedisServer):
 
     def restart_empty(self) -> None:
         """SHUTDOWN NOSAVE, then a fresh server on the same port: every key gone, as after a restart of
-        a Redis without persistence. Clients reconnect by themselves on their next call."""
-        assert not self.appendonly, "a Redis with an append-only file restarts with its data"
+        a Redis without persistence (with `appendonly`, its file is removed first: the file lost too).
+        Clients reconnect by themselves on their next call."""
         self.shut_down()
+        assert self._dir is not None
+        for path in Path(self._dir.name).iterdir():
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.name != "redis.log":
+                path.unlink()
         self.start_again()
 
     def restart_with_data(self) -> None:
