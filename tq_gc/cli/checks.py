@@ -238,7 +238,8 @@ def _eviction_check(state: RedisState) -> CheckResult:
     if policy != "noeviction":
         detail = (
             f"maxmemory-policy is {policy}: under memory pressure Redis may evict tq-gc's lease or "
-            "admissions. Set maxmemory-policy noeviction (or give tq-gc a Redis of its own)"
+            "admissions, or the write barrier (every sweep then stops before deleting). Set "
+            "maxmemory-policy noeviction (or give tq-gc a Redis of its own)"
         )
         return {"name": "state store memory policy", "ok": False, "detail": detail}
     return {"name": "state store memory policy", "ok": True, "detail": "noeviction"}
