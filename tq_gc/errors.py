@@ -8,8 +8,9 @@ follows the outcome: skipped 3, aborted 4).
     │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one)
     ├── StoreUnavailable         the state store or row store     aborted  store_failed
     │   │                        failed; delete nothing more
-    │   └── StoreRefused         the state store answers but refuses this client (password, ACL,
-    │                            TLS, maxclients): the trainer kit raises it to the job at once
+    │   ├── StoreRefused         the state store answers but refuses this client (password, ACL,
+    │   │                        TLS, maxclients): the trainer kit raises it to the job at once
+    │   └── BarrierLost          the write barrier vanished or was shortened (evicted?)
     ├── ReferenceSourceError     a reference source could not     aborted  source_failed
     │                            be read completely
     ├── CheckpointInProgress     a checkpoint directory is being  skipped  checkpoint_in_progress
@@ -20,8 +21,10 @@ follows the outcome: skipped 3, aborted 4).
     │                            claims the TransferQueue
     ├── LeaseLost                our lease expired or was taken;  aborted  lease_lost
     │   │                        stop before the next delete
-    │   └── SweeperPaused        so long since the last renewal that the lease may be someone
-    │                            else's by the clear: stop before clearing
+    │   ├── SweeperPaused        so long since the last renewal that the lease may be someone
+    │   │                        else's by the clear: stop before clearing
+    │   └── StoreInterrupted     the state store was away (a renewal failed) or restarted mid-sweep:
+    │                            what publishers did meanwhile is in no barrier; delete nothing more
     ├── FenceUp                  a checkpoint fence is up         skipped  fence_up
     ├── FenceRaised              a fence is up, or came and went, skipped  fence_raised
     │   │                        since the sweep read its
@@ -65,9 +68,12 @@ class ConfigError(TqGcError):
 
 class TransferQueueNotFound(ConfigError):
     def __init__(self, ray_address: str) -> None:
+        from tq_gc.config.redaction import redact_url  # not at the top: tq_gc.config imports this module
+
         super().__init__(
             f"no TransferQueueController (namespace 'transfer_queue') in the Ray cluster at "
-            f"{ray_address!r}: tq-gc attaches to a running job's TransferQueue and never creates one. "
+            f"{redact_url(ray_address)!r}: tq-gc attaches to a running job's TransferQueue and never "
+            "creates one. "
             "Start the training job first, or set transfer_queue.ray_address to its cluster."
         )
         self.ray_address = ray_address
@@ -88,6 +94,19 @@ class StoreRefused(StoreUnavailable):
     def __init__(self, message: str, fix: str) -> None:
         super().__init__(f"{message}. Fix: {fix}")
         self.fix = fix
+
+
+class BarrierLost(StoreUnavailable):
+    """The write barrier of the sweep's lease is missing or shorter than what was read of it (evicted
+    under a maxmemory policy, deleted, trimmed): the admissions it lost are unknown, so the sweep deletes
+    nothing more."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            f"the write barrier of namespace {namespace!r} is missing or was shortened mid-sweep (evicted? "
+            "the state store's maxmemory-policy must be noeviction): the admissions it held are unknown; "
+            "stopping before the next delete"
+        )
 
 
 class ReferenceSourceError(TqGcError):
@@ -167,6 +186,21 @@ class SweeperPaused(LeaseLost):
             "paused?); stopped before clearing, the lease may already be someone else's",
         )
         self.elapsed_seconds = elapsed_seconds
+
+
+class StoreInterrupted(LeaseLost):
+    """The lease lives, but the state store was away (a renewal failed) or restarted (another server
+    process, a failover) since the sweep took it: publishers that could not admit meanwhile moved rows
+    outside every write barrier, so the sweep deletes nothing more; the next sweep takes the lease
+    again and reads everything afresh."""
+
+    def __init__(self, why: str) -> None:
+        TqGcError.__init__(
+            self,
+            f"the state store was interrupted mid-sweep ({why}): what publishers did while it was away is "
+            "in no write barrier; stopping before the next delete, the next sweep starts afresh",
+        )
+        self.why = why
 
 
 class FenceUp(TqGcError):

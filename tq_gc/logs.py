@@ -7,7 +7,10 @@ import logging
 import sys
 import threading
 from collections import deque
+from collections.abc import Iterable
 from datetime import UTC, datetime
+
+from tq_gc.config.redaction import redact_text
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -20,7 +23,9 @@ class JsonLines(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        if record.exc_info:
+        if record.exc_text:  # already formatted (and redacted: Redacting)
+            doc["exc"] = record.exc_text
+        elif record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return json.dumps(doc)
 
@@ -59,16 +64,37 @@ class RecentLines(logging.Handler):
         return end, lines
 
 
-def configure_logging(level: str, log_format: str, recent: RecentLines | None = None) -> None:
-    """Route the tq_gc logger to stderr (and to `recent`, if given); idempotent, so the sidecar and tests
-    can call it again."""
+class Redacting(logging.Filter):
+    """Hides the secrets of the URLs a process was given (redaction.redact_text) in every record this
+    handler writes, its exception included: a log line may quote an error that quotes a URL."""
+
+    def __init__(self, urls: Iterable[str]) -> None:
+        super().__init__()
+        self.urls = tuple(urls)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact_text(record.getMessage(), self.urls), None
+        if record.exc_info:
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info), self.urls)
+            record.exc_info = None
+        return True
+
+
+def configure_logging(
+    level: str, log_format: str, secret_urls: Iterable[str] = (), recent: RecentLines | None = None
+) -> None:
+    """Route the tq_gc logger to stderr (and to `recent`, if given), every line redacted (`secret_urls`:
+    the URLs this process was given, whose secrets it hides wherever they appear); idempotent, so the
+    sidecar and tests can call it again."""
     logger = logging.getLogger("tq_gc")
-    handler = logging.StreamHandler(sys.stderr)
+    redacting = Redacting(secret_urls)
     formatter = JsonLines() if log_format == "json" else logging.Formatter(_TEXT_FORMAT)
-    handler.setFormatter(formatter)
-    logger.handlers = [handler]
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if recent is not None:
-        recent.setFormatter(formatter)
-        logger.handlers.append(recent)
+        handlers.append(recent)
+    for handler in handlers:
+        handler.addFilter(redacting)
+        handler.setFormatter(formatter)
+    logger.handlers = handlers
     logger.setLevel(level)
     logger.propagate = False

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 from prometheus_client.registry import Collector
 
+from tq_gc.config.redaction import redact_text, redact_url
 from tq_gc.decisions import KEEPS
 from tq_gc.liveness import Liveness
 from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
@@ -319,7 +320,10 @@ def push_report(url: str, namespace: str, report: SweepReport, store: StoreSerie
     # OSError (refused, timeout, an HTTP error status), http.client.HTTPException (a reply that is not
     # HTTP), ValueError (a malformed URL), or whatever else the client meets.
     except Exception as exc:
-        log.warning("could not push metrics to the Pushgateway at %s: %s: %s", url, type(exc).__name__, exc)
+        shown, detail = redact_url(url), redact_text(str(exc), [url])  # the client may quote the URL
+        log.warning(
+            "could not push metrics to the Pushgateway at %s: %s: %s", shown, type(exc).__name__, detail
+        )
         return False
     return True
 

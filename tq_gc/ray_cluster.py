@@ -9,6 +9,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+from tq_gc.config.redaction import redact_text, redact_url
 from tq_gc.errors import ConfigError
 
 # ray.init() against an address where nothing listens retries for minutes; a TCP probe answers at once.
@@ -28,7 +29,7 @@ def join_ray(ray_address: str, namespace: str | None = None) -> bool:
     if address in ("", "local"):
         # ray.init() with no address or "local" starts a new cluster of its own: never what we want.
         raise ConfigError(
-            f"transfer_queue.ray_address={ray_address!r} would start a new Ray cluster: "
+            f"transfer_queue.ray_address={redact_url(ray_address)!r} would start a new Ray cluster: "
             "tq-gc joins the training job's. Use 'auto' on a node of that cluster, its GCS address "
             "(host:6379), or ray://head:10001"
         )
@@ -88,7 +89,8 @@ def _version_mismatch(address: str, ray_error: str) -> str | None:
     if versions is not None:
         cluster_ray, cluster_python, our_ray, our_python = versions.groups()
         return (
-            f"the Ray cluster at transfer_queue.ray_address={address!r} runs Ray {cluster_ray} on Python "
+            f"the Ray cluster at transfer_queue.ray_address={redact_url(address)!r} runs Ray {cluster_ray} "
+            "on Python "
             f"{cluster_python}; tq-gc here runs Ray {our_ray} on Python {our_python}. Ray joins only the "
             "same Ray version and Python version (the same minor through ray://): rebuild the tq-gc image "
             f"with --build-arg RAY_VERSION={cluster_ray} "
@@ -99,8 +101,10 @@ def _version_mismatch(address: str, ray_error: str) -> str | None:
     if "Version mismatch" not in ray_error and not client_session_refused:
         return None
     detail = ray_error.strip().splitlines()[-1] if client_session_refused else ray_error.strip()
+    detail = redact_text(detail, [address])
     return (
-        f"the Ray cluster at transfer_queue.ray_address={address!r} refused tq-gc ({detail}): that is how "
+        f"the Ray cluster at transfer_queue.ray_address={redact_url(address)!r} refused tq-gc ({detail}): "
+        "that is how "
         f"it refuses another Ray or Python version, and tq-gc here runs Ray {ray.__version__} on Python "
         f"{platform.python_version()}. Check the cluster's (`ray --version` and `python --version` on its "
         "head) and rebuild the tq-gc image with --build-arg RAY_VERSION=<its Ray> "
@@ -132,8 +136,9 @@ def _reachable_gcs(address: str) -> str:
 
 
 def _unreachable(address: str, detail: str) -> str:
+    detail = redact_text(detail, [address])  # Ray's own words may quote the address
     return (
-        f"cannot reach a Ray cluster at transfer_queue.ray_address={address!r}: {detail}. "
+        f"cannot reach a Ray cluster at transfer_queue.ray_address={redact_url(address)!r}: {detail}. "
         "Start the training job first, or set ray_address to its cluster: 'auto' on one of its nodes, "
         "the GCS address (host:6379), or ray://head:10001"
     )

@@ -20,6 +20,7 @@ enumerate every step of a sweep ("before its 5th call, whatever it is") and slip
 from __future__ import annotations
 
 import inspect
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
@@ -212,3 +213,13 @@ class ScriptedState(Script, MemoryState):
         MemoryState.__init__(self, *args, **kwargs)
         self._init_script(timeline)
         self._script(_public_methods(MemoryState))
+
+    def restart_with_data(self) -> None:
+        """What a Redis restarted with its data (an append-only file), or failed over to a replica, looks
+        like to its clients: every key as it was, another server process answering."""
+        self._server_run = secrets.token_hex(8)
+
+    def restart_empty(self) -> None:
+        """What a Redis restarted without persistence looks like: every key gone (lease, admissions,
+        fences, first-seen records, runs, audit, the sources' baseline), another store id."""
+        MemoryState.__init__(self, self.namespace, self.clock_ms)

@@ -11,6 +11,7 @@ import pytest
 
 from tq_gc import errors
 from tq_gc.errors import (
+    BarrierLost,
     BlastRadiusExceeded,
     CheckpointInProgress,
     ConfigError,
@@ -21,6 +22,7 @@ from tq_gc.errors import (
     LeaseHeld,
     LeaseLost,
     ReferenceSourceError,
+    StoreInterrupted,
     StoreRefused,
     StoreUnavailable,
     SweeperPaused,
@@ -56,6 +58,18 @@ ENDINGS: list[tuple[TqGcError, Outcome, Cause, str]] = [
         Cause.LEASE_LOST,
         "31.2 s passed between the lease renewal and the clear (the sweeper was paused?); stopped before "
         "clearing, the lease may already be someone else's",
+    ),
+    (
+        StoreInterrupted("a lease renewal failed: refused"),
+        ABORTED,
+        Cause.LEASE_LOST,
+        "the state store was interrupted mid-sweep (a lease renewal failed: refused)",
+    ),
+    (
+        BarrierLost("job-42"),
+        ABORTED,
+        Cause.STORE_FAILED,
+        "the write barrier of namespace 'job-42' is missing or was shortened mid-sweep",
     ),
     (FenceUp({"ckpt-9": 1, "ckpt-7": 2}), SKIPPED, Cause.FENCE_UP, "checkpoint fence up: ckpt-7, ckpt-9"),
     (FenceRaised("job-42"), SKIPPED, Cause.FENCE_RAISED, "a checkpoint fence of namespace 'job-42' is up"),

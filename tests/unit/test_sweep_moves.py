@@ -13,7 +13,8 @@
    and inside a sweep, before any calls it makes, references hop by the protocol (any number of times,
    between any sources), move once outside it (in one step or two), an orphan is adopted by the
    protocol, a fresh admission or a fenced checkpoint names a row, or the lease expires and another
-   sweeper sweeps. Invariants:
+   sweeper sweeps, or the state store goes away and comes back with its data (the kit's blocks ran
+   unprotected meanwhile: an orphan adopted with no admission) or empty (the kit re-admits). Invariants:
    - a row deleted is not referenced when deleted (except a reference made after the sweep's last
      re-check: TQ has no compare-and-delete, no collector over it closes that window);
    - a row deleted was seen unreferenced by sweeps over at least a full grace, with no gap longer than
@@ -360,6 +361,28 @@ def test_orphan_adopted_by_the_protocol_during_the_sweep_is_kept(scratch: Path, 
     )
 
 
+def adopted_while_the_store_was_away(world: World, new: str) -> None:
+    """The state store down for everyone, then back with its data (the lease survived): the kit's
+    holding() could not admit, so it wrote the reference with no admission, in no write barrier."""
+    world.publishers.add(new, MOVER, holder="-outage")
+    world.state.restart_with_data()
+
+
+@pytest.mark.parametrize("new", ["tag", "manifest"])
+def test_orphan_adopted_while_the_store_was_away_is_kept(scratch: Path, new: str) -> None:
+    """Issue 32, hole 3: the store went away and came back with its data right before any call of the
+    sweep up to its last re-check; meanwhile an orphan past its grace was taken up outside any barrier.
+    The sweep that lived through the outage deletes nothing more."""
+    points = hook_points(scratch / "baseline", source=None, keep=False)
+    lost = points_that_lose_the_mover(
+        scratch, None, points, lambda world: partial(adopted_while_the_store_was_away, world, new)
+    )
+    assert not lost, (
+        f"an orphan adopted into a {new} while the state store was away was deleted, the store back right "
+        f"before these calls ({len(lost)} of {len(points)}): {lost}"
+    )
+
+
 # -- 2. the machine ---------------------------------------------------------------------------------
 
 KEYS = ("r0", "r1", "r2", "r3")
@@ -417,6 +440,11 @@ slips = st.one_of(
     st.builds(Slip, hook_point, st.sampled_from(["admit", "rewrite"]), pick=pick),
     st.builds(Slip, hook_point, st.just("checkpoint"), pick=pick),
     st.builds(Slip, hook_point, st.just("lease_expires")),
+    # The state store goes away and comes back, with its data or empty (issue 32, holes 3 and 8).
+    st.builds(
+        Slip, hook_point, st.just("outage_with_data"), new=st.sampled_from(["manifest", "tag"]), pick=pick
+    ),
+    st.builds(Slip, hook_point, st.just("restart_empty"), pick=pick),
 )
 
 
@@ -448,6 +476,7 @@ class Watch:
     audit_then: set[tuple[str, str, str]] = field(default_factory=set)
     runs_then: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
+    wiped: bool = False  # the state store restarted empty during it: its audit went with everything else
 
 
 class MovesMachine(RuleBasedStateMachine):
@@ -581,7 +610,7 @@ class MovesMachine(RuleBasedStateMachine):
             audited = {
                 row.key for row in self.state.read_audit(report.run_id, 10_000) if row.partition == STAGING
             }
-            assert watch.deleted <= audited, (
+            assert watch.wiped or watch.deleted <= audited, (
                 f"{holder} deleted {watch.deleted - audited} and did not audit them"
             )
             if watch.lost_lease_at is not None:
@@ -674,8 +703,33 @@ class MovesMachine(RuleBasedStateMachine):
             self.pub.unfence("checkpoint")
         elif slip.action == "rewrite":
             self.write(anyone[slip.pick % len(anyone)])
+        elif slip.action == "outage_with_data":
+            self.outage_with_data(anyone[slip.pick % len(anyone)], slip.new)
+        elif slip.action == "restart_empty":
+            self.state_store_restarted_empty()
         else:
             self.lease_expires_and_another_sweeper_sweeps()
+
+    def outage_with_data(self, orphan: str, new: str) -> None:
+        """The state store is down for everyone, then back with its data (an append-only file, a
+        failover): the lease survived. Meanwhile the kit's holding() could not admit, so its block ran
+        unprotected: an orphan was taken up with no admission, in no write barrier. The sweep that lived
+        through it must delete nothing more (a failed renewal or another server process ends it)."""
+        self.pub.add(new, orphan, holder="-outage")
+        self.state.restart_with_data()
+
+    def state_store_restarted_empty(self) -> None:
+        """The state store restarts without its data: lease, admissions, fences, first-seen records and
+        the sources' baseline gone. The kit re-admits what its blocks hold (GcClient renews and finds its
+        admission gone), here at once."""
+        self.state.restart_empty()
+        for watch in self.active:  # a sweeper that lost its lease: what it must leave is now nothing
+            watch.wiped = True
+            if watch.lost_lease_at is not None:
+                watch.first_seen_then = self.state.load_first_seen(STAGING)
+                watch.audit_then, watch.runs_then = self.audit_rows(), set()
+        for admission_id, keys in sorted(self.pub.admissions.items()):
+            self.pub.registry.admit(admission_id, {STAGING: sorted(keys)}, ttl_seconds=FOREVER_S)
 
     def lease_expires_and_another_sweeper_sweeps(self) -> None:
         watch = self.active[-1]

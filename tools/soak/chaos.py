@@ -1,4 +1,5 @@
-"""The chaos beside the sweepers' own: Redis restarted empty at random moments, and the job's
+"""The chaos beside the sweepers' own: Redis restarted at random moments, empty or with its data (its
+append-only file: the lease and the barrier survive while publishers could not admit), and the job's
 checkpoints (the only windows in which fenced manifests change)."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ log = logging.getLogger("soak")
 
 
 class RedisChaos(threading.Thread):
-    """Restarts Redis empty (SHUTDOWN NOSAVE, start again on the same port) at random moments."""
+    """Restarts Redis (SHUTDOWN NOSAVE, start again on the same port) at random moments: every other one
+    on average empty (its append-only file removed), the others with their data."""
 
     def __init__(
         self,
@@ -35,9 +37,14 @@ class RedisChaos(threading.Thread):
             while sleep_through_chaos(self._switches, self._rng.uniform(*self._every_s)):
                 self._restarts.count += 1  # before: a renew that finds its admission gone sees it
                 started = time.monotonic()
-                self._redis.restart_empty()
+                with_data = self._rng.random() < 0.5
+                if with_data:
+                    self._redis.restart_with_data()
+                else:
+                    self._redis.restart_empty()
                 log.info(
-                    "Redis restarted empty (#%d, down %.2f s)",
+                    "Redis restarted %s (#%d, down %.2f s)",
+                    "with its data" if with_data else "empty",
                     self._restarts.count,
                     time.monotonic() - started,
                 )

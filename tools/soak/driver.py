@@ -71,7 +71,7 @@ class Soak:
     def _start_services(self, stack: contextlib.ExitStack) -> None:
         import ray
 
-        self.redis = KillableRedisServer()
+        self.redis = KillableRedisServer(appendonly=True)  # RedisChaos restarts it with its data, or empty
         self.redis.start()
         stack.callback(self.redis.stop)
         os.environ.update(RAY_TEST_ENV)

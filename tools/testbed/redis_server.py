@@ -1,5 +1,6 @@
-"""A real, throwaway redis-server for tests and the soak: free port, no persistence, stopped without fail;
-KillableRedisServer also kills, freezes, restarts empty or turns read-only the server it started."""
+"""A real, throwaway redis-server for tests and the soak: free port, no persistence unless asked (an
+append-only file), stopped without fail; KillableRedisServer also kills, freezes, restarts empty or with
+its data, or turns read-only the server it started."""
 
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ def free_port() -> int:
 
 class RedisServer:
     """`with RedisServer() as server: server.url`, or start() / stop(). RedisServer(port) starts on that
-    port (a Redis restarted where its clients expect it), else on a free one."""
+    port (a Redis restarted where its clients expect it), else on a free one. `appendonly`: every write
+    goes to an append-only file, fsynced at once, that a restart reads back."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, appendonly: bool = False) -> None:
         self.port = port
+        self.appendonly = appendonly
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -65,7 +68,9 @@ class RedisServer:
             raise
 
     def _spawn(self, binary: str, workdir: Path) -> bool:
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        persistence = ["yes", "--appendfsync", "always"] if self.appendonly else ["no"]
+        args += ["--appendonly", *persistence]
         with (workdir / "redis.log").open("ab") as log:
             self._process = subprocess.Popen(args, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
         if self._wait_for_ping():
@@ -127,7 +132,27 @@ class KillableRedisServer(RedisServer):
 
     def restart_empty(self) -> None:
         """SHUTDOWN NOSAVE, then a fresh server on the same port: every key gone, as after a restart of
-        a Redis without persistence. Clients reconnect by themselves on their next call."""
+        a Redis without persistence (with `appendonly`, its file is removed first: the file lost too).
+        Clients reconnect by themselves on their next call."""
+        self.shut_down()
+        assert self._dir is not None
+        for path in Path(self._dir.name).iterdir():
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.name != "redis.log":
+                path.unlink()
+        self.start_again()
+
+    def restart_with_data(self) -> None:
+        """A Redis restarted with its data (an append-only file; the server must have been started with
+        `appendonly=True`): the same keys, a new server process (a new INFO run_id)."""
+        assert self.appendonly, "restarting with data needs appendonly=True"
+        self.shut_down()
+        self.start_again()
+
+    def shut_down(self) -> None:
+        """SHUTDOWN NOSAVE and wait for the process to end; the port refuses connections until
+        start_again(). With `appendonly`, every write is in the file already (appendfsync always)."""
         process = self._process
         assert process is not None and process.poll() is None and self._dir is not None
         # No retries: redis-py would otherwise reconnect, for seconds, to the server it just stopped.
@@ -140,6 +165,10 @@ class KillableRedisServer(RedisServer):
             client.close()
         process.wait(timeout=10)
         self._process = None
+
+    def start_again(self) -> None:
+        """Start the server again on its port, in its directory (with its append-only file, if any)."""
+        assert self._process is None and self._dir is not None, "shut_down() first"
         binary = shutil.which("redis-server")
         assert binary is not None
         if not self._spawn(binary, Path(self._dir.name)):

@@ -102,7 +102,9 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         if row_store["ok"]:
             results += _scope_partition_checks(config, rows)
         if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
-            results.append(_check("TransferQueue claim", lambda: describe_claim(config, default_holder())))
+            results.append(
+                _check("TransferQueue claim", lambda: describe_claim(config, default_holder(), state))
+            )
         fit = rows.controller_fit() if row_store["ok"] else None
         if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
             results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
@@ -292,7 +294,8 @@ def _eviction_check(state: RedisState) -> CheckResult:
     if policy != "noeviction":
         detail = (
             f"maxmemory-policy is {policy}: under memory pressure Redis may evict tq-gc's lease or "
-            "admissions. Set maxmemory-policy noeviction (or give tq-gc a Redis of its own)"
+            "admissions, or the write barrier (every sweep then stops before deleting). Set "
+            "maxmemory-policy noeviction (or give tq-gc a Redis of its own)"
         )
         return {"name": "state store memory policy", "ok": False, "detail": detail}
     return {"name": "state store memory policy", "ok": True, "detail": "noeviction"}

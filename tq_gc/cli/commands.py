@@ -22,6 +22,7 @@ from tq_gc.cli import render
 from tq_gc.cli.footprint_view import footprint_summary
 from tq_gc.cli.sidecar_state import refuse_a_state_out_of_reach
 from tq_gc.config import Config, config_schema, load_config, schedule_problem
+from tq_gc.config.redaction import redact_text
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.liveness import liveness
@@ -42,6 +43,8 @@ OUTCOME_EXIT = {
     Outcome.ABORTED: EXIT_ABORTED,
 }
 log = logging.getLogger("tq_gc")
+# The URLs this run was given (config, flags): their secrets are hidden in everything it prints.
+_secret_urls: list[str] = []
 
 
 def _config_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -87,7 +90,8 @@ def cli(ctx: click.Context, log_level: str) -> None:
 
 def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Config:
     config = load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
-    configure_logging(ctx.meta.get("log_level", "INFO"), config.log_format)
+    _secret_urls.extend(config.secret_urls())
+    configure_logging(ctx.meta.get("log_level", "INFO"), config.log_format, _secret_urls)
     return config
 
 
@@ -127,6 +131,8 @@ def sweep(
 ) -> None:
     """One sweep: lease, fence, list, references, plan, re-check, delete, report. A dry run lists the
     rows it would delete, each with how long it is unreferenced, and counts the rows it keeps by reason."""
+    if pushgateway:
+        _secret_urls.append(pushgateway)
     config = _load(ctx, config_path)
     runtime: Runtime = ctx.obj
     holder = default_holder()
@@ -370,7 +376,9 @@ def _emit(doc: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], 
 
 
 def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> int:
-    """Entry point; returns the exit code. Tests call it with a Runtime holding memory stores."""
+    """Entry point; returns the exit code. Tests call it with a Runtime holding memory stores. No
+    secret of a URL it was given is printed, whatever the error (redaction.redact_text)."""
+    _secret_urls.clear()
     try:
         code = cli.main(
             args=list(argv) if argv is not None else None, obj=runtime or Runtime(), standalone_mode=False
@@ -378,19 +386,19 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
     except click.exceptions.Exit as exit_:
         return int(exit_.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        exc.show()  # usage errors: what was typed, before any URL was read
         return EXIT_USAGE
     except click.Abort:
         return EXIT_ERROR
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(redact_text(f"error: {exc}", _secret_urls), err=True)
         return EXIT_USAGE
     except TqGcError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(redact_text(f"error: {exc}", _secret_urls), err=True)
         return EXIT_ERROR
     except Exception as exc:
         log.debug("unexpected error", exc_info=True)
-        click.echo(f"unexpected error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(redact_text(f"unexpected error: {type(exc).__name__}: {exc}", _secret_urls), err=True)
         return EXIT_ERROR
     return code if isinstance(code, int) else EXIT_OK
 

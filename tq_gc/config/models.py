@@ -341,7 +341,13 @@ class Config(Frozen):
         """The config as a log-safe dict (no password)."""
         data = self.model_dump(mode="json")
         data["state_url"] = redact_url(self.state_url)
+        data["transfer_queue"]["ray_address"] = redact_url(self.transfer_queue.ray_address)
         return data
+
+    def secret_urls(self) -> tuple[str, ...]:
+        """Every URL this config holds, which may carry credentials: what every output hides the secrets
+        of (redaction.redact_text)."""
+        return (self.state_url, self.transfer_queue.ray_address)
 
 
 def _check_batch_fits_lease(limits: Limits, lease_ttl_seconds: float) -> None:

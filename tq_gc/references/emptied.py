@@ -17,6 +17,12 @@ afresh every run, and the device number of the same volume can differ from one m
 (another node, another attach order), so a change alone proves nothing; no file where files were is what
 an unmounted volume looks like.
 
+A Redis restarted empty loses that baseline with everything else, and may come back just as a volume
+went missing. A sweeper that recorded a baseline in this process (the sidecar) keeps its own copy, and
+when the store has none any more, its copy stands in: the unmounted volume still stops the sweep. A
+sweeper with no copy (a CronJob's first and only sweep) starts a new baseline; a `marker` or `mount_point`
+on the source is what guards its volume then.
+
 Admissions are not guarded so: every admission released is a job between calls. Publishers on another
 namespace or Redis database than the sweeper's are what `tq-gc check` looks for instead.
 """
@@ -88,10 +94,13 @@ def guard_emptied_sources(
     config: Config,
     accepted: Collection[str],
     yields: Mapping[str, Yield],
-) -> None:
+    remembered: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """Abort (ReferenceSourceError) if a source that yielded references at the last recorded sweep reads
-    as empty now, unless it may become empty or is accepted; else record what every source yielded now."""
-    last = state.source_counts()
+    as empty now, unless it may become empty or is accepted; else record what every source yielded now,
+    and return it. `remembered`: what this sweeper recorded last, standing in for the store's record
+    when the store has none any more (restarted empty)."""
+    last = baseline(state, remembered)
     emptied = emptied_sources(last, yields)
     refuse_emptied(config, last, [source_id for source_id in emptied if source_id not in accepted])
     for source_id in emptied:
@@ -99,7 +108,21 @@ def guard_emptied_sources(
         log.warning(
             "reference source %r named %d rows at the last sweep and none now: accepted", source_id, count
         )
-    state.record_source_counts(lease, {source_id: found.references for source_id, found in yields.items()})
+    counts = {source_id: found.references for source_id, found in yields.items()}
+    state.record_source_counts(lease, counts)
+    return counts
+
+
+def baseline(state: StateStore, remembered: Mapping[str, int] | None) -> Mapping[str, int]:
+    """What the sources yielded at the last sweep that read them all: the store's record, or this
+    sweeper's own copy when the store has lost its record (no baseline at all: restarted empty)."""
+    if remembered and state.source_baseline_since_ms() is None:
+        log.warning(
+            "the state store has lost its record of what the reference sources named (restarted empty?): "
+            "this sweeper's own record of its last sweep stands in"
+        )
+        return remembered
+    return state.source_counts()
 
 
 def emptied_sources(last: Mapping[str, int], yields: Mapping[str, Yield]) -> list[str]:

@@ -76,7 +76,7 @@ class SidecarActor:
 
     def __init__(self, config: Config, row_store_factory: RowStoreFactory | None = None) -> None:
         self._log_lines = RecentLines()  # what `tq-gc serve` streams (log_lines)
-        configure_logging("INFO", config.log_format, self._log_lines)
+        configure_logging("INFO", config.log_format, config.secret_urls(), self._log_lines)
         self._config = config
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()

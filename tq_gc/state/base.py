@@ -56,6 +56,9 @@ class Recheck:
     admissions_version: int
     # Moves on every raise_fence: a fence raised and lowered between two re-checks still moves it.
     fence_epoch: int
+    # The server process that answered ("" when it will not say): another one mid-sweep means the store
+    # restarted or failed over, and whatever publishers did while it was away is in no write barrier.
+    server_run: str = ""
 
 
 class AdmissionStore(Protocol):
@@ -127,6 +130,12 @@ class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
         `tq-gc admissions` shows beside the rows)."""
         ...
 
+    def store_id(self) -> str:
+        """Which store this is, whatever address reached it: two sweepers share a store exactly when
+        their ids are equal. A random id written once into the store (Redis: SET NX) and read back by
+        everyone; each memory:// store has its own. A store restarted empty has a new one."""
+        ...
+
     def now_ms(self) -> int:
         """The store's clock, in ms since the epoch."""
         ...
@@ -195,6 +204,11 @@ class StateStore(AdmissionStore, AdmissionSnapshots, Protocol):
     def source_counts(self) -> dict[str, int]:
         """{reference source id: references it yielded} as of the last sweep that read every source (and
         recorded them); {} before any."""
+        ...
+
+    def source_baseline_since_ms(self) -> int | None:
+        """Store time (ms) of the first recorded source counts, kept from then on; None before any (a
+        new store, or one restarted empty: it has lost the baseline it had)."""
         ...
 
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:

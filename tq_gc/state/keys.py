@@ -16,8 +16,10 @@ jobs sharing one Redis never touch each other's keys.
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}
     tqgc:{ns}:admissions:version    STRING  a random token, new on every admit (admissions_version)
-    tqgc:{ns}:admissions:barrier    LIST    the rows document of every admit made while a sweeper holds the
-                                            lease, in order; emptied when a lease is taken or given back
+    tqgc:{ns}:admissions:barrier    LIST    a head "<lease token> <count>", then the rows document of every
+                                            admit made while a sweeper holds the lease, in order; started
+                                            afresh when a lease is taken, deleted when it is given back; a
+                                            head that is missing or miscounts ends the sweep's deletes
                                             (see StateStore.admitted_since_lease)
     tqgc:{ns}:fences                ZSET    fence name -> expires_at_ms (store clock)
     tqgc:{ns}:fences:epoch          STRING  counter, INCR on every raise_fence (see state.base.Recheck)
@@ -63,6 +65,10 @@ def check_namespace(namespace: str) -> str:
     return namespace
 
 
+# Which store this is, whatever URL reaches it: a random id written once (SET NX) into the database.
+STORE_ID_KEY = "tqgc:store_id"
+
+
 class Keys:
     """Every key of one namespace."""
 
@@ -80,6 +86,7 @@ class Keys:
         self.observed = f"{self.prefix}:observed"
         self.deleting = f"{self.prefix}:deleting"
         self.source_counts = f"{self.prefix}:source_counts"
+        self.source_counts_since = f"{self.prefix}:source_counts:since"
 
     # The first-seen records' keys say "sightings": stored names, kept as they were written.
     def first_seen(self, partition: str) -> str:

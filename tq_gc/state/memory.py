@@ -43,6 +43,7 @@ class MemoryState:
         self._lease: Lease | None = None
         self._runs: deque[str] = deque(maxlen=RUNS_KEPT)
         self._source_counts: dict[str, int] = {}
+        self._source_counts_since_ms: int | None = None  # when the first counts were recorded
         self._audit: deque[tuple[str, AuditBatch]] = deque()  # (intent id, batch), oldest first
         self._audit_rows = 0
         self._intents = 0
@@ -54,9 +55,14 @@ class MemoryState:
         self._fences: dict[str, int] = {}
         self._admissions_version = 0
         self._barrier: dict[str, set[str]] = {}  # partition -> keys admitted since the lease was taken
+        self._server_run = secrets.token_hex(8)  # this store lives and dies with its process
+        self._store_id = f"memory-{secrets.token_hex(16)}"
 
     def __repr__(self) -> str:
         return f"MemoryState(namespace={self.namespace!r})"
+
+    def store_id(self) -> str:
+        return self._store_id
 
     def now_ms(self) -> int:
         return self.clock_ms()
@@ -138,7 +144,7 @@ class MemoryState:
         with self._lock:
             if renewed is not None and self._deleting is not None and self._deleting[0] == lease.token:
                 self._deleting = (lease.token, self.clock_ms() + ttl_ms)  # a slow clear stays in flight
-            return Recheck(renewed, fences, self._admissions_version, self._fence_epoch)
+            return Recheck(renewed, fences, self._admissions_version, self._fence_epoch, self._server_run)
 
     def _live_lease(self, now: int) -> Lease | None:
         if self._lease is not None and self._lease.expires_at_ms <= now:
@@ -166,10 +172,16 @@ class MemoryState:
         with self._lock:
             return dict(self._source_counts)
 
+    def source_baseline_since_ms(self) -> int | None:
+        with self._lock:
+            return self._source_counts_since_ms
+
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
         with self._lock:
             self._check_lease(lease)
             self._source_counts = dict(counts)
+            if self._source_counts_since_ms is None:
+                self._source_counts_since_ms = self.clock_ms()
 
     def record_intent(self, lease: Lease, batch: AuditBatch, fence_epoch: int, ttl_ms: int) -> str:
         with self._lock:

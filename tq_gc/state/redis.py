@@ -25,7 +25,7 @@ from tq_gc.config import redact_url
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
-from tq_gc.state.keys import GENERATION_ROWS, Keys, check_namespace
+from tq_gc.state.keys import GENERATION_ROWS, STORE_ID_KEY, Keys, check_namespace
 from tq_gc.state.redis_admissions import RedisAdmissions
 from tq_gc.state.redis_audit import RedisAudit
 from tq_gc.state.redis_connection import RedisConnection, Replication, client_from_url, describe
@@ -56,6 +56,7 @@ class RedisState:
         self._release_lease = register(scripts.RELEASE_LEASE)
         self._lease_holder = register(scripts.LEASE_HOLDER)
         self._acquire_lease = register(scripts.ACQUIRE_LEASE)
+        self._store_id = register(scripts.STORE_ID)
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
@@ -83,6 +84,13 @@ class RedisState:
 
     def __repr__(self) -> str:
         return f"RedisState(url={self.url!r}, namespace={self.namespace!r})"
+
+    def store_id(self) -> str:
+        """Which store this is: a random id written into the database the first time anyone asks, and
+        read back by everyone after, whatever URL (host name, port spelling, `?db=`) reached it. A Redis
+        restarted empty, or another database, has another."""
+        with self._connection.guard("read the store's id"):
+            return str(self._store_id(keys=[STORE_ID_KEY], args=[f"redis-{secrets.token_hex(16)}"]))
 
     def now_ms(self) -> int:
         with self._connection.guard("read its clock"):
@@ -117,7 +125,7 @@ class RedisState:
         value = json.dumps({"token": token, "holder": holder})
         keys = [self._keys.lease, self._keys.admission_barrier]
         with self._connection.guard("acquire the lease"):
-            taken, seconds, microseconds = self._acquire_lease(keys=keys, args=[value, ttl_ms])
+            taken, seconds, microseconds = self._acquire_lease(keys=keys, args=[value, ttl_ms, token])
         if not taken:
             return None
         return Lease(token, holder, int(seconds) * 1000 + int(microseconds) // 1000 + ttl_ms)
@@ -137,7 +145,19 @@ class RedisState:
             fences={fences[i]: int(float(fences[i + 1])) for i in range(0, len(fences), 2)},
             admissions_version=int(version),
             fence_epoch=int(epoch),
+            server_run=self.server_run(),
         )
+
+    def server_run(self) -> str:
+        """The run id of the Redis server process answering (INFO server), read after a re-check: it
+        changes when the server restarts, even with its data (an append-only file), and at a failover to
+        a replica. "" when INFO is refused (some managed services): then only a failed call tells."""
+        with self._connection.guard("read the server's run id"):
+            try:
+                info = self._client.info("server")
+            except redis.ResponseError:  # INFO disabled or renamed
+                return ""
+        return str(info.get("run_id", ""))
 
     def release_lease(self, lease: Lease) -> None:
         with self._connection.guard("release the lease"):
@@ -162,6 +182,9 @@ class RedisState:
 
     def source_counts(self) -> dict[str, int]:
         return self._audit.source_counts()
+
+    def source_baseline_since_ms(self) -> int | None:
+        return self._audit.source_baseline_since_ms()
 
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
         self._audit.record_source_counts(lease, counts)

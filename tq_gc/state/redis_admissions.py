@@ -8,7 +8,7 @@ import json
 from collections.abc import Collection
 from typing import cast
 
-from tq_gc.errors import LeaseLost
+from tq_gc.errors import BarrierLost, LeaseLost
 from tq_gc.state import redis_barrier
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, new_version
@@ -97,6 +97,8 @@ class RedisAdmissions:
             )
         if answer == 0:
             raise LeaseLost(self._namespace)
+        if answer == -1:
+            raise BarrierLost(self._namespace)
         copy.take(answer[1])
         held = copy.keys.get(partition)
         return set() if held is None else held.intersection(keys)

@@ -49,10 +49,16 @@ class RedisAudit:
             counts = cast(dict[str, str], self._connection.client.hgetall(self._keys.source_counts))
         return {source: int(count) for source, count in counts.items()}
 
+    def source_baseline_since_ms(self) -> int | None:
+        with self._connection.guard("read since when the sources' counts are kept"):
+            since = cast(str | None, self._connection.client.get(self._keys.source_counts_since))
+        return None if since is None else int(since)
+
     def record_source_counts(self, lease: Lease, counts: Mapping[str, int]) -> None:
         args: list[str | int] = [lease.token, *(item for pair in counts.items() for item in pair)]
+        keys = [self._keys.lease, self._keys.source_counts, self._keys.source_counts_since]
         with self._connection.guard("record the reference sources' counts"):
-            done = self._record_source_counts(keys=[self._keys.lease, self._keys.source_counts], args=args)
+            done = self._record_source_counts(keys=keys, args=args)
         if not done:
             raise LeaseLost(self._namespace)
 

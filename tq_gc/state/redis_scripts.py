@@ -55,29 +55,53 @@ end
 
 # Lua numbers are doubles: %d keeps ms-since-epoch exact where tostring's %.14g could round.
 # While a sweeper holds the lease (KEYS[4]) the admission's rows also join the barrier (KEYS[5]), in the
-# same step: no admission made during a sweep goes unseen. The barrier is a list of the rows documents,
-# appended in order, so that a sweeper reads each once (ADMITTED_SINCE).
+# same step: no admission made during a sweep goes unseen. The barrier is a list: a head, "<lease token>
+# <documents appended>", then the rows documents, appended in order, so that a sweeper reads each once
+# (ADMITTED_SINCE) and can tell a barrier that vanished (evicted, deleted) or was shortened: a list
+# without its head gets a head that names no lease, and a trimmed one no longer matches its count.
 ADMIT = _with_clock("""
 local expires_at_ms = now_ms() + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%d', expires_at_ms), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[4])
-if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RPUSH', KEYS[5], ARGV[2]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local head = redis.call('LINDEX', KEYS[5], 0)
+  local token, count = nil, nil
+  if head then token, count = string.match(head, '^(%S+) (%d+)$') end
+  if token then
+    redis.call('RPUSH', KEYS[5], ARGV[2])
+    redis.call('LSET', KEYS[5], 0, token .. ' ' .. string.format('%d', tonumber(count) + 1))
+  elseif head then
+    redis.call('RPUSH', KEYS[5], ARGV[2])
+  else
+    redis.call('RPUSH', KEYS[5], 'lost', ARGV[2])
+  end
+end
 return expires_at_ms
 """)
 
-# The lease (KEYS[1]) taken if free, for ARGV[3] ms, and the barrier (KEYS[2]) started afresh with it;
-# returns {taken, seconds, microseconds} (the clock reading that goes with the SET).
+# The lease (KEYS[1]) taken if free, for ARGV[2] ms, and the barrier (KEYS[2]) started afresh with it,
+# its head naming the lease's token (ARGV[3]); returns {taken, seconds, microseconds} (the clock reading
+# that goes with the SET).
 ACQUIRE_LEASE = """
 local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if taken then redis.call('DEL', KEYS[2]) end
+if taken then
+  redis.call('DEL', KEYS[2])
+  redis.call('RPUSH', KEYS[2], ARGV[3] .. ' 0')
+end
 local t = redis.call('TIME')
 return {taken and 1 or 0, t[1], t[2]}
 """
 
-# The barrier's (KEYS[2]) rows documents from position ARGV[2] on, while the lease is ours.
+# The barrier's (KEYS[2]) rows documents after the ARGV[2] read already, while the lease is ours; -1 when
+# the barrier is not whole (no head of this lease, or fewer documents than its head counts, or than read).
 ADMITTED_SINCE = _lease_guarded("""
-return {1, redis.call('LRANGE', KEYS[2], ARGV[2], -1)}
+local length = redis.call('LLEN', KEYS[2])
+local head = redis.call('LINDEX', KEYS[2], 0)
+if head ~= ARGV[1] .. ' ' .. string.format('%d', length - 1) or tonumber(ARGV[2]) > length - 1 then
+  return -1
+end
+return {1, redis.call('LRANGE', KEYS[2], tonumber(ARGV[2]) + 1, -1)}
 """)
 
 RENEW_ADMISSION = _with_clock("""
@@ -213,13 +237,17 @@ return 1
 )
 
 # The counts of the reference sources (KEYS[2]), replaced by the source-count pairs after the token.
-RECORD_SOURCE_COUNTS = _lease_guarded("""
+# The baseline's birth (KEYS[3]) is kept from the first recording on: a store restarted empty has none.
+RECORD_SOURCE_COUNTS = _with_clock(
+    _lease_guarded("""
+redis.call('SET', KEYS[3], string.format('%d', now_ms()), 'NX')
 redis.call('DEL', KEYS[2])
 for i = 2, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
 return 1
 """)
+)
 
 # the lease renewed (and our delete in flight, KEYS[5], with it: a clear slower than the TTL stays marked
 # for as long as its sweeper lives) + live fences + admissions version + fence epoch:
@@ -256,3 +284,9 @@ if not value then
 end
 return {value, now_ms() + redis.call('PTTL', KEYS[1])}
 """)
+
+# The store's id (KEYS[1]): ARGV[1] if it has none yet, else the one written first.
+STORE_ID = """
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+"""

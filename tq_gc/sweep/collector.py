@@ -182,7 +182,7 @@ class Collector:
 
     def _hold_claim(self, dry_run: bool) -> None:
         """Hold the TQ's claim for our state store (a dry run only looks), or stop with nothing deleted."""
-        refused = None if self.claim is None else self.claim.hold(take=not dry_run)
+        refused = None if self.claim is None else self.claim.hold(take=not dry_run, state=self.state)
         if refused is not None:
             raise TqClaimed(refused)
 

@@ -1,7 +1,12 @@
 """The sweep's lease on its namespace (one sweeper at a time): taken first, renewed by the re-check
 before each delete batch and in the background while the sweep attaches and lists, checked fresh right
 before each clear, released at the end. Every write a sweep makes names its lease: once the lease is
-gone, the sweeper writes nothing more."""
+gone, the sweeper writes nothing more.
+
+A lease that survives an outage of its store is not enough: a Redis that comes back with its data (an
+append-only file, a failover to a replica) still holds it, but publishers could not admit while it was
+away, so their moves are in no write barrier. A renewal that failed, or a store that answers from another
+server process than when the lease was taken, ends the sweep's deletes (StoreInterrupted)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from tq_gc.config import Config
-from tq_gc.errors import FenceUp, LeaseHeld, LeaseLost, SweeperPaused
+from tq_gc.errors import FenceUp, LeaseHeld, LeaseLost, StoreInterrupted, SweeperPaused
 from tq_gc.state.base import Recheck, StateStore
 from tq_gc.sweep.run import SweepRun
 
@@ -52,7 +57,7 @@ class SweepLease:
         run.lease, run.started_ms = lease, lease.expires_at_ms - self.ttl_ms
         check = self.recheck(run)
         stop_if_fenced(check.fences)
-        run.fence_epoch = check.fence_epoch
+        run.fence_epoch, run.server_run = check.fence_epoch, check.server_run
 
     def recheck(self, run: SweepRun) -> Recheck:
         """Renew the lease (LeaseLost if it is gone) and read fences and the admissions version, on the
@@ -63,12 +68,20 @@ class SweepLease:
         return check
 
     def renew(self, run: SweepRun) -> Recheck:
-        """Renew the lease, and with it a delete batch's in-flight mark (LeaseLost if it is gone). The
-        background renewals come here only: they vouch for nothing the sweeping thread read."""
+        """Renew the lease, and with it a delete batch's in-flight mark (LeaseLost if it is gone;
+        StoreInterrupted if the store was away or restarted since the lease was taken). The background
+        renewals come here only: they vouch for nothing the sweeping thread read."""
         check = self._state.recheck(run.held_lease, self.ttl_ms)
         if check.lease is None:
             raise LeaseLost(self._config.namespace)
         run.lease = check.lease
+        if run.server_run and check.server_run != run.server_run:
+            run.interrupted = run.interrupted or (
+                f"it restarted or failed over: server run {check.server_run or 'unknown'}, "
+                f"was {run.server_run}"
+            )
+        if run.interrupted is not None:
+            raise StoreInterrupted(run.interrupted)
         return check
 
     def check_fresh(self, run: SweepRun) -> None:
@@ -78,8 +91,14 @@ class SweepLease:
             raise SweeperPaused(elapsed)
 
     def renewed_in_background(self, run: SweepRun) -> BackgroundRenewal:
-        """The thread that keeps the run's lease renewed (not started yet)."""
-        return BackgroundRenewal(lambda: self.renew(run), self._config.lease_ttl_seconds * RENEW_FRACTION)
+        """The thread that keeps the run's lease renewed (not started yet). A renewal that fails marks
+        the run interrupted: the store was away, so its next re-check ends the deletes."""
+
+        def failed(exc: Exception) -> None:
+            run.interrupted = run.interrupted or f"a lease renewal failed: {exc}"
+
+        every_seconds = self._config.lease_ttl_seconds * RENEW_FRACTION
+        return BackgroundRenewal(lambda: self.renew(run), every_seconds, failed)
 
     def release(self, run: SweepRun) -> None:
         """Give the lease back at the end of the sweep, if it took one; if that fails, it expires."""
@@ -101,10 +120,14 @@ class BackgroundRenewal:
     to a busy cluster or listing a million rows in paced windows can take longer than the TTL. A paused
     process renews nothing (the thread pauses with it), so a sweeper frozen past its TTL still loses the
     lease and fences itself; a renewal that finds the lease gone ends the renewals, and the sweep's next
-    write fails on the token."""
+    write fails on the token. A renewal that fails otherwise is reported to `failed` (the sweep deletes
+    nothing more) and retried: the lease kept lets the sweep record how it ended."""
 
-    def __init__(self, renew: Callable[[], object], every_seconds: float) -> None:
+    def __init__(
+        self, renew: Callable[[], object], every_seconds: float, failed: Callable[[Exception], None]
+    ) -> None:
         self._renew = renew
+        self._failed = failed
         self._every_seconds = every_seconds
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -122,7 +145,10 @@ class BackgroundRenewal:
         while not self._stopped.wait(self._every_seconds):
             try:
                 self._renew()
+            except StoreInterrupted:  # renewed all the same: the sweep's next re-check stops it
+                continue
             except LeaseLost:
                 return
-            except Exception as exc:  # a store hiccup: the next renewal may succeed, the TTL decides
-                log.warning("could not renew the sweep lease (retrying): %s", exc)
+            except Exception as exc:  # the store was away: no more deletes this sweep; keep the lease
+                self._failed(exc)
+                log.warning("could not renew the sweep lease (retrying; no more deletes this sweep): %s", exc)

@@ -31,6 +31,9 @@ class Observer:
         self.manifests = ManifestsSource(config.manifests)
         self.tags = TagsSource(config.tag_references, row_store)
         self.owners = OwnersSource(config.owner_references, row_store)
+        # What the sources yielded at this sweeper's last sweep that read them all: it stands in for the
+        # store's record if the store loses it (references/emptied.py).
+        self._source_counts: dict[str, int] | None = None
 
     def read(self, run: SweepRun) -> tuple[Listing, References]:
         """The listing, and every reference, read so that no reference that lives through the sweep is
@@ -62,7 +65,9 @@ class Observer:
             admissions = merge_keys(admissions, self.admissions.reread())
             manifests = merge_keys(manifests, self.manifests.read())
         yields = collected_yields(self.manifests.yields(), self.tags.counts, self.owners.counts)
-        guard_emptied_sources(self.state, run.held_lease, self.config, run.accept_empty, yields)
+        self._source_counts = guard_emptied_sources(
+            self.state, run.held_lease, self.config, run.accept_empty, yields, self._source_counts
+        )
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
 
     def _warn_of_missing_partitions(self, run: SweepRun, existing: set[str]) -> None:

@@ -34,6 +34,10 @@ class SweepRun:
     renewed_at: float = 0.0  # time.monotonic() when the lease was last renewed on the sweeping thread
     fence_epoch: int = 0  # the store's fence epoch before any reference was read
     started_ms: int = 0  # the store's clock when the lease was taken: sweeping resumed then
+    server_run: str = ""  # the state store's server process when the lease was taken (Recheck.server_run)
+    # Why this sweep may delete nothing more although its lease lives: the state store was away (a renewal
+    # failed) or restarted mid-sweep, so admissions made meanwhile may be in no write barrier.
+    interrupted: str | None = None
     plan: Plan | None = None
     # Each planned row's first-seen record: its identity then, and since when it is unreferenced.
     first_seen: FirstSeenByPartition = field(default_factory=dict)

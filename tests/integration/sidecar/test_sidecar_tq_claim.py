@@ -101,7 +101,7 @@ def test_one_redis_shares_the_tq_and_another_db_is_refused(
     for _ in range(2):  # the second run would delete what the first saw, if it swept
         code, report = cli_sweep(other_db, tmp_path / "db1.yaml", capsys)
         assert (code, report["outcome"], report["cause"]) == (EXIT_SKIPPED, "skipped", "tq_claimed"), report
-        assert shared.sidecar.name in report["reason"] and "/0 namespace" in report["reason"]
+        assert shared.sidecar.name in report["reason"] and f"({shared.state_url})" in report["reason"]
         time.sleep(GRACE_S + 0.5)
     assert keys_in(tq, tq_partition) == {"held/1"}
 

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
 from tq_gc.stores.transferqueue.internals import (
     ControllerFit,
@@ -167,7 +168,8 @@ def another_tq(fit: ControllerFit, ours: str, our_requests: frozenset[str], ray_
     version = theirs or "of unknown version"
     rebuild = theirs or "<the job's>"
     return (
-        f"the TransferQueue controller at transfer_queue.ray_address={ray_address!r} runs transferqueue "
+        f"the TransferQueue controller at transfer_queue.ray_address={redact_url(ray_address)!r} runs "
+        "transferqueue "
         f"{version}; tq-gc here runs transferqueue {ours}{cannot_decode}. tq-gc's client must be the "
         "controller's TQ: its requests are decoded by the job's controller, and one it cannot decode "
         f"can stop the controller's request thread. Rebuild the tq-gc image with --build-arg "

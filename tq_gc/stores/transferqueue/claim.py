@@ -4,8 +4,10 @@ Each sweeper's state store (its admissions, fences, first-seen records, lease) i
 what is referenced. Two sweepers that do not share one (two memory:// sidecars, each state living in
 its own actor; a sidecar and a CronJob on different Redis URLs, DBs or namespaces) each hold a lease of
 their own and each deletes rows that only the other's publishers hold. So before it plans, a sweep
-holds the TQ's claim for its state store's identity (`state_identity`): the URL without secrets and
-the namespace, or, for memory://, the process that hosts that state.
+holds the TQ's claim for its state store's identity (`state_identity`): what the store is, not how it
+is reached: the random id written once into it (StateStore.store_id; a URL names a store in many ways,
+`localhost` names another one in each pod, `?db=` overrides the path) and the namespace; each memory://
+store has an id of its own.
 
 The claim is a named Ray actor in TQ's own Ray namespace, keyed by the controller's actor id (a new TQ
 starts unclaimed), found or created in one atomic call (`get_if_exists`) by every sweeper of the
@@ -35,10 +37,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
-from tq_gc.config import Config
+from tq_gc.config import Config, redact_url
 from tq_gc.errors import StoreUnavailable, TqGcError, TransferQueueNotFound
+from tq_gc.state.base import StateStore
 from tq_gc.stores.transferqueue.attach import CONTROLLER_NAMESPACE, find_controller
 
 CLAIM_NAME_PREFIX = "tq-gc-claim-"
@@ -48,22 +51,20 @@ CALL_TIMEOUT_SECONDS = 30.0
 FIND_ATTEMPTS = 20
 FIND_RETRY_SECONDS = 0.5
 MEMORY_SCHEME = "memory"
-REDIS_DEFAULT_PORT = 6379
 
 
-def state_identity(state_url: str, namespace: str, holder: str) -> str:
-    """Which state store a sweeper keeps its view in, without secrets: two sweepers share one exactly
-    when these are equal. memory:// state lives in the process that hosts it (`holder`)."""
-    parts = urlsplit(state_url)
-    scheme = parts.scheme.lower()
-    if scheme == MEMORY_SCHEME:
+def state_identity(state: StateStore) -> str:
+    """Which state store, and which namespace in it, a sweeper keeps its view in: two sweepers share
+    one exactly when these are equal. Reads the store's id (StoreUnavailable if it cannot)."""
+    return f"state store {state.store_id()} namespace {state.namespace!r}"
+
+
+def state_address(state_url: str, holder: str) -> str:
+    """Where a sweeper's state store is, for people (never compared): the URL without secrets, or for
+    memory:// the process hosting it."""
+    if urlsplit(state_url).scheme.lower() == MEMORY_SCHEME:
         return f"memory:// hosted by {holder}"
-    if scheme == "unix":
-        db = parse_qs(parts.query).get("db", ["0"])[0]
-        return f"unix://{parts.path}?db={db} namespace {namespace!r}"
-    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
-    host = (parts.hostname or "localhost").lower()
-    return f"{scheme}://{host}:{parts.port or REDIS_DEFAULT_PORT}/{db} namespace {namespace!r}"
+    return redact_url(state_url)
 
 
 def refusal(ours: dict[str, str], theirs: dict[str, str]) -> str | None:
@@ -72,12 +73,17 @@ def refusal(ours: dict[str, str], theirs: dict[str, str]) -> str | None:
         return None
     return (
         f"this TransferQueue is claimed by the sweeper {theirs['holder']}, whose state is "
-        f"{theirs['identity']}; this sweeper's state is {ours['identity']}. Sweepers that do not share "
+        f"{_shown(theirs)}; this sweeper's state is {_shown(ours)}. Sweepers that do not share "
         "one state store each delete rows that only the other's publishers hold, so this sweep deleted "
         "nothing. Run one sweeper per TransferQueue, or give both the same state_url and namespace "
         "(a memory:// sidecar shares its state with nobody: use redis:// for more than one sweeper); "
         "the claim ends when that sweeper stops or its process dies"
     )
+
+
+def _shown(claimant: dict[str, str]) -> str:
+    where = claimant.get("where")
+    return f"{claimant['identity']} ({where})" if where else claimant["identity"]
 
 
 @functools.cache
@@ -104,8 +110,9 @@ def _claim_actor_class() -> type:
 class TqClaim:
     """One sweeper's hold on the claim of the job's TQ (found by name in the Ray cluster)."""
 
-    def __init__(self, identity: str, holder: str, ray_address: str) -> None:
-        self._ours = {"identity": identity, "holder": holder, "token": uuid.uuid4().hex}
+    def __init__(self, where: str, holder: str, ray_address: str) -> None:
+        # identity: read from the state store when the claim is first held (state_identity)
+        self._ours = {"identity": "", "where": where, "holder": holder, "token": uuid.uuid4().hex}
         self._ray_address = ray_address
         self._owned: tuple[str, Any] | None = None  # (name, handle) of the claim this sweeper created
 
@@ -118,9 +125,16 @@ class TqClaim:
         """What this sweeper's claim records: its state's identity, its holder name, its token."""
         return dict(self._ours)
 
-    def hold(self, take: bool) -> str | None:
+    def identify(self, state: StateStore) -> None:
+        """Learn which store this sweeper's state is (its id, read from it), before holding the claim.
+        A store restarted empty has a new id: the claim this sweeper already holds stays its own."""
+        self._ours["identity"] = state_identity(state)
+
+    def hold(self, take: bool, state: StateStore) -> str | None:
         """Hold the claim for this sweeper's state (`take`: create it if nobody holds it), or say why
-        this sweeper must not sweep: the refusal, or None. StoreUnavailable if the claim cannot be read."""
+        this sweeper must not sweep: the refusal, or None. StoreUnavailable if the claim or the state
+        store's id cannot be read."""
+        self.identify(state)
         theirs = self.holder_of_claim(take)
         if theirs is None:
             return None
@@ -204,10 +218,11 @@ def sidecar_holder(sidecar_name: str, process: str) -> str:
     return f"sidecar:{sidecar_name}@{process}"
 
 
-def describe_claim(config: Config, holder: str) -> str:
+def describe_claim(config: Config, holder: str, state: StateStore) -> str:
     """For `tq-gc check`: who claims the job's TQ (reading it only). TqGcError if a sweeper of another
     state store does: this config's sweeps would be skipped."""
     claim = claim_for(config, holder)
+    claim.identify(state)
     theirs = claim.holder_of_claim(take=False)
     if theirs is None:
         return "no sweeper claims it: the first executing sweep takes it for its state"
@@ -221,8 +236,7 @@ def describe_claim(config: Config, holder: str) -> str:
 
 def claim_for(config: Config, holder: str) -> TqClaim:
     """The claim a sweeper with this config and holder name holds on the job's TQ."""
-    identity = state_identity(config.state_url, config.namespace, holder)
-    return TqClaim(identity, holder, config.transfer_queue.ray_address)
+    return TqClaim(state_address(config.state_url, holder), holder, config.transfer_queue.ray_address)
 
 
 @contextlib.contextmanager
@@ -243,5 +257,6 @@ __all__ = [
     "describe_claim",
     "refusal",
     "sidecar_holder",
+    "state_address",
     "state_identity",
 ]

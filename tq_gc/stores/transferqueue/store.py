@@ -39,7 +39,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
-from tq_gc.config import TransferQueueConfig
+from tq_gc.config import TransferQueueConfig, redact_url
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.ray_cluster import join_ray
@@ -381,7 +381,7 @@ class TransferQueueRowStore(RowStore):
 
     def __repr__(self) -> str:
         return (
-            f"TransferQueueRowStore(ray_address={self._ray_address!r}, "
+            f"TransferQueueRowStore(ray_address={redact_url(self._ray_address)!r}, "
             f"request_batch={self._request_batch}, closed={self._requests.closed})"
         )
 
