@@ -114,11 +114,32 @@ def _manifest_accepted(manifest: Any, step: Any, version: Any, fingerprint: str 
         return False
     if manifest["schema_version"] >= 6 and manifest.get("gym_generation_cut_proofs"):
         return False
+    if manifest["schema_version"] != 1 and not _gym_model_validates(manifest.get("gym_checkpoint")):
+        return False
     return (
         manifest["base_train_step"] == step
         and manifest["trainer_version"] == version
         and (fingerprint == "any" or manifest.get("bootstrap_fingerprint") == fingerprint)
     )
+
+
+def _gym_model_validates(gym: Any) -> bool:
+    """GymCheckpointCommitResult's required fields, as pydantic validates them (their types only)."""
+    if gym is None:
+        return True
+    if not isinstance(gym, dict) or type(gym.get("checkpoint_id")) is not str:
+        return False
+    entries = gym.get("participants")
+    return isinstance(entries, list) and all(_gym_participant_validates(entry) for entry in entries)
+
+
+def _gym_participant_validates(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    parts = [entry.get("participant"), entry.get("payload"), entry.get("manifest")]
+    if any(type(part) is not dict for part in parts):
+        return False
+    return type(parts[2].get("relative_path")) is str and type(parts[2].get("manifest_digest")) is str
 
 
 def point_keeps(point: Path) -> set[str]:
