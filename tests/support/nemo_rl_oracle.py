@@ -177,8 +177,36 @@ def route_plan_cleanup(tags: list[dict[str, Any]] | None) -> set[str]:
         key
         for tag in tags or []
         if "route_assembly_plan" in tag
-        for key in tag["route_assembly_plan"]["cleanup_staging_keys"]
+        for key in _decoded(tag["route_assembly_plan"])["cleanup_staging_keys"]
     }
+
+
+_SPAN_FIELDS = {
+    1: {"staging_key", "carry_len", "generation_len", "staged_route_len"},
+    2: {
+        "staging_key",
+        "carry_len",
+        "generation_len",
+        "staged_route_len",
+        "extras_digest_version",
+        "extras_digest",
+    },
+}
+
+
+def _decoded(plan: Any) -> dict[str, Any]:
+    """The plan, if NeMo's `decode_route_plan` of its version reads it (its fields exactly); else its
+    restore stops."""
+    fields = {"schema_version", "staging_partition", "spans", "cleanup_staging_keys", "expected_token_length"}
+    if not isinstance(plan, dict) or set(plan) != fields or not isinstance(plan["spans"], list):
+        raise RestoreRefused(f"route plan {plan!r} does not decode")
+    version = plan["schema_version"]
+    expected = (
+        _SPAN_FIELDS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
+    )
+    if expected is None or any(not isinstance(span, dict) or set(span) != expected for span in plan["spans"]):
+        raise RestoreRefused(f"route plan {plan!r} is of no version NeMo decodes")
+    return plan
 
 
 def _json(path: Path) -> Any:
