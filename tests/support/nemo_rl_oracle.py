@@ -152,6 +152,7 @@ def point_keeps(point: Path) -> set[str]:
                 if meta is not None:
                     keys.update(route_plan_cleanup(meta.tags))
                     continue
+                _check_branch_identities(group_state)
                 for sibling in group_state.get("siblings", []):  # schema 4's prompt references have none
                     if sibling["attempts"][-1]["status"] == "sealed":
                         keys.update(sibling["attempts"][-1]["staging_keys"])
@@ -170,6 +171,25 @@ def point_keeps(point: Path) -> set[str]:
                     if prefix["disposition"] == "durable_prefix":
                         keys.update(prefix["staging_keys"])
     return keys
+
+
+def _check_branch_identities(group_state: dict[str, Any]) -> None:
+    """Schema 3's branch layout (b2a048c9a): gate ids derived from group, generation and attempt id, and
+    a sealed or finalized receipt naming its own."""
+    for index, sibling in enumerate(group_state.get("siblings", [])):
+        logical = f"{group_state['group_id']}_g{index}"
+        for attempt in sibling["attempts"]:
+            if "gate_rollout_id" not in attempt:
+                continue  # another layout
+            gate = f"{logical}_a{attempt['attempt_id']}"
+            if (
+                sibling["logical_rollout_id"] != logical
+                or not attempt["attempt_id"]
+                or attempt["gate_rollout_id"] != gate
+            ):
+                raise RestoreRefused(f"gate rollout ID mismatch at {gate}")
+            if attempt["status"] in ("sealed", "finalized") and attempt["receipt"]["rollout_id"] != gate:
+                raise RestoreRefused(f"restored receipt of {gate} names another rollout")
 
 
 def route_plan_cleanup(tags: list[dict[str, Any]] | None) -> set[str]:
