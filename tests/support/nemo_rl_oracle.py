@@ -174,11 +174,23 @@ def point_keeps(point: Path) -> set[str]:
 
 
 def _check_branch_identities(group_state: dict[str, Any]) -> None:
-    """Schema 3's branch layout (b2a048c9a): gate ids derived from group, generation and attempt id, and
-    a sealed or finalized receipt naming its own."""
+    """Schema 3's attempt identities: the branch layout (b2a048c9a) derives gate ids from group,
+    generation and attempt id, a sealed or finalized receipt naming its own; the main line's sealed
+    receipt names Gym's capture key of its attempt index."""
     for index, sibling in enumerate(group_state.get("siblings", [])):
         logical = f"{group_state['group_id']}_g{index}"
-        for attempt in sibling["attempts"]:
+        for number, attempt in enumerate(sibling["attempts"]):
+            if "attempt_index" in attempt:  # the main line: gym_capture_key(logical, attempt_index)
+                key = logical if number == 0 else f"{logical}-a{number}"
+                if attempt["attempt_index"] != number or sibling["generation_index"] != index:
+                    raise RestoreRefused(f"attempt indices of {logical} are not contiguous")
+                if (
+                    attempt["status"] == "sealed"
+                    and attempt["receipt"]
+                    and attempt["receipt"]["rollout_id"] != key
+                ):
+                    raise RestoreRefused(f"sealed receipt identity mismatch at {key}")
+                continue
             if "gate_rollout_id" not in attempt:
                 continue  # another layout
             gate = f"{logical}_a{attempt['attempt_id']}"

@@ -17,6 +17,7 @@ from tq_gc.rows import RowId, rows_of
 
 from support.nemo_rl_checkpoints import write_point
 from support.nemo_rl_data_plane import STAGING
+from support.nemo_rl_ledgers import attempt_v3, group_v3, ledger_v3
 from support.nemo_rl_oracle import RestoreRefused, restore_keeps
 
 
@@ -74,6 +75,43 @@ def test_a_receipt_that_is_not_its_attempts_fails_closed(
     ckpt: Path, status: str, fields: dict[str, Any]
 ) -> None:
     write_point(ckpt / "step_3", branch_ledger(status, **fields))
+    with pytest.raises(ReferenceSourceError, match=r"NeMo RL's restore refuses it"):
+        read(ckpt)
+    with pytest.raises(RestoreRefused):
+        restore_keeps(ckpt)
+
+
+# -- the main-line layout (attempts `{attempt_index, ...}`; rollout_recovery.py schema 3, code index) ----
+
+
+def main_line_ledger(receipt_ids: list[str], indices: list[int] | None = None) -> dict[str, Any]:
+    """One group `g1`, one sibling whose attempts are failed but the last, sealed keeping `s/1`."""
+    attempts = [attempt_v3(index, "failed") for index in (indices or list(range(len(receipt_ids))))[:-1]]
+    last = (indices or list(range(len(receipt_ids))))[-1]
+    attempts.append(attempt_v3(last, "sealed", ["s/1"], rollout_id=receipt_ids[-1]))
+    return ledger_v3([group_v3("g1", [attempts])])
+
+
+@pytest.mark.parametrize(
+    "receipt_ids", [["g1_g0"], ["x", "g1_g0-a1"]], ids=["first-attempt", "second-attempt"]
+)
+def test_a_main_line_sealed_receipt_naming_its_gym_capture_key_keeps_its_rows(
+    ckpt: Path, receipt_ids: list[str]
+) -> None:
+    write_point(ckpt / "step_3", main_line_ledger(receipt_ids))
+    assert read(ckpt) == {RowId(STAGING, "s/1")}
+    assert restore_keeps(ckpt) == {"s/1"}
+
+
+@pytest.mark.parametrize(
+    ("receipt_ids", "indices"),
+    [(["g1_g0-a0"], None), (["x", "g1_g0"], None), (["x", "g1_g0-a2"], [0, 2]), (["g1_g1"], None)],
+    ids=["first-attempt-suffixed", "second-attempt-unsuffixed", "indices-not-contiguous", "another-sibling"],
+)
+def test_a_main_line_receipt_that_is_not_its_attempts_fails_closed(
+    ckpt: Path, receipt_ids: list[str], indices: list[int] | None
+) -> None:
+    write_point(ckpt / "step_3", main_line_ledger(receipt_ids, indices))
     with pytest.raises(ReferenceSourceError, match=r"NeMo RL's restore refuses it"):
         read(ckpt)
     with pytest.raises(RestoreRefused):
