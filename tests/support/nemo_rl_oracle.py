@@ -147,12 +147,23 @@ def point_keeps(point: Path) -> set[str]:
     with nemo_modules(), importable(HISTOGRAM_MODULE, Histogram=Histogram):  # loaded in full, as NeMo does
         if (point / INVENTORY).exists():
             ledger = torch.load(point / INVENTORY, weights_only=False)
+            seen_attempt_ids: set[str] = set()
             for group_state in ledger["groups"]:
                 meta = group_state.get("canonical_meta")  # schema 2: published, its route plans keep
                 if meta is not None:
                     keys.update(route_plan_cleanup(meta.tags))
                     continue
-                _check_branch_identities(group_state)
+                if ledger["schema_version"] == 3:
+                    _check_branch_identities(group_state)
+                attempt_ids = [
+                    attempt["attempt_id"]
+                    for sibling in group_state.get("siblings", [])
+                    for attempt in sibling["attempts"]
+                    if "attempt_id" in attempt
+                ]
+                if set(attempt_ids) & seen_attempt_ids or len(set(attempt_ids)) != len(attempt_ids):
+                    raise RestoreRefused("duplicate attempt_id")
+                seen_attempt_ids.update(attempt_ids)
                 for sibling in group_state.get("siblings", []):  # schema 4's prompt references have none
                     if sibling["attempts"][-1]["status"] == "sealed":
                         keys.update(sibling["attempts"][-1]["staging_keys"])

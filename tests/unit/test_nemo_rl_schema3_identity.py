@@ -116,3 +116,17 @@ def test_a_main_line_receipt_that_is_not_its_attempts_fails_closed(
         read(ckpt)
     with pytest.raises(RestoreRefused):
         restore_keeps(ckpt)
+
+
+def test_an_attempt_id_used_twice_in_the_branch_layout_fails_closed(ckpt: Path) -> None:
+    ledger = branch_ledger()
+    twin = {**ledger["groups"][0], "group_id": "g2"}  # g2's attempt reuses g1's attempt_id `x1`
+    attempt = {**twin["siblings"][0]["attempts"][0], "gate_rollout_id": "g2_g0_ax1"}
+    attempt["receipt"] = {**attempt["receipt"], "rollout_id": "g2_g0_ax1"}
+    twin["siblings"] = [{**twin["siblings"][0], "logical_rollout_id": "g2_g0", "attempts": [attempt]}]
+    ledger["groups"].append(twin)
+    write_point(ckpt / "step_3", ledger)
+    with pytest.raises(ReferenceSourceError, match=r"attempt_id 'x1' twice"):
+        read(ckpt)
+    with pytest.raises(RestoreRefused):
+        restore_keeps(ckpt)

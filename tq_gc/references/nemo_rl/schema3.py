@@ -28,7 +28,12 @@ RULES = AttemptRules(
 
 
 def rows(state: Mapping[str, Any], budget: KeyBudget) -> LedgerRows:
-    found = LedgerRows(staging_keys=current_sealed_keys(state, RULES, budget, on_group=_check_gates))
+    seen_attempt_ids: set[str] = set()  # the branch's loader refuses one used twice in the ledger
+    found = LedgerRows(
+        staging_keys=current_sealed_keys(
+            state, RULES, budget, on_group=lambda group, where: _check_gates(group, where, seen_attempt_ids)
+        )
+    )
     partition = state.get("staging_partition")  # the branch layout binds its ledger to one partition
     if partition is not None:
         if not isinstance(partition, str):
@@ -37,7 +42,7 @@ def rows(state: Mapping[str, Any], budget: KeyBudget) -> LedgerRows:
     return found
 
 
-def _check_gates(group: Mapping[str, Any], where: str) -> None:
+def _check_gates(group: Mapping[str, Any], where: str, seen_attempt_ids: set[str]) -> None:
     """Each attempt's identity as its layout's loader checks it, refusing what NeMo refuses (its restore
     then stops). The branch layout (attempts with `attempt_id`): `_check_gate`. The main line (attempts
     with `attempt_index`; rollout_recovery.py schema 3 in the code index, `_group_from_state`): attempt
@@ -53,6 +58,12 @@ def _check_gates(group: Mapping[str, Any], where: str) -> None:
                 continue  # refused by current_sealed_keys
             if "attempt_id" in attempt or "gate_rollout_id" in attempt:
                 _check_gate(group, index, sibling, attempt, at)
+                if attempt["attempt_id"] in seen_attempt_ids:
+                    raise InventoryError(
+                        f"{at}: the ledger holds attempt_id {attempt['attempt_id']!r} twice: "
+                        "NeMo RL's restore refuses it"
+                    )
+                seen_attempt_ids.add(attempt["attempt_id"])
             else:
                 _check_capture_key(group, index, sibling, attempt, number, at)
 
