@@ -187,13 +187,20 @@ def sibling_history_v3(group_id: str, sibling: int, kept: Sequence[str]) -> list
 
 
 def expanding_ledger(fan_out: int = 3000) -> dict[str, Any]:
-    """A schema-3 ledger of a few kilobytes naming fan_out**3 keys: one group referenced fan_out times,
-    its sibling fan_out times, whose sealed attempt lists one key fan_out times."""
+    """A schema-3 ledger of a few kilobytes naming fan_out**2 * 100 keys: one group referenced fan_out
+    times, with 100 siblings (their generation indices contiguous, as NeMo's loader requires) sharing
+    one sealed attempt that lists one key fan_out times."""
     key = cut_key("step_9", "bomb", "call0", 0)
-    sealed = attempt_v3(0, "sealed", [key] * fan_out, rollout_id="bomb_g0")
-    sibling = {"generation_index": 0, "attempts": [sealed]}
+    sealed = attempt_v3(0, "sealed", [key], rollout_id="bomb_g0")
+    sealed["staging_keys"], manifest = [key] * fan_out, [{"staging_key": key}] * fan_out  # shared
     bomb = group_v3("bomb", [[sealed]])
-    bomb["siblings"] = [sibling] * fan_out
+    bomb["siblings"] = [
+        {
+            "generation_index": index,
+            "attempts": [{**sealed, "receipt": {"rollout_id": f"bomb_g{index}", "manifest": manifest}}],
+        }
+        for index in range(100)
+    ]
     return ledger_v3([bomb] * fan_out)
 
 

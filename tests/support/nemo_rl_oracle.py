@@ -114,6 +114,8 @@ def _manifest_accepted(manifest: Any, step: Any, version: Any, fingerprint: str 
         return False
     if manifest["schema_version"] >= 6 and manifest.get("gym_generation_cut_proofs"):
         return False
+    if manifest["schema_version"] != 1 and not _gym_model_validates(manifest.get("gym_checkpoint")):
+        return False
     return (
         manifest["base_train_step"] == step
         and manifest["trainer_version"] == version
@@ -121,16 +123,47 @@ def _manifest_accepted(manifest: Any, step: Any, version: Any, fingerprint: str 
     )
 
 
+def _gym_model_validates(gym: Any) -> bool:
+    """GymCheckpointCommitResult's required fields, as pydantic validates them (their types only)."""
+    if gym is None:
+        return True
+    if not isinstance(gym, dict) or type(gym.get("checkpoint_id")) is not str:
+        return False
+    entries = gym.get("participants")
+    return isinstance(entries, list) and all(_gym_participant_validates(entry) for entry in entries)
+
+
+def _gym_participant_validates(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    parts = [entry.get("participant"), entry.get("payload"), entry.get("manifest")]
+    if any(type(part) is not dict for part in parts):
+        return False
+    return type(parts[2].get("relative_path")) is str and type(parts[2].get("manifest_digest")) is str
+
+
 def point_keeps(point: Path) -> set[str]:
     keys: set[str] = set()
     with nemo_modules(), importable(HISTOGRAM_MODULE, Histogram=Histogram):  # loaded in full, as NeMo does
         if (point / INVENTORY).exists():
             ledger = torch.load(point / INVENTORY, weights_only=False)
+            seen_attempt_ids: set[str] = set()
             for group_state in ledger["groups"]:
                 meta = group_state.get("canonical_meta")  # schema 2: published, its route plans keep
                 if meta is not None:
                     keys.update(route_plan_cleanup(meta.tags))
                     continue
+                if ledger["schema_version"] == 3:
+                    _check_branch_identities(group_state)
+                attempt_ids = [
+                    attempt["attempt_id"]
+                    for sibling in group_state.get("siblings", [])
+                    for attempt in sibling["attempts"]
+                    if "attempt_id" in attempt
+                ]
+                if set(attempt_ids) & seen_attempt_ids or len(set(attempt_ids)) != len(attempt_ids):
+                    raise RestoreRefused("duplicate attempt_id")
+                seen_attempt_ids.update(attempt_ids)
                 for sibling in group_state.get("siblings", []):  # schema 4's prompt references have none
                     if sibling["attempts"][-1]["status"] == "sealed":
                         keys.update(sibling["attempts"][-1]["staging_keys"])
@@ -151,13 +184,72 @@ def point_keeps(point: Path) -> set[str]:
     return keys
 
 
+def _check_branch_identities(group_state: dict[str, Any]) -> None:
+    """Schema 3's attempt identities: the branch layout (b2a048c9a) derives gate ids from group,
+    generation and attempt id, a sealed or finalized receipt naming its own; the main line's sealed
+    receipt names Gym's capture key of its attempt index."""
+    for index, sibling in enumerate(group_state.get("siblings", [])):
+        logical = f"{group_state['group_id']}_g{index}"
+        for number, attempt in enumerate(sibling["attempts"]):
+            if "attempt_index" in attempt:  # the main line: gym_capture_key(logical, attempt_index)
+                key = logical if number == 0 else f"{logical}-a{number}"
+                if attempt["attempt_index"] != number or sibling["generation_index"] != index:
+                    raise RestoreRefused(f"attempt indices of {logical} are not contiguous")
+                if (
+                    attempt["status"] == "sealed"
+                    and attempt["receipt"]
+                    and attempt["receipt"]["rollout_id"] != key
+                ):
+                    raise RestoreRefused(f"sealed receipt identity mismatch at {key}")
+                continue
+            if "gate_rollout_id" not in attempt:
+                continue  # another layout
+            gate = f"{logical}_a{attempt['attempt_id']}"
+            if (
+                sibling["logical_rollout_id"] != logical
+                or not attempt["attempt_id"]
+                or attempt["gate_rollout_id"] != gate
+            ):
+                raise RestoreRefused(f"gate rollout ID mismatch at {gate}")
+            if attempt["status"] in ("sealed", "finalized") and attempt["receipt"]["rollout_id"] != gate:
+                raise RestoreRefused(f"restored receipt of {gate} names another rollout")
+
+
 def route_plan_cleanup(tags: list[dict[str, Any]] | None) -> set[str]:
     return {
         key
         for tag in tags or []
         if "route_assembly_plan" in tag
-        for key in tag["route_assembly_plan"]["cleanup_staging_keys"]
+        for key in _decoded(tag["route_assembly_plan"])["cleanup_staging_keys"]
     }
+
+
+_SPAN_FIELDS = {
+    1: {"staging_key", "carry_len", "generation_len", "staged_route_len"},
+    2: {
+        "staging_key",
+        "carry_len",
+        "generation_len",
+        "staged_route_len",
+        "extras_digest_version",
+        "extras_digest",
+    },
+}
+
+
+def _decoded(plan: Any) -> dict[str, Any]:
+    """The plan, if NeMo's `decode_route_plan` of its version reads it (its fields exactly); else its
+    restore stops."""
+    fields = {"schema_version", "staging_partition", "spans", "cleanup_staging_keys", "expected_token_length"}
+    if not isinstance(plan, dict) or set(plan) != fields or not isinstance(plan["spans"], list):
+        raise RestoreRefused(f"route plan {plan!r} does not decode")
+    version = plan["schema_version"]
+    expected = (
+        _SPAN_FIELDS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
+    )
+    if expected is None or any(not isinstance(span, dict) or set(span) != expected for span in plan["spans"]):
+        raise RestoreRefused(f"route plan {plan!r} is of no version NeMo decodes")
+    return plan
 
 
 def _json(path: Path) -> Any:

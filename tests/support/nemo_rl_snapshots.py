@@ -15,19 +15,15 @@ from support.nemo_rl_data_plane import CANONICAL, STAGING, KVBatchMeta
 # ---- the replay index, NeMo Gym's state, snapshot manifests ---------------------------------------------
 
 
-def route_plan(cleanup: Sequence[str], staging: str = STAGING) -> dict[str, Any]:
+def route_plan(cleanup: Sequence[str], staging: str = STAGING, schema_version: int = 2) -> dict[str, Any]:
+    """A route plan as NeMo's `encode_route_plan` writes it: version 1 (the earlier branches) or 2
+    (amahishi/partial-rollout-periodic-v2 and the other -v2 branches: each span adds its extras digest)."""
+    extras = {"extras_digest_version": 1, "extras_digest": "0" * 64} if schema_version == 2 else {}
     return {
-        "schema_version": 1,
+        "schema_version": schema_version,
         "staging_partition": staging,
         "spans": [
-            {
-                "staging_key": key,
-                "carry_len": 0,
-                "generation_len": 4,
-                "staged_route_len": 4,
-                "extras_digest_version": 1,
-                "extras_digest": "0" * 64,
-            }
+            {"staging_key": key, "carry_len": 0, "generation_len": 4, "staged_route_len": 4, **extras}
             for key in cleanup
         ],
         "cleanup_staging_keys": list(cleanup),

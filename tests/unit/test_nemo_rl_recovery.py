@@ -211,11 +211,12 @@ def test_schema_3_keeps_the_sealed_current_attempts_keys(ckpt: Path) -> None:
 
 
 def test_schema_3_of_the_branch_with_finalized_attempts_keeps_only_sealed_ones(ckpt: Path) -> None:
-    def branch_attempt(status: str, keys: list[str]) -> dict[str, Any]:
-        receipt = {"rollout_id": "g1_g0_a1", "manifest": [{"staging_key": key} for key in keys]}
+    def branch_attempt(status: str, keys: list[str], index: int) -> dict[str, Any]:
+        gate = f"g1_g{index}_a{index}x"  # the gate id NeMo's loader derives, and checks the receipt against
+        receipt = {"rollout_id": gate, "manifest": [{"staging_key": key} for key in keys]}
         return {
-            "attempt_id": "1",
-            "gate_rollout_id": "g1_g0_a1",
+            "attempt_id": f"{index}x",
+            "gate_rollout_id": gate,
             "status": status,
             "receipt": receipt if keys else None,
             "reward": 1.0 if keys else None,
@@ -226,12 +227,12 @@ def test_schema_3_of_the_branch_with_finalized_attempts_keeps_only_sealed_ones(c
         {
             "generation_index": 0,
             "logical_rollout_id": "g1_g0",
-            "attempts": [branch_attempt("finalized", ["f/1"])],
+            "attempts": [branch_attempt("finalized", ["f/1"], 0)],
         },
         {
             "generation_index": 1,
             "logical_rollout_id": "g1_g1",
-            "attempts": [branch_attempt("sealed", ["s/1"])],
+            "attempts": [branch_attempt("sealed", ["s/1"], 1)],
         },
     ]
     state = {
@@ -493,7 +494,7 @@ def test_a_file_is_never_unpickled_in_full(ckpt: Path, tmp_path: Path) -> None:
 
 
 def test_a_file_naming_billions_of_keys_through_shared_references_fails_fast(ckpt: Path) -> None:
-    path = write_point(ckpt / "step_3", expanding_ledger(fan_out=3000))  # 3000**3 keys
+    path = write_point(ckpt / "step_3", expanding_ledger(fan_out=3000))  # 3000**2 * 100 keys
     assert path.stat().st_size < 100_000
     with pytest.raises(ReferenceSourceError, match="names more than 4000000 staging keys"):
         read(ckpt)

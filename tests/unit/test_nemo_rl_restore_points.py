@@ -124,6 +124,51 @@ def test_every_way_nemo_passes_a_snapshot_over_protects_nothing(ckpt: Path, dama
     assert read(ckpt) == staging("step/0", "snap/1")
 
 
+GYM_PARTICIPANT = {
+    "participant": {"server_name": "p", "component": "responses_api_models", "participant_name": "p"},
+    "payload": {},
+    "manifest": {"relative_path": "gym/p/manifest.json", "manifest_digest": "0" * 64},
+}
+
+
+@pytest.mark.parametrize(
+    "gym_checkpoint",
+    [
+        [],
+        "checkpoint-1",
+        {"participants": []},
+        {"checkpoint_id": 7, "participants": []},
+        {"checkpoint_id": "c1", "participants": {}},
+        {"checkpoint_id": "c1", "participants": ["p"]},
+        {"checkpoint_id": "c1", "participants": [{**GYM_PARTICIPANT, "participant": None}]},
+        {"checkpoint_id": "c1", "participants": [{**GYM_PARTICIPANT, "payload": []}]},
+        {"checkpoint_id": "c1", "participants": [{**GYM_PARTICIPANT, "manifest": {"relative_path": "m"}}]},
+        {"checkpoint_id": "c1", "participants": [{**GYM_PARTICIPANT, "manifest": {"manifest_digest": "0"}}]},
+    ],
+    ids=[
+        "a-list",
+        "a-string",
+        "no-checkpoint-id",
+        "checkpoint-id-not-a-string",
+        "participants-not-a-list",
+        "participant-not-an-object",
+        "no-identity",
+        "payload-not-an-object",
+        "no-manifest-digest",
+        "no-manifest-path",
+    ],
+)
+def test_a_gym_checkpoint_nemos_model_rejects_is_passed_over(ckpt: Path, gym_checkpoint: Any) -> None:
+    """NeMo validates `gym_checkpoint` with its pydantic model in `from_mapping`, and passes over a
+    snapshot it rejects: the sweep completes, restoring as NeMo from the older snapshot."""
+    write_checkpoint(ckpt / "step_3", inventory({"g0": ["step/0"]}))
+    write_snapshot(ckpt / "step_3", 1, ["snap/1"])
+    write_snapshot(
+        ckpt / "step_3", 2, ["snap/2"], gym_checkpoint=gym_checkpoint, gym_topology_fingerprint="a" * 64
+    )
+    assert read(ckpt) == staging("step/0", "snap/1") == staging(*restore_keeps(ckpt))
+
+
 def edit(point: Path, **fields: Any) -> None:
     manifest = json.loads((point / "manifest.json").read_text())
     manifest.update(fields)

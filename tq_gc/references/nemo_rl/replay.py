@@ -20,6 +20,11 @@ from tq_gc.references.nemo_rl.torchfile import KVBatchMetaRecord
 FILE = "replay_buffer_metadata.pt"
 VERSION = 1
 ROUTE_PLAN_TAG = "route_assembly_plan"
+_PLAN_FIELDS = frozenset(
+    {"schema_version", "staging_partition", "spans", "cleanup_staging_keys", "expected_token_length"}
+)
+_SPAN_V1 = frozenset({"staging_key", "carry_len", "generation_len", "staged_route_len"})
+_SPAN_FIELDS = {1: _SPAN_V1, 2: _SPAN_V1 | {"extras_digest_version", "extras_digest"}}
 
 
 def rows(state: Any, metadata: Mapping[str, Any], budget: KeyBudget) -> LedgerRows:
@@ -76,6 +81,7 @@ def route_plan_keys(tags: Any, found: LedgerRows, budget: KeyBudget, where: str)
             raise InventoryError(
                 f"{where}.tags[{index}].{ROUTE_PLAN_TAG} is {type(plan).__name__}, not a route plan"
             )
+        _check_decodes(plan, f"{where}.tags[{index}].{ROUTE_PLAN_TAG}")
         partition = plan.get("staging_partition")
         if partition is not None and not isinstance(partition, str):
             raise InventoryError(f"{where}.tags[{index}].{ROUTE_PLAN_TAG}.staging_partition is not a name")
@@ -85,3 +91,25 @@ def route_plan_keys(tags: Any, found: LedgerRows, budget: KeyBudget, where: str)
         found.staging_keys.update(
             budget.take(cleanup, f"{where}.tags[{index}].{ROUTE_PLAN_TAG}.cleanup_staging_keys")
         )
+
+
+def _check_decodes(plan: Mapping[str, Any], where: str) -> None:
+    """InventoryError unless `plan` has the shape of a route plan NeMo's `decode_route_plan` reads
+    (nemo_rl/experience/route_plan.py: exactly these fields, its spans exactly their version's; at
+    9355cc54 lines 179-260 for version 2; version 1 on the earlier branches, such as
+    amahishi/partial-rollout-periodic-refresh, has no extras digest in its spans). NeMo's restore decodes
+    every plan it keeps (rollout_recovery.py line 330, replay_buffer.py line 1118 at 9355cc54) and stops
+    on one it refuses; the two versions are told apart by `schema_version` and the spans' fields, and a
+    plan matching neither is refused."""
+    version = plan.get("schema_version")
+    spans = plan.get("spans")
+    span_fields = _SPAN_FIELDS.get(version) if type(version) is int else None
+    if span_fields is None:
+        raise InventoryError(
+            f"{where}: schema_version is {version!r}; this reader knows route plan versions 1 and 2"
+        )
+    if set(plan) != _PLAN_FIELDS or not isinstance(spans, list):
+        raise InventoryError(f"{where}: has the fields {sorted(plan)}, not those of a route plan")
+    for number, span in enumerate(spans):
+        if not isinstance(span, dict) or set(span) != span_fields:
+            raise InventoryError(f"{where}.spans[{number}] is not a version-{version} route span")

@@ -188,9 +188,34 @@ def _manifest_problem(manifest: dict[str, Any], version: Any) -> str | None:
         return "gym_generation_cut_proofs is not a list of objects"
     if proofs and version != 5:
         return f"generation-cut proofs in schema {version}"
-    if manifest.get("gym_checkpoint") is not None and topology is None:
+    gym = manifest.get("gym_checkpoint")
+    if gym is not None and topology is None:
         return "Gym participant state without a Gym topology fingerprint"
-    return None  # gym_checkpoint's own structure: checked when read (gym.py), failing closed
+    return None if gym is None else _gym_checkpoint_problem(gym)
+
+
+def _gym_checkpoint_problem(gym: Any) -> str | None:
+    """A `gym_checkpoint` shape that NeMo's `GymCheckpointCommitResult.model_validate` rejects in every
+    published version of its pydantic model (`from_mapping`, and nemo_rl/environments/gym_checkpoint.py
+    in the code index: `checkpoint_id: str`, `participants: list[...]`, each with the `participant`,
+    `payload` and `manifest` objects, the manifest with its `relative_path` and `manifest_digest`
+    strings): NeMo passes the snapshot over. Only certain rejections are listed: a snapshot passed over
+    protects nothing, so one NeMo might accept is never passed over here; the rest of the structure, and
+    the files, are checked when the snapshot is read (gym.py), failing closed."""
+    if not isinstance(gym, dict) or not isinstance(gym.get("checkpoint_id"), str):
+        return "gym_checkpoint is not an object with a checkpoint_id string"
+    participants = gym.get("participants")
+    if not isinstance(participants, list):
+        return "gym_checkpoint.participants is not a list"
+    for participant in participants:
+        if not isinstance(participant, dict) or not all(
+            isinstance(participant.get(name), dict) for name in ("participant", "payload", "manifest")
+        ):
+            return "a Gym participant is not an object with its participant, payload and manifest objects"
+        reference = participant["manifest"]
+        if not all(isinstance(reference.get(name), str) for name in ("relative_path", "manifest_digest")):
+            return "a Gym participant's manifest names no relative_path or manifest_digest string"
+    return None
 
 
 def _json(path: Path) -> Any:
