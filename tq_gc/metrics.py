@@ -191,14 +191,19 @@ def _collectors_for(registry: CollectorRegistry, store: StoreSeries) -> _Collect
 
 class SweepMetrics:
     """tq-gc's metrics on one registry (a fresh one unless given), with the row store's series (the first
-    instance on a registry sets them). Thread-safe, like prometheus-client."""
+    instance on a registry sets them). Thread-safe, like prometheus-client. `pressure_below`: the
+    configured `pressure.headroom_below`, which the storage pressure gauge compares the headroom with."""
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, store: StoreSeries = NO_STORE_SERIES
+        self,
+        registry: CollectorRegistry | None = None,
+        store: StoreSeries = NO_STORE_SERIES,
+        pressure_below: float | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._c = _collectors_for(self.registry, store)
-        self.footprint = FootprintMetrics(self.registry)  # bytes and storage headroom (metrics_footprint.py)
+        # bytes and storage headroom (metrics_footprint.py)
+        self.footprint = FootprintMetrics(self.registry, pressure_below)
         _liveness_gauges_for(self.registry)  # exported from the start, like the others
 
     def observe(self, report: SweepReport) -> None:
@@ -307,13 +312,19 @@ def kept_by_reason(report: SweepReport) -> dict[str, int]:
     return {decision.value: rows for decision, rows in report.counts.kept().items()}
 
 
-def push_report(url: str, namespace: str, report: SweepReport, store: StoreSeries = NO_STORE_SERIES) -> bool:
+def push_report(
+    url: str,
+    namespace: str,
+    report: SweepReport,
+    store: StoreSeries = NO_STORE_SERIES,
+    pressure_below: float | None = None,
+) -> bool:
     """Push one sweep's metrics to the Pushgateway at `url` (job "tq-gc", grouping key namespace).
 
     A push that fails, however it fails, is logged, not raised: the sweep itself is done (it may have
     deleted rows), its report and exit code must stand, and a stale tqgc_last_success_timestamp_seconds
     is what alerts on a CronJob that stopped reporting. Returns whether the push went through."""
-    metrics = SweepMetrics(store=store)
+    metrics = SweepMetrics(store=store, pressure_below=pressure_below)
     metrics.observe(report)
     try:
         metrics.push(url, namespace, succeeded=report.outcome in _SUCCESS)

@@ -112,14 +112,16 @@ _lock = threading.Lock()
 
 
 class FootprintMetrics:
-    """The footprint's series on `registry`, registered once per registry."""
+    """The footprint's series on `registry`, registered once per registry. `pressure_below` is the
+    configured `pressure.headroom_below` (None: not set, never under pressure)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, pressure_below: float | None = None) -> None:
         with _lock:
             collectors = _registered.get(registry)
             if collectors is None:
                 collectors = _registered[registry] = _register(registry)
         self._c = collectors
+        self._pressure_below = pressure_below
 
     def observe(self, report: SweepReport) -> None:
         c = self._c
@@ -130,10 +132,11 @@ class FootprintMetrics:
         c.orphan_bytes.labels(state="within_grace").set(report.bytes.within_grace)
         c.referenced_bytes.set(report.bytes.referenced)
         c.orphan_rows.set(report.counts.eligible + report.counts.within_grace)
-        self.observe_pressure(report.storage is not None and bool(report.warnings))
         fill = report.storage
         if fill is None:
             return
+        # From the headroom itself: the report's warnings hold other kinds too.
+        self.observe_pressure(fill.under_pressure(self._pressure_below))
         for unit in fill.units:
             if unit.capacity is not None:
                 c.unit_capacity.labels(unit=unit.unit).set(unit.capacity)

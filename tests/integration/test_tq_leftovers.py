@@ -4,6 +4,8 @@ bytes and unit, reclaims none and says why, and counts no cell of a live row."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,3 +83,116 @@ def failing_storage_clears_of(tq: Any) -> Any:
             manager._clear_single_storage_unit = original
 
     return failing()
+
+
+class Churn:
+    """A writer that puts batches of rows and clears each one `window` batches later (TQ reissues the
+    freed indexes, so the same cells are reused over and over), reading every batch back before it clears
+    it. `live` holds the keys put and not yet being cleared, with their expected values."""
+
+    BATCH = 100
+    WINDOW = 3
+
+    def __init__(self, tq: Any, partition: str) -> None:
+        self.tq, self.partition = tq, partition
+        self.lock = threading.Lock()
+        self.live: set[str] = set()
+        self.clearing: set[str] = set()
+        self.cycles = 0  # rows put, read back and cleared
+        self.batches: list[list[str]] = []
+
+    def put(self, keys: list[str], first_value: int) -> None:
+        import torch
+        from tensordict import TensorDict
+
+        values = torch.arange(first_value, first_value + len(keys), dtype=torch.float32)
+        fields = TensorDict({"x": values.unsqueeze(1).repeat(1, 4)}, batch_size=len(keys))
+        self.tq.kv_batch_put(keys=keys, partition_id=self.partition, fields=fields, tags=[{} for _ in keys])
+        with self.lock:
+            self.live.update(keys)
+
+    def assert_whole(self, keys: list[str], first_value: int) -> None:
+        got = self.tq.kv_batch_get(keys, self.partition)["x"]  # a jagged tensor: one row a key
+        rows = [row.tolist() for row in got.unbind()]
+        expected = [[float(first_value + i)] * 4 for i in range(len(keys))]
+        assert rows == expected, f"rows {keys[0]}.. lost their data"
+
+    def step(self, batch: int) -> None:
+        keys = [f"churn-{batch}-{i}" for i in range(self.BATCH)]
+        self.put(keys, batch * self.BATCH)
+        self.batches.append(keys)
+        if len(self.batches) > self.WINDOW:
+            old = self.batches.pop(0)
+            old_batch = batch - self.WINDOW
+            self.assert_whole(old, old_batch * self.BATCH)
+            with self.lock:
+                self.live.difference_update(old)
+                self.clearing.update(old)
+            self.tq.kv_clear(old, self.partition)
+            self.cycles += len(old)
+
+
+def test_over_ten_thousand_reuse_cycles_the_audit_reports_no_live_cell_and_changes_none(
+    store: TransferQueueRowStore, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """The audit only reads: while a writer reuses the same indexes 10,000 times, repeated audits never
+    report the cell of a row that was live for the whole audit, and every row reads back whole. Then a
+    dropped storage clear's cells are found, all of them."""
+    churn = Churn(tq, tq_partition)
+    steady = [f"steady-{i}" for i in range(50)]
+    churn.put(steady, 10**6)
+    audits: list[int] = []
+    wrong: list[str] = []
+    listed: dict[str, int] = {}  # every key the audits' listings saw, with its index
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def audit_repeatedly() -> None:
+        try:
+            while not done.is_set():
+                with churn.lock:
+                    before = set(churn.live)
+                indexes = store.list_keys(tq_partition)
+                listed.update(indexes)
+                found = set(store.storage_leftovers().indexes)
+                with churn.lock:
+                    live_throughout = before - churn.clearing
+                missing = live_throughout - set(indexes)
+                if missing:
+                    wrong.append(f"live rows not listed: {sorted(missing)[:5]}")
+                touched = {key for key in live_throughout if indexes.get(key) in found}
+                if touched:
+                    wrong.append(f"live rows reported as leftovers: {sorted(touched)[:5]}")
+                audits.append(len(found))
+        except BaseException as exc:
+            failed.append(exc)
+
+    auditor = threading.Thread(target=audit_repeatedly, daemon=True)
+    auditor.start()
+    deadline = time.monotonic() + 900
+    batch = 0
+    try:
+        while (churn.cycles < 10_000 or len(audits) < 3) and not failed:
+            assert time.monotonic() < deadline, f"{churn.cycles} cycles, {len(audits)} audits by the deadline"
+            churn.step(batch)
+            batch += 1
+    finally:
+        done.set()
+        auditor.join(timeout=300)
+    assert not auditor.is_alive() and not failed, failed
+    assert wrong == [] and len(audits) >= 3
+    assert len(set(listed.values())) < len(listed)  # the audits saw indexes reused by other keys
+    churn.assert_whole(steady, 10**6)
+    assert store.storage_leftovers().cells == 0  # the churn left none
+
+    doomed = [f"doomed-{i}" for i in range(30)]
+    put_rows(tq_partition, doomed)
+    doomed_indexes = {store.list_keys(tq_partition)[key] for key in doomed}
+    with failing_storage_clears_of(tq):
+        tq.kv_clear(doomed, tq_partition)
+    try:
+        found = store.storage_leftovers()
+        assert set(found.indexes) == doomed_indexes and found.bytes == 30 * 4 * 4
+        churn.assert_whole(steady, 10**6)
+    finally:
+        drop_cells(doomed_indexes)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from tq_gc.decisions import KEEPS
 from tq_gc.footprint import Bytes, StorageFill, UnitFill
 from tq_gc.metrics import KEEP_REASONS, StoreSeries, SweepMetrics, kept_by_reason, push_report
-from tq_gc.report import Cause, Counts, Outcome, SweepReport
+from tq_gc.report import Cause, Counts, Outcome, SweepReport, SweepWarning, WarningKind
 from tq_gc.stores.transferqueue import STORE_SERIES
 from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
 from tq_gc.stores.transferqueue.internals import QUIET_WAITS
@@ -161,14 +161,13 @@ FOOTPRINT_FAMILIES = {
 
 
 def test_a_report_sets_the_bytes_and_the_storage_fill() -> None:
-    metrics = SweepMetrics()
+    metrics = SweepMetrics(pressure_below=0.3)
     report = SweepReport(
         "r", "ns", dry_run=False, outcome=Outcome.COMPLETED, finished_at="2026-12-04T10:00:00+00:00"
     )
     report.counts.eligible, report.counts.within_grace = 3, 4
     report.bytes = Bytes(orphaned=700, eligible=300, within_grace=400, referenced=50, reclaimed=1000)
     report.storage = StorageFill((UnitFill("u0", 100, 75), UnitFill("u1", 100, 20)))
-    report.warnings = ["storage pressure: ..."]
 
     metrics.observe(report)
     metrics.observe(report)
@@ -183,6 +182,34 @@ def test_a_report_sets_the_bytes_and_the_storage_fill() -> None:
     assert value(metrics, "tqgc_storage_headroom_ratio") == pytest.approx(0.25)
     assert value(metrics, "tqgc_storage_free_rows") == 25
     assert value(metrics, "tqgc_storage_pressure") == 1
+
+
+def test_the_pressure_gauge_follows_the_headroom_against_the_threshold_not_the_warnings() -> None:
+    """Other sweep warnings (sweep ones, say) do not raise the gauge; a headroom below the threshold does,
+    with or without a warning in the report; no threshold set: never under pressure."""
+    metrics = SweepMetrics(pressure_below=0.3)
+    roomy = SweepReport("r", "ns", dry_run=False, outcome=Outcome.COMPLETED, finished_at=FINISHED_AT)
+    roomy.storage = StorageFill((UnitFill("u0", 100, 60),))  # 40% headroom
+    roomy.warnings = [SweepWarning(WarningKind.SCOPE_PARTITION_MISSING, "a sweep warning not about storage")]
+    metrics.observe(roomy)
+    assert value(metrics, "tqgc_storage_pressure") == 0
+
+    full = SweepReport("r", "ns", dry_run=False, outcome=Outcome.COMPLETED, finished_at=FINISHED_AT)
+    full.storage = StorageFill((UnitFill("u0", 100, 75),))  # 25% headroom
+    metrics.observe(full)
+    assert value(metrics, "tqgc_storage_pressure") == 1
+
+    unset = SweepMetrics()
+    full.warnings = [SweepWarning(WarningKind.STORAGE_PRESSURE, "storage pressure: ...")]
+    unset.observe(full)
+    assert value(unset, "tqgc_storage_pressure") == 0
+
+
+def test_push_report_sets_the_pressure_gauge_from_the_threshold(gateway: FakeGateway) -> None:
+    full = report()
+    full.storage = StorageFill((UnitFill("u0", 100, 95),))
+    assert push_report(gateway.url, "job-42", full, pressure_below=0.1)
+    assert "tqgc_storage_pressure 1.0" in gateway.pushes[-1].body
 
 
 def test_each_controller_function_found_not_to_fit_is_counted_by_function() -> None:

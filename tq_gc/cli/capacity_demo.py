@@ -33,7 +33,10 @@ BATCH_ROWS = 20
 TRAIN, VAL = "train", "val"
 VERL_EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
 RUN_ID = "capacity-demo"
-STEP_SECONDS = 1.5  # a resume's step in the demo (minutes in a real job)
+# A resume's step with the sidecar racing the leak (minutes in a real job). What holds the fill down is
+# the grace against the step: about GRACE_SECONDS / STEP_SECONDS leaked batches wait out their grace.
+STEP_SECONDS = 0.75
+GRACE_SECONDS = 2.0
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Leg:
     reclaimed_bytes: int = 0
 
 
-def verl_config(example: Path = VERL_EXAMPLE, grace_seconds: float = 4.0) -> Config:
+def verl_config(example: Path = VERL_EXAMPLE, grace_seconds: float = GRACE_SECONDS) -> Config:
     """The shipped verl config, with grace and schedule shortened to the demo's seconds."""
     values: dict[str, Any] = yaml.safe_load(example.read_text())
     values.update(
@@ -55,7 +58,7 @@ def verl_config(example: Path = VERL_EXAMPLE, grace_seconds: float = 4.0) -> Con
         state_url="memory://",
         grace_seconds=grace_seconds,
         allow_short_grace=True,
-        schedule={"interval_seconds": 1.0},
+        schedule={"interval_seconds": 0.5},
         sidecar={"name": "tq-gc-capacity-demo", "metrics_port": 0},
         pressure={**values.get("pressure", {}), "interval_seconds": 0.5, "check_seconds": 0.5},
     )
@@ -74,13 +77,15 @@ def tq_config() -> dict[str, Any]:
 
 class VerlShapedLoop:
     """The job: groups of trajectories `{uid}_0_{i}` under prompt rows `{uid}` in `train`, a prompt row in
-    `val`, and a presence admission like the trainer integration's (with `registry`)."""
+    `val`, and a presence admission like the trainer integration's (with `registry`). Each step takes
+    `step_seconds`: without tq-gc nothing races the leak, so the steps need not take any time."""
 
-    def __init__(self, registry: Any | None) -> None:
+    def __init__(self, registry: Any | None, step_seconds: float = 0.0) -> None:
         import transfer_queue as tq
 
         self.tq = tq
         self.registry = registry
+        self.step_seconds = step_seconds
         tq.kv_batch_put(keys=[str(uuid.uuid4())], partition_id=VAL, tags=[{"is_prompt": True}])
 
     def trajectories(self, rows: int) -> list[str]:
@@ -106,7 +111,8 @@ class VerlShapedLoop:
         if self.registry is not None:
             self.registry.admit(step, {TRAIN: batch}, ttl_seconds=600)
         self.put(batch)
-        time.sleep(STEP_SECONDS)
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
         self.tq.kv_clear(batch, TRAIN)
         if self.registry is not None:
             self.registry.release(step)
@@ -172,6 +178,7 @@ class CapacityDemo:
             logging_level=logging.ERROR,
         )
         tq.init(tq_config())
+        self.say("up: the job runs, without tq-gc first")
         for name in list(logging.root.manager.loggerDict):
             if name.startswith("transfer_queue"):
                 logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -189,7 +196,7 @@ class CapacityDemo:
         self._first_sweep(handle)  # the job starts with its sidecar attached, as deploy/ray runs them
         target = 3 * (alone.resumes + 1)
         self.say(f"with the sidecar at verl.yaml (grace {config.grace_seconds:g} s): {target} resumes")
-        with_gc = VerlShapedLoop(registry).run(most_resumes=target)
+        with_gc = VerlShapedLoop(registry, STEP_SECONDS).run(most_resumes=target)
         with_gc.reclaimed_bytes = reclaimed_bytes(ray_get(handle.status.remote()).get("metrics_port"))
         ray_get(handle.shutdown.remote())
         ok = with_gc.failure is None and with_gc.resumes == target and alone.failure is not None

@@ -157,7 +157,7 @@ def sweep(
         from tq_gc.metrics import push_report
         from tq_gc.stores.transferqueue import STORE_SERIES
 
-        push_report(pushgateway, config.namespace, report, STORE_SERIES)
+        push_report(pushgateway, config.namespace, report, STORE_SERIES, config.pressure.headroom_below)
     ctx.exit(OUTCOME_EXIT[report.outcome])
 
 

@@ -27,6 +27,7 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "schedule": "When the sidecar sweeps: interval_seconds or cron.",
         "sidecar": "The sidecar actor in the job's Ray cluster.",
         "log_format": "text, or json (JSON lines on stderr for log collectors).",
+        "pressure": "Storage pressure: sweep sooner while TransferQueue's storage is nearly full.",
     },
     "TransferQueueConfig": {
         "ray_address": "The Ray cluster to join: auto, host:6379 (GCS) or ray://head:10001.",
@@ -101,5 +102,13 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "num_cpus": "CPUs Ray reserves for the sidecar.",
         "metrics_port": "Serve Prometheus metrics on this port (0: any free port; unset: off).",
         "execute": "false makes the sidecar's scheduled sweeps dry runs.",
+    },
+    "PressureConfig": {
+        "headroom_below": "Below this free fraction of the fullest storage unit, the sidecar sweeps at once "
+        "and then every interval_seconds, and reports warn (unset: off). Never shortens a grace.",
+        "audit_leftovers": "Each sweep also looks for storage cells no partition owns (reads every unit's "
+        "keys: O(rows)), reported in storage.leftovers.",
+        "interval_seconds": "How often the sidecar sweeps while the storage is under pressure.",
+        "check_seconds": "How often the sidecar reads the storage units' fill between sweeps.",
     },
 }

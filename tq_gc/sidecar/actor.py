@@ -110,7 +110,7 @@ class SidecarActor:
         self._collector = Collector(
             config, self._state, rows, holder=holder, pause_cyclic_gc=True, claim=claim
         )
-        self._metrics = SweepMetrics(store=STORE_SERIES)
+        self._metrics = SweepMetrics(store=STORE_SERIES, pressure_below=config.pressure.headroom_below)
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
         self._watch_pressure()

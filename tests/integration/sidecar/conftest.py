@@ -44,7 +44,7 @@ def make_config(ray_cluster: Any, tq: Any, tq_partition: str) -> MakeConfig:
             "sidecar": {"name": f"tq-gc-test-{uuid.uuid4().hex[:8]}", "ray_namespace": "tq_gc_tests"},
         }
         for key, value in overrides.items():
-            values[key] = {**values[key], **value} if isinstance(value, dict) else value
+            values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
         return parse_config(values, origin="sidecar test")
 
     return make
