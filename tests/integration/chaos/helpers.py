@@ -126,7 +126,11 @@ def wait_for_deletes(
             return left
         if not sweeper.running():
             why = sweeper.result().why()
-            raise AssertionError(f"the sweep ended with {left} of {total} rows left:\n{why}")
+            hint = ""
+            if '"within_grace": ' in why and left == total:
+                hint = " (if every orphan is within grace, its lease came more than a grace after the last "
+                hint += "observation: raise SUBPROCESS_LEASE_WITHIN_S)"
+            raise AssertionError(f"the sweep ended with {left} of {total} rows left{hint}:\n{why}")
         if time.monotonic() > deadline:
             why = sweeper.result().why()
             raise AssertionError(f"{left} of {total} rows left after {timeout_seconds:g} s:\n{why}")
@@ -153,7 +157,10 @@ class Job:
         return self.orphans | self.referenced
 
     def sweep_args(self) -> tuple[str, ...]:
-        return ("sweep", "--config", str(self.config), "--execute", "--json")
+        return (*self.dry_run_args(), "--execute")
+
+    def dry_run_args(self) -> tuple[str, ...]:
+        return ("sweep", "--config", str(self.config), "--json")
 
 
 def write_manifest(directory: Path, partition: str, keys: Sequence[str]) -> Path:
