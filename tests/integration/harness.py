@@ -9,6 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# Deadlines for a 2-core machine loaded 10 deep (each ~10 times what it takes unloaded), from which tests
+# derive their grace: grace accrues only over observed time, and a stretch longer than the grace from
+# one sweep's plan to the next sweep's lease restarts every row's clock.
+# A `tq-gc sweep` subprocess takes its lease ~1 s after it starts (Python, tq_gc, the config, Redis; it
+# imports TransferQueue and joins Ray after the lease).
+SUBPROCESS_LEASE_WITHIN_S = 8.0
+# A sweep ends within seconds of its plan (it records what it saw, asks the barrier, records its run).
+SWEEP_TAIL_WITHIN_S = 8.0
+
 
 @dataclass
 class CliResult:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import CliResult, keys_in
+from harness import SUBPROCESS_LEASE_WITHIN_S, SWEEP_TAIL_WITHIN_S, CliResult, keys_in
 
 from tools.testbed.cli import TQ_GC, cli_env
 from tq_gc import AdmissionRegistry
@@ -34,7 +34,10 @@ RunPython = Callable[..., Any]
 RecordTiming = Callable[[str, float], None]
 
 CLI_TIMEOUT_S = 90.0
-GRACE_S = 15.0  # above a CLI sweep's own seconds (joining Ray), so dry runs can observe within it
+OBSERVE_EVERY_S = 2.0
+# Every sweep here is a subprocess: from one's plan to the next one's lease, its tail, the pause, and the
+# next one starting up. Longer than the grace, and every row's clock restarts.
+GRACE_S = SWEEP_TAIL_WITHIN_S + OBSERVE_EVERY_S + SUBPROCESS_LEASE_WITHIN_S
 CLEAR_BATCH = 2000
 CONTROLLER = "TransferQueueController"
 TQ_NAMESPACE = "transfer_queue"
@@ -145,15 +148,24 @@ def played(
         yield played
 
 
-def wait_out_grace(config: Path, since: float) -> None:
-    """Let the grace pass since `since` (monotonic, taken after a sweep exited: its first-seen times, on
-    Redis's clock, are older than that) while dry runs keep observing the rows: grace accrues only
-    while sweeps observe, and a gap longer than the grace would start every clock again."""
-    deadline = since + GRACE_S + 0.2
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(GRACE_S / 4, left))
+def observe_until_due(config: Path, marked: float, orphans: int) -> None:
+    """Dry runs every OBSERVE_EVERY_S, after the first sweep that began at `marked` (monotonic), until
+    one finds every orphan due: grace accrues only while sweeps observe, and a dry run deletes nothing
+    however late in the grace it ends. One that ended before a grace had passed since `marked` must find
+    nothing due."""
+    deadline = marked + 2 * GRACE_S + CLI_TIMEOUT_S
+    while True:
+        time.sleep(OBSERVE_EVERY_S)
         observing = tq_gc("sweep", "--config", str(config), "--json")
+        ended = time.monotonic()
         assert observing.code == 0, observing.why()
+        counts = observing.json()["counts"]
+        if ended < marked + GRACE_S:
+            assert counts["eligible"] == 0, f"due before its grace: {counts}"
+        elif counts["eligible"] == orphans:
+            return
+        if ended > deadline:
+            raise AssertionError(f"the orphans are not due {ended - marked:.0f} s after marking: {counts}")
 
 
 def assert_first_sight(report: dict[str, Any], played: Played) -> None:
@@ -169,8 +181,8 @@ def test_leak_scenario_sweep_reclaims_exactly_the_orphans(
     sweep = ("sweep", "--config", str(played.config), "--execute", "--json")
     controller_before = controller_id()
 
+    marked = time.monotonic()
     first = tq_gc(*sweep)
-    first_done = time.monotonic()
     record_timing("tq-gc sweep --execute (subprocess, first sight)", first.seconds)
     assert first.code == 0, first.why()
     report = first.json()
@@ -178,7 +190,7 @@ def test_leak_scenario_sweep_reclaims_exactly_the_orphans(
     assert_first_sight(report, played)
     assert keys_in(tq, STAGING) == played.kept_staging | played.orphans  # nothing deleted on first sight
 
-    wait_out_grace(played.config, first_done)
+    observe_until_due(played.config, marked, len(played.orphans))
     second = tq_gc(*sweep)
     record_timing("tq-gc sweep --execute (subprocess, deletes)", second.seconds)
     assert second.code == 0, second.why()
@@ -232,13 +244,13 @@ def test_leak_scenario_dry_run_after_the_grace_deletes_nothing(played: Played, t
     dry_run = ("sweep", "--config", str(played.config), "--json")
     before = tq.kv_list()
 
+    marked = time.monotonic()
     first = tq_gc(*dry_run)
-    first_done = time.monotonic()
     assert first.code == 0, first.why()
     assert first.json()["outcome"] == "dry_run"
     assert_first_sight(first.json(), played)
 
-    wait_out_grace(played.config, first_done)
+    observe_until_due(played.config, marked, len(played.orphans))
     second = tq_gc(*dry_run)
     assert second.code == 0, second.why()
     report = second.json()

@@ -18,17 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness import CliResult, keys_in, wait_until
+from harness import SUBPROCESS_LEASE_WITHIN_S, SWEEP_TAIL_WITHIN_S, CliResult, keys_in, wait_until
 
 from .conftest import KILL_AFTER, ORPHANS
 from .helpers import Cli, Job, Processes, assert_readable, tq_gc_in_process, wait_for_deletes
 
-# Deadlines for a 2-core machine loaded 10 deep (each ~10 times what it takes unloaded). A `tq-gc sweep`
-# subprocess takes its lease ~1 s after it starts (Python, tq_gc, the config, Redis; TQ is imported
-# after the lease), and a sweep in this process ends within seconds of its plan (it records what it saw,
-# the barrier, its run summary).
-SUBPROCESS_LEASE_WITHIN_S = 8.0
-SWEEP_TAIL_WITHIN_S = 8.0
 # The fault matrix's grace. Grace accrues only while sweeps observe: a stretch longer than the grace
 # from one sweep's plan to the next sweep's lease restarts every row's clock. The longest such stretch
 # in these tests: the last observing sweep's tail, then a deleting subprocess starting up to its lease.

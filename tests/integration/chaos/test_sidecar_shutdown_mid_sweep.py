@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import ray
 import yaml
-from harness import keys_in, wait_until
+from harness import SWEEP_TAIL_WITHIN_S, keys_in, wait_until
 
 from tq_gc import start_sidecar
 from tq_gc.sidecar.client import stop_sidecar
@@ -25,7 +25,6 @@ from tq_gc.sidecar.client import stop_sidecar
 from .conftest import DELETE_BATCH, KILL_AFTER, ORPHANS, MakeJob
 from .helpers import Job
 from .properties import (
-    SWEEP_TAIL_WITHIN_S,
     assert_audit_names_every_removed_row,
     assert_referenced_intact,
     audited,
