@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,3 +54,22 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout_seconds: float, 
 
 def keys_in(tq: Any, partition: str) -> set[str]:
     return set(tq.kv_list(partition).get(partition, {}))
+
+
+def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
+    """Run the `tq-gc` CLI in this process (it attaches to the session's TQ in well under a second,
+    where a fresh process needs ~6 s to import TransferQueue and join Ray). Leaves the `tq_gc`
+    logger as it found it (the CLI points it at the captured stderr)."""
+    from tq_gc.cli import main
+
+    logger = logging.getLogger("tq_gc")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    capsys.readouterr()
+    started = time.monotonic()
+    try:
+        code = main(list(args))
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+        logger.setLevel(level)
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err, time.monotonic() - started)

@@ -18,10 +18,17 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness import SUBPROCESS_LEASE_WITHIN_S, SWEEP_TAIL_WITHIN_S, CliResult, keys_in, wait_until
+from harness import (
+    SUBPROCESS_LEASE_WITHIN_S,
+    SWEEP_TAIL_WITHIN_S,
+    CliResult,
+    keys_in,
+    tq_gc_in_process,
+    wait_until,
+)
 
 from .conftest import KILL_AFTER, ORPHANS
-from .helpers import Cli, Job, Processes, assert_readable, tq_gc_in_process, wait_for_deletes
+from .helpers import Cli, Job, Processes, assert_readable, wait_for_deletes
 
 # The fault matrix's grace. Grace accrues only while sweeps observe: a stretch longer than the grace
 # from one sweep's plan to the next sweep's lease restarts every row's clock. The longest such stretch

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from harness import keys_in, wait_until
+from harness import keys_in, tq_gc_in_process, wait_until
 
 from tq_gc.state import RedisState
 
@@ -27,7 +27,6 @@ from .helpers import (
     Processes,
     RecordTiming,
     assert_readable,
-    tq_gc_in_process,
     wait_for_deletes,
 )
 from .properties import (
