@@ -45,9 +45,18 @@ verl_spec="verl==0.9.1"
 # Without TQ_VERSION, pyproject's range picks (the newest it allows).
 tq_spec=(${TQ_VERSION:+"transferqueue==$TQ_VERSION"})
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+started=$SECONDS
+
+# One line a step, before it: pip itself stays quiet (warnings and errors only), and the install takes
+# minutes the first time (torch alone is ~200 MB).
+say() { echo "install.sh: $*"; }
 
 install_torch() {
-  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    say "creating the virtualenv $venv ($python)"
+    "$python" -m venv "$venv"
+  fi
+  say "installing $torch_spec${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL} and its dependencies (the longest step)"
   if [ -n "${TORCH_INDEX_URL:-}" ]; then
     "${pip[@]}" --index-url "$TORCH_INDEX_URL" --no-deps "$torch_spec"
   fi
@@ -57,6 +66,7 @@ install_torch() {
 
 if [ "$torch_only" = "1" ]; then
   install_torch
+  say "done in $((SECONDS - started)) s: torch in $venv"
   exit 0
 fi
 
@@ -64,10 +74,13 @@ fi
 stamp="$venv/.tq-gc-installed${extras}"
 want=$( (cat pyproject.toml scripts/install.sh; echo "ray=${RAY_VERSION:-}"; echo "tq=${TQ_VERSION:-}") | sha256sum | cut -c1-16)
 if [ "$editable" != "0" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  say "$venv is up to date (nothing changed since the last install)"
   exit 0
 fi
 
 install_torch
+how=$([ "$editable" = "0" ] && echo "a regular copy" || echo "editable")
+say "installing tq-gc${extras} ($how) with $ray_spec and ${tq_spec[*]:-the newest transferqueue it allows}"
 if [ "$editable" = "0" ]; then
   rm -f "$stamp"  # it no longer describes this venv
   "${pip[@]}" ".${extras}" "$torch_spec" "$ray_spec" ${tq_spec[@]+"${tq_spec[@]}"}
@@ -75,8 +88,10 @@ else
   "${pip[@]}" -e ".${extras}" "$torch_spec" "$ray_spec" ${tq_spec[@]+"${tq_spec[@]}"}
 fi
 if [ -n "$extras" ]; then
+  say "installing $verl_spec without its dependencies (the verl tests drive it)"
   "${pip[@]}" --no-deps "$verl_spec"
 fi
 if [ "$editable" != "0" ]; then
   echo "$want" > "$stamp"
 fi
+say "done in $((SECONDS - started)) s: $venv"

@@ -29,7 +29,7 @@ from .kustomize import (
     secret_example,
 )
 
-# DESIGN.md's exit codes that are outcomes, not errors: each ends the Job at once.
+# The exit codes that are outcomes (docs/operations.md, "Exit codes"), not errors: each ends the Job at once.
 BAD_CONFIG, SKIPPED, ABORTED = 2, 3, 4
 
 
@@ -234,7 +234,7 @@ def test_cronjob_schedule_and_job_limits() -> None:
         assert isinstance(job[key], int), key
     assert job["template"]["spec"]["restartPolicy"] == "Never"
     assert container(built("base"))["resources"].keys() == {"requests", "limits"}
-    # Exit codes that are outcomes (DESIGN.md) end the Job at once; success is never one of them.
+    # Exit codes that are outcomes (docs/operations.md) end the Job at once; success is never one of them.
     fail_codes = {code for rule in _rules("FailJob") for code in rule["onExitCodes"]["values"]}
     assert fail_codes == {BAD_CONFIG, SKIPPED, ABORTED}
 

@@ -22,22 +22,48 @@ REAL_INSTALL_TIMEOUT_S = 240
 
 
 def run_install(tmp_path: Path, env: dict[str, str], *args: str) -> list[list[str]]:
+    """The pip commands install.sh runs, through a fake interpreter that records them."""
+    calls, _ = run_install_with_output(tmp_path, env, *args)
+    return calls
+
+
+def run_install_with_output(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[list[list[str]], str]:
+    """The pip commands, and what install.sh printed (stdout then stderr), each pip command in it as a
+    line `PIP <its arguments>` where it ran."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     log = tmp_path / "pip.log"
     fake = venv / "bin" / "python"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\n')
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nprintf "PIP %s\\n" "$*"\n')
     fake.chmod(0o755)
     log.write_text("")
     clean_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
-    subprocess.run(
+    done = subprocess.run(
         ["bash", str(INSTALL_SH), *args],
         env={**clean_env, **env, "TQGC_VENV": str(venv)},
         check=True,
         timeout=60,
         capture_output=True,
+        text=True,
     )
-    return [line.split() for line in log.read_text().splitlines()]
+    return [line.split() for line in log.read_text().splitlines()], done.stdout + done.stderr
+
+
+def test_install_sh_says_what_it_is_doing_one_line_a_step(tmp_path: Path) -> None:
+    calls, output = run_install_with_output(tmp_path, {"TORCH_INDEX_URL": CPU_TORCH_INDEX}, "--dev")
+    lines = output.splitlines()
+    assert len(calls) == 4
+    steps = [line for line in lines if not line.startswith("PIP ")]
+    assert all(line.startswith("install.sh: ") for line in steps), lines
+    assert not lines[0].startswith("PIP "), "a step's line comes before its first pip command"
+    said = " ".join(steps)
+    for what in ("torch==2.13.0", "tq-gc", "verl==0.9.1", "done"):
+        assert what in said, (what, steps)
+    assert len(steps) <= len(calls) + 1, "one line a step, not one per pip command and no more"
+
+    again = run_install_with_output(tmp_path, {"TORCH_INDEX_URL": CPU_TORCH_INDEX}, "--dev")
+    assert again[0] == []
+    assert [line for line in again[1].splitlines() if "up to date" in line], again[1]
 
 
 def test_install_sh_with_the_builders_env_installs_cpu_torch_then_a_regular_copy(tmp_path: Path) -> None:

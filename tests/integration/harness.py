@@ -4,10 +4,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+# Deadlines for a 2-core machine loaded 10 deep (each ~10 times what it takes unloaded), from which tests
+# derive their grace: grace accrues only over observed time, and a stretch longer than the grace from
+# one sweep's plan to the next sweep's lease restarts every row's clock.
+# A `tq-gc sweep` subprocess takes its lease ~1 s after it starts (Python, tq_gc, the config, Redis; it
+# imports TransferQueue and joins Ray after the lease).
+SUBPROCESS_LEASE_WITHIN_S = 8.0
+# A sweep ends within seconds of its plan (it records what it saw, asks the barrier, records its run).
+SWEEP_TAIL_WITHIN_S = 8.0
 
 
 @dataclass
@@ -44,3 +54,22 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout_seconds: float, 
 
 def keys_in(tq: Any, partition: str) -> set[str]:
     return set(tq.kv_list(partition).get(partition, {}))
+
+
+def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
+    """Run the `tq-gc` CLI in this process (it attaches to the session's TQ in well under a second,
+    where a fresh process needs ~6 s to import TransferQueue and join Ray). Leaves the `tq_gc`
+    logger as it found it (the CLI points it at the captured stderr)."""
+    from tq_gc.cli import main
+
+    logger = logging.getLogger("tq_gc")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    capsys.readouterr()
+    started = time.monotonic()
+    try:
+        code = main(list(args))
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+        logger.setLevel(level)
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err, time.monotonic() - started)

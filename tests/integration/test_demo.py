@@ -11,7 +11,7 @@ from tools.testbed.ray_head import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.ray
 
-DEMO_TIMEOUT_S = 240
+DEMO_TIMEOUT_S = 600  # 30 s on an idle 2-core machine; 230 s seen beside other work
 
 
 def demo_ray_processes() -> set[int]:
@@ -26,6 +26,7 @@ def demo_ray_processes() -> set[int]:
     return pids
 
 
+@pytest.mark.timeout(DEMO_TIMEOUT_S + 60)
 def test_demo_reclaims_every_orphan_keeps_every_referenced_row_and_cleans_up() -> None:
     before = demo_ray_processes()
     done = subprocess.run(

@@ -1,6 +1,7 @@
 """The leak scenario end to end: the toy job of simulation.py writes rows through TQ's own API into
 the session's real TransferQueue (SimpleStorage) and references them through a real Redis registry and
-a native manifest; the `tq-gc` console script, in a subprocess that joins the Ray cluster, sweeps it.
+a native manifest; the `tq-gc` console script, in a subprocess that joins the Ray cluster, sweeps it
+(the sweeps that mark the rows and keep them observed run the same CLI in this process).
 
 Checked with TQ's own calls: exactly the orphans go, every referenced row stays readable, the canonical
 partition is untouched, and the job's controller outlives the CLI. Against a cluster without TQ, the
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import CliResult, keys_in
+from harness import SUBPROCESS_LEASE_WITHIN_S, SWEEP_TAIL_WITHIN_S, CliResult, keys_in, tq_gc_in_process
 
 from tools.testbed.cli import TQ_GC, cli_env
 from tq_gc import AdmissionRegistry
@@ -34,7 +35,12 @@ RunPython = Callable[..., Any]
 RecordTiming = Callable[[str, float], None]
 
 CLI_TIMEOUT_S = 90.0
-GRACE_S = 15.0  # above a CLI sweep's own seconds (joining Ray), so dry runs can observe within it
+OBSERVE_EVERY_S = 2.0
+# From one sweep's plan to the next one's lease: the last observing sweep's tail (in this process), then
+# the deleting sweep starting up in a process of its own. Longer than the grace, and every row's clock
+# restarts. The sweeps that mark and observe run in this process: a fresh process's exit (it leaves
+# Ray) and start, between two observations, took longer than any grace here at load 20.
+GRACE_S = SWEEP_TAIL_WITHIN_S + OBSERVE_EVERY_S + SUBPROCESS_LEASE_WITHIN_S
 CLEAR_BATCH = 2000
 CONTROLLER = "TransferQueueController"
 TQ_NAMESPACE = "transfer_queue"
@@ -145,15 +151,24 @@ def played(
         yield played
 
 
-def wait_out_grace(config: Path, since: float) -> None:
-    """Let the grace pass since `since` (monotonic, taken after a sweep exited: its first-seen times, on
-    Redis's clock, are older than that) while dry runs keep observing the rows: grace accrues only
-    while sweeps observe, and a gap longer than the grace would start every clock again."""
-    deadline = since + GRACE_S + 0.2
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(GRACE_S / 4, left))
-        observing = tq_gc("sweep", "--config", str(config), "--json")
+def observe_until_due(capsys: Any, config: Path, marked: float, orphans: int) -> None:
+    """Dry runs in this process every OBSERVE_EVERY_S, after the first sweep that began at `marked`
+    (monotonic), until one finds every orphan due: grace accrues only while sweeps observe, and a dry
+    run deletes nothing however late in the grace it ends. One that ended before a grace had passed
+    since `marked` must find nothing due."""
+    deadline = marked + 2 * GRACE_S + CLI_TIMEOUT_S
+    while True:
+        time.sleep(OBSERVE_EVERY_S)
+        observing = tq_gc_in_process(capsys, "sweep", "--config", str(config), "--json")
+        ended = time.monotonic()
         assert observing.code == 0, observing.why()
+        counts = observing.json()["counts"]
+        if ended < marked + GRACE_S:
+            assert counts["eligible"] == 0, f"due before its grace: {counts}"
+        elif counts["eligible"] == orphans:
+            return
+        if ended > deadline:
+            raise AssertionError(f"the orphans are not due {ended - marked:.0f} s after marking: {counts}")
 
 
 def assert_first_sight(report: dict[str, Any], played: Played) -> None:
@@ -164,21 +179,21 @@ def assert_first_sight(report: dict[str, Any], played: Played) -> None:
 
 
 def test_leak_scenario_sweep_reclaims_exactly_the_orphans(
-    played: Played, tq: Any, record_timing: RecordTiming
+    played: Played, tq: Any, record_timing: RecordTiming, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sweep = ("sweep", "--config", str(played.config), "--execute", "--json")
     controller_before = controller_id()
 
-    first = tq_gc(*sweep)
-    first_done = time.monotonic()
-    record_timing("tq-gc sweep --execute (subprocess, first sight)", first.seconds)
+    marked = time.monotonic()
+    first = tq_gc_in_process(capsys, *sweep)
+    record_timing("tq-gc sweep --execute (in process, first sight)", first.seconds)
     assert first.code == 0, first.why()
     report = first.json()
     assert report["outcome"] == "completed" and report["dry_run"] is False, report
     assert_first_sight(report, played)
     assert keys_in(tq, STAGING) == played.kept_staging | played.orphans  # nothing deleted on first sight
 
-    wait_out_grace(played.config, first_done)
+    observe_until_due(capsys, played.config, marked, len(played.orphans))
     second = tq_gc(*sweep)
     record_timing("tq-gc sweep --execute (subprocess, deletes)", second.seconds)
     assert second.code == 0, second.why()
@@ -228,17 +243,19 @@ def test_leak_scenario_sweep_reclaims_exactly_the_orphans(
     assert controller_id() == controller_before
 
 
-def test_leak_scenario_dry_run_after_the_grace_deletes_nothing(played: Played, tq: Any) -> None:
+def test_leak_scenario_dry_run_after_the_grace_deletes_nothing(
+    played: Played, tq: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     dry_run = ("sweep", "--config", str(played.config), "--json")
     before = tq.kv_list()
 
-    first = tq_gc(*dry_run)
-    first_done = time.monotonic()
+    marked = time.monotonic()
+    first = tq_gc_in_process(capsys, *dry_run)
     assert first.code == 0, first.why()
     assert first.json()["outcome"] == "dry_run"
     assert_first_sight(first.json(), played)
 
-    wait_out_grace(played.config, first_done)
+    observe_until_due(capsys, played.config, marked, len(played.orphans))
     second = tq_gc(*dry_run)
     assert second.code == 0, second.why()
     report = second.json()

@@ -1,4 +1,5 @@
-"""The public Python API is a contract (DESIGN.md): a change to it must be a decision, not an accident."""
+"""The public Python API (tq_gc/__init__.py; the README and docs/integrations.md show it) is a contract:
+a change to it must be a decision, not an accident."""
 
 from __future__ import annotations
 

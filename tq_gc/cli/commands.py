@@ -1,6 +1,6 @@
 """tq-gc: the command line. Thin: it loads config, builds the stores, calls the collector, prints.
 
-Exit codes (DESIGN.md): 0 done, 1 unexpected error, 2 bad usage or config, 3 skipped, 4 aborted.
+Exit codes (docs/operations.md): 0 done, 1 unexpected error, 2 bad usage or config, 3 skipped, 4 aborted.
 `--json` prints exactly one JSON document on stdout; logs and progress go to stderr.
 """
 

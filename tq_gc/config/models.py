@@ -1,5 +1,5 @@
-"""The Config value and its sections, and the safety rules that refuse a config (DESIGN.md): every
-refusal says which field is wrong and what to do."""
+"""The Config value and its sections, and the safety rules that refuse a config (docs/safety.md, rules 1
+and 3; docs/configuration.md, "Checks at load"): every refusal says which field is wrong and what to do."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The native manifest format, tq-gc/manifest/v1: the document a checkpoint writes to name the rows a
-restore will still need (DESIGN.md, "Native manifest format"), as both sides use it. The writer is
+restore will still need (docs/configuration.md, "The native manifest"), as both sides use it. The writer is
 tq_gc/publish/manifest.py (write_manifest), the reader tq_gc/references/manifests/native.py.
 
     {"format": "tq-gc/manifest/v1", "manifest_id": "ckpt-000123", "state": "active",

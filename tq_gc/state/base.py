@@ -49,7 +49,8 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Recheck:
-    """What the collector must know right before each delete batch (rule 5), read in one call."""
+    """What the collector must know right before each delete batch (docs/safety.md, rule 6), read in
+    one call."""
 
     lease: Lease | None  # renewed, or None: lost, the sweeper must stop
     fences: dict[str, int]  # fences up now: {name: expires_at_ms}

@@ -20,13 +20,16 @@ from .helpers import Job, Processes, write_config, write_manifest
 
 GRACE_S = 1.0
 DELETE_BATCH = 100
-DELETES_PER_SECOND = 1000.0  # 3,000 orphans in batches of 100: a delete phase of 3 s or more, so that a
-# test process stalled for a second or two still strikes while the sweep deletes
 ORPHANS = 3000
 ADMITTED = 40
 MANIFESTED = 40
 ADMISSION_TTL_S = 600.0
 KILL_AFTER = 1000  # rows deleted before the chaos strikes: well into the delete phase
+# The test polls TQ and strikes once KILL_AFTER rows are gone: the sweep must still be deleting then. A
+# test process on a busy 2-core machine takes seconds to see it and strike (2.6 s was too few at load
+# 15): the rest of the orphans take STRIKE_WITHIN_S to delete at this rate.
+STRIKE_WITHIN_S = 5.0
+DELETES_PER_SECOND = (ORPHANS - KILL_AFTER) / STRIKE_WITHIN_S
 
 MakeJob = Callable[..., Job]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -126,7 +125,11 @@ def wait_for_deletes(
             return left
         if not sweeper.running():
             why = sweeper.result().why()
-            raise AssertionError(f"the sweep ended with {left} of {total} rows left:\n{why}")
+            hint = ""
+            if '"within_grace": ' in why and left == total:
+                hint = " (if every orphan is within grace, its lease came more than a grace after the last "
+                hint += "observation: raise SUBPROCESS_LEASE_WITHIN_S)"
+            raise AssertionError(f"the sweep ended with {left} of {total} rows left{hint}:\n{why}")
         if time.monotonic() > deadline:
             why = sweeper.result().why()
             raise AssertionError(f"{left} of {total} rows left after {timeout_seconds:g} s:\n{why}")
@@ -153,7 +156,10 @@ class Job:
         return self.orphans | self.referenced
 
     def sweep_args(self) -> tuple[str, ...]:
-        return ("sweep", "--config", str(self.config), "--execute", "--json")
+        return (*self.dry_run_args(), "--execute")
+
+    def dry_run_args(self) -> tuple[str, ...]:
+        return ("sweep", "--config", str(self.config), "--json")
 
 
 def write_manifest(directory: Path, partition: str, keys: Sequence[str]) -> Path:
@@ -172,25 +178,6 @@ def write_manifest(directory: Path, partition: str, keys: Sequence[str]) -> Path
 def write_config(path: Path, **values: Any) -> Path:
     path.write_text(yaml.safe_dump(values, sort_keys=False))
     return path
-
-
-def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
-    """Run the `tq-gc` CLI in this process (it attaches to the session's TQ in well under a second,
-    where a fresh process needs ~6 s to import TransferQueue and join Ray). Leaves the `tq_gc`
-    logger as it found it (the CLI points it at the captured stderr)."""
-    from tq_gc.cli import main
-
-    logger = logging.getLogger("tq_gc")
-    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
-    capsys.readouterr()
-    started = time.monotonic()
-    try:
-        code = main(list(args))
-    finally:
-        logger.handlers, logger.propagate = handlers, propagate
-        logger.setLevel(level)
-    captured = capsys.readouterr()
-    return CliResult(code, captured.out, captured.err, time.monotonic() - started)
 
 
 def redis_snapshot(url: str) -> dict[bytes, tuple[bytes, Any]]:

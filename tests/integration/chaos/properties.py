@@ -18,20 +18,32 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness import CliResult, keys_in, wait_until
+from harness import (
+    SUBPROCESS_LEASE_WITHIN_S,
+    SWEEP_TAIL_WITHIN_S,
+    CliResult,
+    keys_in,
+    tq_gc_in_process,
+    wait_until,
+)
 
 from .conftest import KILL_AFTER, ORPHANS
-from .helpers import Cli, Job, Processes, assert_readable, tq_gc_in_process, wait_for_deletes
+from .helpers import Cli, Job, Processes, assert_readable, wait_for_deletes
 
 # The fault matrix's grace. Grace accrues only while sweeps observe: a stretch longer than the grace
-# with no sweep observing restarts every row's clock. A sweep in a subprocess takes its lease seconds
-# after it starts (importing TQ), so the grace must be longer than that for it to delete anything.
-FAULT_GRACE_S = 8.0
+# from one sweep's plan to the next sweep's lease restarts every row's clock. The longest such stretch
+# in these tests: the last observing sweep's tail, then a deleting subprocess starting up to its lease.
+FAULT_GRACE_S = SWEEP_TAIL_WITHIN_S + SUBPROCESS_LEASE_WITHIN_S
 OBSERVE_EVERY_S = FAULT_GRACE_S / 4  # sweeps in this process keep the rows observed meanwhile
-# A subprocess sweep's lease: above the seconds it spends joining Ray and attaching to TQ while it holds
-# the lease on a loaded 2-core box (5-12 s seen).
-SUBPROCESS_LEASE_TTL_S = 15.0
-CONVERGE_WITHIN_S = 4 * FAULT_GRACE_S
+# A subprocess sweep's lease: above the grace (a dead sweeper's lease outlives the orphans' clocks: see
+# test_crash_mid_sweep), and above the seconds a subprocess spends joining Ray and attaching to TQ while
+# it holds the lease on a loaded 2-core box (5-12 s seen).
+SUBPROCESS_LEASE_TTL_S = FAULT_GRACE_S + 5.0
+# One sweep in this process, deletes and all (3,000 rows at the chaos throttle: 3 s unloaded).
+SWEEP_WITHIN_S = 60.0
+# Converging may start with every clock restarted: a grace of sweeps a quarter grace apart, then the
+# deleting one.
+CONVERGE_WITHIN_S = 2 * FAULT_GRACE_S + SWEEP_WITHIN_S
 AUDIT_LIMIT = "100000"
 
 Sweep = Callable[[], CliResult]
@@ -41,42 +53,50 @@ def in_process_sweep(capsys: Any, job: Job) -> Sweep:
     return lambda: tq_gc_in_process(capsys, *job.sweep_args())
 
 
+def in_process_dry_run(capsys: Any, job: Job) -> Sweep:
+    """A dry run observes like any sweep (its sightings count towards the grace) and deletes nothing."""
+    return lambda: tq_gc_in_process(capsys, *job.dry_run_args())
+
+
 def mark(sweep: Sweep, job: Job, orphans: int) -> float:
-    """The first sweep: every orphan seen for the first time, nothing deleted. Returns when it ended
-    (monotonic): its first-seen times, on the store's clock, are older than that."""
+    """The first sweep: every orphan seen for the first time, nothing deleted. Returns when it began
+    (monotonic): its first-seen times, on the store's clock, are later than that."""
+    began = time.monotonic()
     result = sweep()
-    ended = time.monotonic()
     assert result.code == 0, result.why()
     counts = result.json()["counts"]
     assert counts["deleted"] == counts["eligible"] == 0, counts
     assert counts["within_grace"] == orphans, counts
-    return ended
+    return began
 
 
-def observe_until(sweep: Sweep, until: float) -> None:
-    """Sweep every OBSERVE_EVERY_S until `until` (monotonic): the rows stay observed, their grace
-    accrues. Nothing may be due before `until`: these sweeps must delete nothing."""
-    while time.monotonic() + OBSERVE_EVERY_S < until:
+def observe_until_due(observe: Sweep, marked: float, orphans: int, grace_s: float = FAULT_GRACE_S) -> None:
+    """Dry runs every OBSERVE_EVERY_S, after the marking sweep that began at `marked` (monotonic), until
+    one finds every orphan due. The rows stay observed, their grace accrues, and a dry run that ends
+    later than the grace, however slow, deletes nothing: the grace can run out during one. A dry run
+    that ended before a grace had passed since `marked` must find nothing due."""
+    deadline = marked + grace_s + CONVERGE_WITHIN_S
+    while True:
         time.sleep(OBSERVE_EVERY_S)
-        result = sweep()
+        result = observe()
+        ended = time.monotonic()
         assert result.code == 0, result.why()
-        assert result.json()["counts"]["deleted"] == 0, result.stdout
+        report = result.json()
+        assert report["outcome"] == "dry_run", report
+        counts = report["counts"]
+        if ended < marked + grace_s:
+            assert counts["eligible"] == 0, f"due before its grace: {counts}"
+        elif counts["eligible"] == orphans:
+            return
+        if ended > deadline:
+            raise AssertionError(f"the orphans are not due {ended - marked:.0f} s after marking: {counts}")
 
 
-def mark_and_observe(sweep: Sweep, job: Job, orphans: int, grace_s: float = FAULT_GRACE_S) -> None:
-    """Mark, then keep the rows observed until a sweep started now, in a process of its own, will take
-    its lease well within a grace of the last observation and plan after the orphans' grace is over."""
-    marked = mark(sweep, job, orphans)
-    # The last observation ends between OBSERVE_EVERY_S and 0.5 s short of the grace: not due yet.
-    observe_until(sweep, marked + grace_s - 0.5)
-    grace_over(marked, grace_s)
-
-
-def grace_over(marked: float, grace_s: float) -> None:
-    """Wait until a grace has passed since `marked` (monotonic, taken after the marking sweep): a sweep
-    started now finds the orphans due however fast it joins Ray and lists (a subprocess once needed
-    longer than the rest of the grace to do that; it no longer does)."""
-    time.sleep(max(0.0, marked + grace_s - time.monotonic()))
+def mark_and_observe(capsys: Any, job: Job, orphans: int, grace_s: float = FAULT_GRACE_S) -> None:
+    """Mark, then keep the rows observed until the orphans are due: a sweep started right after this,
+    in a process of its own, takes its lease within a grace of the last observation and deletes them."""
+    marked = mark(in_process_sweep(capsys, job), job, orphans)
+    observe_until_due(in_process_dry_run(capsys, job), marked, orphans, grace_s)
 
 
 def lease_holder(capsys: Any, job: Job) -> Any:
@@ -159,7 +179,7 @@ def assert_audit_names_every_removed_row(
 def start_deleting_sweep(processes: Processes, capsys: Any, tq: Any, job: Job) -> tuple[Cli, set[str]]:
     """Mark and observe (in this process), then a deleting sweep (a subprocess) until it has deleted
     KILL_AFTER rows; returns it, and the rows left at that moment."""
-    mark_and_observe(in_process_sweep(capsys, job), job, ORPHANS)
+    mark_and_observe(capsys, job, ORPHANS)
     sweeper = processes.start(*job.sweep_args())
     wait_for_deletes(tq, job.partition, len(job.all_keys), KILL_AFTER, sweeper, timeout_seconds=90)
     return sweeper, keys_in(tq, job.partition)

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from harness import keys_in, wait_until
+from harness import keys_in, tq_gc_in_process, wait_until
 
 from tq_gc.state import RedisState
 
@@ -27,7 +27,6 @@ from .helpers import (
     Processes,
     RecordTiming,
     assert_readable,
-    tq_gc_in_process,
     wait_for_deletes,
 )
 from .properties import (
@@ -35,10 +34,10 @@ from .properties import (
     SUBPROCESS_LEASE_TTL_S,
     assert_audit_names_every_removed_row,
     assert_referenced_intact,
-    grace_over,
+    in_process_dry_run,
     in_process_sweep,
     mark_and_observe,
-    observe_until,
+    observe_until_due,
 )
 
 pytestmark = pytest.mark.ray
@@ -62,8 +61,8 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     sweep = in_process_sweep(capsys, job)
 
     # 1. First sight: every orphan starts its grace, nothing is deleted; then keep them observed.
-    mark = sweep()
     marked = time.monotonic()
+    mark = sweep()
     assert mark.code == 0, mark.why()
     counts = mark.json()["counts"]
     assert counts["deleted"] == counts["eligible"] == 0, counts
@@ -75,8 +74,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
         "owners": 0,
     }, counts
     assert keys_in(tq, job.partition) == job.all_keys
-    observe_until(sweep, marked + FAULT_GRACE_S - 0.5)
-    grace_over(marked, FAULT_GRACE_S)
+    observe_until_due(in_process_dry_run(capsys, job), marked, ORPHANS)
 
     # 2. The deleting sweep, SIGKILLed well into its delete phase.
     victim = processes.start(*job.sweep_args())
@@ -121,7 +119,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     finally:
         state.close()
     record_timing("chaos: kill -> lease expired", time.monotonic() - killed)
-    mark_and_observe(sweep, job, len(remaining))
+    mark_and_observe(capsys, job, len(remaining))
     recover = processes.run(*job.sweep_args())
     assert recover.code == 0, recover.why()
     report = recover.json()

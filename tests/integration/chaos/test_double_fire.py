@@ -30,7 +30,7 @@ def test_two_sweeps_started_at_once_one_sweeps_the_other_exits_3(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     job = make_job(redis_url, lease_ttl_s=30.0, grace_s=FAULT_GRACE_S)
-    mark_and_observe(in_process_sweep(capsys, job), job, ORPHANS)
+    mark_and_observe(capsys, job, ORPHANS)
 
     first, second = processes.start(*job.sweep_args()), processes.start(*job.sweep_args())
     results = [first.wait(), second.wait()]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import ray
 import yaml
-from harness import keys_in, wait_until
+from harness import SWEEP_TAIL_WITHIN_S, keys_in, wait_until
 
 from tq_gc import start_sidecar
 from tq_gc.sidecar.client import stop_sidecar
@@ -34,10 +34,11 @@ from .properties import (
 
 pytestmark = pytest.mark.ray
 
-# The sidecar sweeps every INTERVAL_S, in its own long-running process: it observes the rows many
-# times per grace, and a short grace is enough.
-GRACE_S = 3.0
+# The sidecar sweeps every INTERVAL_S, in its own long-running process. From one sweep's plan to the
+# next one's lease: the sweep's tail (first sight of 3,120 rows records each one's identity), then the
+# schedule's next fire. Longer than the grace, and every row's clock restarts: nothing is ever due.
 INTERVAL_S = 0.5
+GRACE_S = SWEEP_TAIL_WITHIN_S + INTERVAL_S
 DELETES_PER_SECOND = 200.0  # batches of 100 every 0.5 s: a delete phase of 15 s for 3,000 orphans
 CALL_TIMEOUT_S = 60.0
 QUIET_SECONDS = 2 * DELETE_BATCH / DELETES_PER_SECOND  # two batches' time: long enough to see one more

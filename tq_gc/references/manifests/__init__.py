@@ -1,6 +1,6 @@
 """Recovery manifests: files on a shared filesystem naming the rows a restore will still need.
 
-One reader per format (DESIGN.md, "Native manifest format"; what the config asks of a source of each:
+One reader per format (docs/configuration.md, "Manifests"; what the config asks of a source of each:
 tq_gc/formats/manifest_formats.py), each a FormatReader (base.py) registered in readers.py:
 
 native.py            native: a tq-gc/manifest/v1 document (tq_gc/formats/native_manifest.py)

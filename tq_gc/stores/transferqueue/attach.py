@@ -1,6 +1,6 @@
 """Attaching to a running job's TransferQueue: find its controller by name, and open a client of our own.
 
-Attach, never own (DESIGN.md rule 10). How this module makes sure of it:
+Attach, never own (docs/safety.md, rule 11). How this module makes sure of it:
 
 - `attach()` looks the controller up by name (`ray.get_actor`) and fails with TransferQueueNotFound
   when it is missing. It never calls `tq.init()`: in a cluster without a controller, `tq.init()` (with
