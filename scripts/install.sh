@@ -39,8 +39,8 @@ esac
 torch_spec="torch==2.13.0"
 # [client]: the CronJob joins the training cluster through Ray Client (ray://), which needs grpcio.
 ray_spec="ray[client]${RAY_VERSION:+==$RAY_VERSION}"
-# --dev: the verl the verl tests drive, without its dependencies (a GPU stack; the extra verl-test has
-# what its replay buffer needs), so it cannot change torch, ray or transferqueue.
+# --dev: the verl the verl tests drive, without its dependencies (a GPU stack; the extra verl-test has what
+# its replay buffer and trainer package import on CPU), so it cannot change torch, ray or transferqueue.
 verl_spec="verl==0.9.1"
 # Without TQ_VERSION, pyproject's range picks (the newest it allows).
 tq_spec=(${TQ_VERSION:+"transferqueue==$TQ_VERSION"})

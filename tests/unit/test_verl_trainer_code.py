@@ -1,8 +1,7 @@
 """verl 0.9.1's trainer code, read from the installed package: the order tq_gc.integrations.verl relies on
-and tools/testbed/verl_job.py's trainer replays. verl's trainer package imports on CPU only with verl's
-declared dependencies (datasets, torchdata, codetiming, Pillow, ...), which the test environment does not
-install, so its source is read with `ast` (the replay buffer and padding, which import without them, run
-for real in tests/integration/test_verl_replay_buffer.py)."""
+and tools/testbed/verl_job.py's trainer replays, read with `ast` (the trainer's methods cannot run without a
+cluster and models). The registry itself is imported for real in tests/unit/test_verl_trainer_registry.py,
+the replay buffer and padding run for real in tests/integration/test_verl_replay_buffer.py."""
 
 from __future__ import annotations
 
