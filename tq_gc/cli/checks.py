@@ -28,6 +28,7 @@ from tq_gc.report import missing_partition
 from tq_gc.rows import KeysByPartition
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
+from tq_gc.state.keys import CHECK_PROBE_NAMESPACE
 from tq_gc.state.redis_namespaces import NamespaceSeen
 from tq_gc.stores import RowStore
 from tq_gc.stores.transferqueue.claim import describe_claim
@@ -85,7 +86,7 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         results.append(_check("state store", _probe_state(state, config)))
         if isinstance(state, RedisState):
             results.append(_eviction_check(state))
-            results.append(_check("publisher rights", _probe_publisher_rights(state)))
+            results.append(_check("publisher rights", _probe_publisher_rights(config)))
             results.append(_check("namespace", _probe_namespaces(state, config)))
         results.append(
             _check("admissions", lambda: _count(AdmissionsSource(state, False).read(), "rows held"))
@@ -270,17 +271,26 @@ def _probe_state(state: StateStore, config: Config) -> Callable[[], str]:
     return probe
 
 
-def _probe_publisher_rights(state: RedisState) -> Callable[[], str]:
+def _probe_publisher_rights(config: Config) -> Callable[[], str]:
     """What a publisher writes, under these credentials: an admission of no rows and a fence, each
-    taken back at once. A store that refuses them would refuse the trainer kit (StoreRefused)."""
+    taken back at once, in the probe namespace (keys.CHECK_PROBE_NAMESPACE: the job's stays as its
+    publishers left it). A store that refuses them would refuse the trainer kit (StoreRefused)."""
 
     def probe() -> str:
         probe_id = f"tq-gc-check-{secrets.token_hex(4)}"
-        state.admit(probe_id, {}, PROBE_TTL_MS)
-        state.release_admission(probe_id)
-        state.raise_fence(probe_id, PROBE_TTL_MS)  # a sweep under way stops before its next delete
-        state.lower_fence(probe_id)
-        return "admit, release, fence and unfence allowed (publishers using these credentials may write)"
+        probe_state = RedisState.from_url(config.state_url, CHECK_PROBE_NAMESPACE)
+        try:
+            probe_state.admit(probe_id, {}, PROBE_TTL_MS)
+            probe_state.release_admission(probe_id)
+            probe_state.raise_fence(probe_id, PROBE_TTL_MS)
+            probe_state.lower_fence(probe_id)
+        finally:
+            probe_state.close()
+        return (
+            "admit, release, fence and unfence allowed (publishers using these credentials may write; "
+            f"tried in namespace {CHECK_PROBE_NAMESPACE!r}: an ACL limited to the job's own keys refuses "
+            "it there)"
+        )
 
     return probe
 

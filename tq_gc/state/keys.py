@@ -39,6 +39,11 @@ import re
 # interval, enough to see a pattern after an incident, while the list stays a few hundred KB.
 RUNS_KEPT = 200
 
+# `tq-gc check` tries a publisher's writes (admit, release, fence, unfence) in a namespace of its own:
+# an admission in the job's would mark it "admissions recorded" for good (its admissions version), hiding
+# the very misconfiguration the namespace check looks for. Namespace listings leave it out.
+CHECK_PROBE_NAMESPACE = "tq-gc-check"
+
 # Rows the audit log keeps, about 80 bytes each: ~8 MB of Redis memory. It equals the default
 # max_deletes_per_run, so the newest full run is always still there when someone asks "what did it
 # delete?". Whole batches are trimmed, oldest first, only while the newer ones still hold this many

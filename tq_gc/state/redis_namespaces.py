@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import RedisError
 
+from tq_gc.state.keys import CHECK_PROBE_NAMESPACE
+
 
 @dataclass(frozen=True, slots=True)
 class NamespaceSeen:
@@ -49,7 +51,7 @@ def _namespaces_in(client: redis.Redis, database: int) -> list[NamespaceSeen]:
     suffixes: dict[str, set[str]] = {}
     for key in client.scan_iter(match="tqgc:{*}:*", count=1000):
         found = _NAMESPACE_KEY.match(key)
-        if found:
+        if found and found[1] != CHECK_PROBE_NAMESPACE:
             suffixes.setdefault(found[1], set()).add(found[2])
     return [
         NamespaceSeen(database, namespace, "admissions:version" in kinds, "runs" in kinds)
