@@ -73,7 +73,7 @@ def test_low_headroom_makes_the_sidecar_sweep_at_once_and_it_keeps_every_grace(
             wait_until("the sidecar sweeps under pressure", lambda: reports(handle))
             first = reports(handle)[0]
             assert first["counts"]["within_grace"] == ORPHANS and first["counts"]["deleted"] == 0
-            assert any("storage pressure" in warning for warning in first["warnings"])
+            assert any(warning["kind"] == "storage_pressure" for warning in first["warnings"])
             wait_until("the pressure gauge is up", lambda: scrape(port)[("tqgc_storage_pressure", ())] == 1)
             wait_until("the pressure sweeps go on", lambda: len(reports(handle)) >= 3)
 
