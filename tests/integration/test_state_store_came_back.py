@@ -35,6 +35,7 @@ from tq_gc.state import RedisState
 from tq_gc.state.keys import Keys
 from tq_gc.sweep import Collector
 
+from support.baseline import with_old_baseline
 from support.scripted_store import ScriptedRowStore
 
 STAGING, DATA = "rollout_staging", "rollout_data"
@@ -72,7 +73,9 @@ def aof_redis() -> Iterator[KillableRedisServer]:
 
 
 def rows_with_an_old_orphan(config: Config, state: RedisState) -> ScriptedRowStore:
-    """A staging partition whose orphans sweeps have seen unreferenced for more than a grace."""
+    """A staging partition whose orphans sweeps have seen unreferenced for more than a grace, in a store
+    swept for a while (its source baseline is old: the empty tag source is judged, not waited for)."""
+    with_old_baseline(state)
     rows = ScriptedRowStore()
     rows.put(DATA, "plan/base", {"plan": {"keys": []}})  # the tag partition exists
     for key in (ADOPTED, "orphan/other"):
