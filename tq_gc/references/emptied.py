@@ -145,9 +145,8 @@ def refuse_untrusted_empty(
 ) -> None:
     """BaselineRebuilding if a source reads as empty, is neither accepted nor `may_become_empty`, and the
     store's baseline (begun at `since_ms`, None: begun by this sweep) is younger than a grace."""
-    grace_ms = int(config.grace_seconds * 1000)
-    age_ms = 0 if since_ms is None else max(0, state.now_ms() - since_ms)
-    if age_ms >= grace_ms:
+    age_ms = baseline_age_ms(state, since_ms)
+    if age_ms >= int(config.grace_seconds * 1000):
         return
     configured = configured_sources(config)
     untrusted = [
@@ -159,6 +158,11 @@ def refuse_untrusted_empty(
     ]
     if untrusted:
         raise BaselineRebuilding(untrusted, age_ms / 1000, config.grace_seconds)
+
+
+def baseline_age_ms(state: StateStore, since_ms: int | None) -> int:
+    """How old the store's source baseline is on its clock: 0 when it has none (begun by this sweep)."""
+    return 0 if since_ms is None else max(0, state.now_ms() - since_ms)
 
 
 def emptied_sources(last: Mapping[str, int], yields: Mapping[str, Yield]) -> list[str]:
