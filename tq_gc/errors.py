@@ -16,6 +16,11 @@ follows the outcome: skipped 3, aborted 4).
     ├── CheckpointInProgress     a checkpoint directory is being  skipped  checkpoint_in_progress
     │                            written: its references are not
     │                            readable yet
+    ├── BaselineRebuilding       a source reads as empty while    skipped  baseline_rebuilding
+    │                            the store's record of what the
+    │                            sources named is under a grace
+    │                            old (a new store, or one
+    │                            restarted empty)
     ├── LeaseHeld                another sweeper holds the lease  skipped  lease_held
     ├── TqClaimed                a sweeper of another state store skipped  tq_claimed
     │                            claims the TransferQueue
@@ -118,6 +123,26 @@ class ReferenceSourceError(TqGcError):
         super().__init__(f"reference source {source!r} failed: {detail}")
         self.source = source
         self.detail = detail
+
+
+class BaselineRebuilding(TqGcError):
+    """A reference source reads as empty, and the state store's record of what the sources named
+    (references/emptied.py) is younger than a grace: nothing tells an unmounted volume from a released
+    one yet, so the sweep skips, advancing no first-seen record, until that record is a grace old."""
+
+    outcome = Outcome.SKIPPED
+    cause = Cause.BASELINE_REBUILDING
+
+    def __init__(self, sources: list[str], age_seconds: float, grace_seconds: float) -> None:
+        named = ", ".join(repr(source) for source in sources)
+        super().__init__(
+            f"reference source(s) {named} read as empty, and the state store's record of what the sources "
+            f"named is {age_seconds:.0f} s old, under a grace ({grace_seconds:g} s): the store is new or "
+            "restarted empty, so an empty source is not trusted yet (an unmounted volume looks the same). "
+            "Nothing is deleted until that record is a grace old; if the source is empty on purpose, "
+            "`tq-gc sweep --accept-empty SOURCE` or `may_become_empty: true` on it"
+        )
+        self.sources = sources
 
 
 class CheckpointInProgress(TqGcError):

@@ -41,6 +41,7 @@ class Cause(StrEnum):
     FENCE_UP = "fence_up"  # skipped: a checkpoint fence is up
     FENCE_RAISED = "fence_raised"  # skipped: a fence came (and maybe went) since the references were read
     CHECKPOINT_IN_PROGRESS = "checkpoint_in_progress"  # skipped: a checkpoint is being written
+    BASELINE_REBUILDING = "baseline_rebuilding"  # skipped: a source reads as empty, the store's record is new
     LEASE_LOST = "lease_lost"  # aborted: our lease expired or was taken; we wrote nothing more
     SOURCE_FAILED = "source_failed"  # aborted: a reference source could not be read completely
     STORE_FAILED = "store_failed"  # aborted: the state store or the row store failed

@@ -18,6 +18,7 @@ from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.wiring import Runtime
 
+from support.scripted_store import ScriptedState
 from support.world import DATA, STAGING, World
 
 PLAN = "route_assembly_plan.cleanup_staging_keys"
@@ -184,6 +185,23 @@ def test_a_source_emptied_since_the_last_sweep_is_flagged(
     assert code == EXIT_USAGE and not check["ok"]
     assert f"manifests:{tmp_path}/ckpt/**/gc-manifest.json" in check["detail"] and "1 row" in check["detail"]
     assert world.state.source_counts() == recorded  # the check records nothing
+
+
+def test_a_store_whose_record_of_the_sources_is_new_says_empty_sources_skip_sweeps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = World(tmp_path)
+    world.state = ScriptedState("job-42", clock_ms=world.clock)  # no baseline: new, or restarted empty
+    runtime = Runtime(world.state, world.rows)
+    config = json.loads(world.config.model_dump_json())
+    code, checks = run_check(tmp_path, capsys, world.rows, runtime, **config)
+    check = checks["sources since the last sweep"]
+    assert code == EXIT_OK and check["ok"] and "baseline_rebuilding" in check["detail"], check
+    world.age()
+    world.sweep()  # the record begins: still under a grace old
+    world.age()
+    code, checks = run_check(tmp_path, capsys, world.rows, runtime, **config)
+    assert "baseline_rebuilding" not in checks["sources since the last sweep"]["detail"], checks
 
 
 def test_a_database_the_user_may_not_select_is_left_out(

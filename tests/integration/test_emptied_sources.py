@@ -24,6 +24,7 @@ from tq_gc.state import RedisState
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
+from support.baseline import with_old_baseline
 from support.world import DATA, STAGING, World
 
 HELD, ORPHAN = "held/c1", "orphan/c1"
@@ -211,6 +212,8 @@ def test_the_counts_live_in_the_shared_store_across_sweepers(tmp_path: Path, red
         finally:
             state.close()
 
+    seeding = RedisState.from_url(redis_url, config.namespace)
+    with_old_baseline(seeding).close()  # a job swept for a while: its empty tag source is judged
     world.rows.put(STAGING, HELD)
     world.write_manifest([HELD])
     assert sweep().outcome is Outcome.COMPLETED

@@ -35,6 +35,7 @@ from tq_gc.state import RedisState
 from tq_gc.state.keys import Keys
 from tq_gc.sweep import Collector
 
+from support.baseline import with_old_baseline
 from support.scripted_store import ScriptedRowStore
 
 STAGING, DATA = "rollout_staging", "rollout_data"
@@ -72,7 +73,9 @@ def aof_redis() -> Iterator[KillableRedisServer]:
 
 
 def rows_with_an_old_orphan(config: Config, state: RedisState) -> ScriptedRowStore:
-    """A staging partition whose orphans sweeps have seen unreferenced for more than a grace."""
+    """A staging partition whose orphans sweeps have seen unreferenced for more than a grace, in a store
+    swept for a while (its source baseline is old: the empty tag source is judged, not waited for)."""
+    with_old_baseline(state)
     rows = ScriptedRowStore()
     rows.put(DATA, "plan/base", {"plan": {"keys": []}})  # the tag partition exists
     for key in (ADOPTED, "orphan/other"):
@@ -263,3 +266,53 @@ def test_a_store_restarted_empty_does_not_forget_an_unmounted_volume(
             time.sleep(GRACE_S / 4)
     finally:
         state.close()
+
+
+def test_a_store_restarted_empty_does_not_let_fresh_sweepers_trust_an_unmounted_volume(
+    plain_redis: KillableRedisServer, tmp_path: Path
+) -> None:
+    """CronJob-like sweepers (a new state and Collector every run, with no memory of the last): the store
+    restarts empty while the volume of the manifests is unmounted. The first sweep after it has no
+    baseline to compare with, so under the old rule it trusted the empty source and the manifest's row
+    was deleted one grace later. Now no row is deleted while the store's new baseline is younger than a
+    grace, and every sweep meanwhile says why."""
+    volume = tmp_path / "ckpt"
+    manifest = volume / "ckpt-1" / "gc-manifest.json"
+    manifest.parent.mkdir(parents=True)
+    write_manifest(manifest, "ckpt-1", {STAGING: [HELD]})
+    values = config_for(plain_redis.url).model_dump() | {
+        "manifests": [{"glob": f"{volume}/**/gc-manifest.json"}]
+    }
+    config = parse_config(values)
+    rows = ScriptedRowStore()
+    rows.put(DATA, "plan/base", {"plan": {"keys": [ADOPTED]}})
+    rows.put(STAGING, HELD)
+    rows.put(STAGING, ADOPTED)
+
+    def cronjob_run() -> SweepReport:
+        state = RedisState.from_url(plain_redis.url, NAMESPACE)
+        try:
+            return Collector(config, state, rows).sweep(dry_run=False)
+        finally:
+            state.close()
+
+    first = cronjob_run()
+    assert first.outcome == Outcome.COMPLETED and first.counts.referenced["manifests"] == 1, first.reason
+    plain_redis.restart_empty()
+    shutil.rmtree(volume)
+    volume.mkdir()  # what an unmounted volume leaves: its mount point
+    reports: list[SweepReport] = []
+    started = time.monotonic()
+    while time.monotonic() - started < GRACE_S * 2:  # the old rule deleted the row after one grace
+        report = cronjob_run()
+        reports.append(report)
+        assert HELD in rows.keys(STAGING), (report.outcome, report.reason, report.counts)
+        assert report.counts.deleted == 0, (report.outcome, report.reason, report.counts)
+        time.sleep(GRACE_S / 4)
+    rebuilding = [r for r in reports if (r.outcome, r.cause) == (Outcome.SKIPPED, Cause.BASELINE_REBUILDING)]
+    assert reports[0] in rebuilding, (reports[0].outcome, reports[0].cause, reports[0].reason)
+    for report in rebuilding:
+        assert "'manifests:" in (report.reason or "") and "grace" in (report.reason or ""), report.reason
+    # skipped, never aborted: then, once the baseline is a grace old, the sweeps go on
+    ended = [(r.outcome, r.reason) for r in reports]
+    assert all(outcome in (Outcome.SKIPPED, Outcome.COMPLETED) for outcome, _ in ended), ended

@@ -22,6 +22,7 @@ from tq_gc.rows import Identity
 from tq_gc.state import MemoryState, RedisState, StateStore
 from tq_gc.sweep import Collector
 
+from support.baseline import with_old_baseline
 from support.world import STAGING, World
 
 WAIT_S = 10.0
@@ -257,7 +258,7 @@ class SlowClearWorld(World):
 
 def test_the_checkpoint_fence_waits_for_a_delete_batch_in_flight(tmp_path: Path) -> None:
     world = SlowClearWorld(tmp_path)
-    world.state = MemoryState("job-42")  # real clock: the sweeper and the trainer run side by side
+    world.state = with_old_baseline(MemoryState("job-42"))  # real clock: sweeper, trainer side by side
     world.registry = AdmissionRegistry(world.state)
     for key in ("r1/c", "r2/c"):
         world.rows.put(STAGING, key)

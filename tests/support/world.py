@@ -13,6 +13,7 @@ from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.sweep import Collector
 
+from support.baseline import with_old_baseline
 from support.scripted_store import ScriptedRowStore, ScriptedState
 
 STAGING = "rollout_staging"
@@ -25,6 +26,7 @@ class World:
         self.tmp_path = tmp_path
         self.clock = ManualClock()
         self.state = ScriptedState("job-42", clock_ms=self.clock)
+        with_old_baseline(self.state)  # a job swept for a while: its empty sources are judged, not skipped
         self.rows = ScriptedRowStore()
         self.registry = AdmissionRegistry(self.state)
         values: dict[str, Any] = {

@@ -16,6 +16,7 @@ from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.state.memory import MemoryState
 from tq_gc.wiring import Runtime
 
+from support.baseline import with_old_baseline
 from support.not_http import not_http_server
 from support.scripted_store import ScriptedRowStore
 
@@ -41,7 +42,7 @@ class Cli:
     def __init__(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         self.capsys = capsys
         self.clock = ManualClock()
-        self.state = MemoryState("job-42", clock_ms=self.clock)
+        self.state = with_old_baseline(MemoryState("job-42", clock_ms=self.clock))
         self.rows = ScriptedRowStore()
         self.manifest_dir = tmp_path / "ckpt"
         self.manifest_dir.mkdir()

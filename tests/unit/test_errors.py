@@ -12,6 +12,7 @@ import pytest
 from tq_gc import errors
 from tq_gc.errors import (
     BarrierLost,
+    BaselineRebuilding,
     BlastRadiusExceeded,
     CheckpointInProgress,
     ConfigError,
@@ -49,6 +50,12 @@ ENDINGS: list[tuple[TqGcError, Outcome, Cause, str]] = [
     ),
     (ReferenceSourceError("tags", "no partition"), ABORTED, Cause.SOURCE_FAILED, "reference source 'tags'"),
     (CheckpointInProgress("ckpt/**", ["ckpt/7"]), SKIPPED, Cause.CHECKPOINT_IN_PROGRESS, "checkpoint being"),
+    (
+        BaselineRebuilding(["manifests:/ckpt/**"], 12.0, 900.0),
+        SKIPPED,
+        Cause.BASELINE_REBUILDING,
+        "reference source(s) 'manifests:/ckpt/**' read as empty",
+    ),
     (LeaseHeld("cron-1:42"), SKIPPED, Cause.LEASE_HELD, "lease held by cron-1:42"),
     (TqClaimed("TransferQueue claimed by sidecar:a"), SKIPPED, Cause.TQ_CLAIMED, "TransferQueue claimed by"),
     (LeaseLost("job-42"), ABORTED, Cause.LEASE_LOST, "the sweep lease of namespace 'job-42' expired"),

@@ -30,6 +30,7 @@ from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
+from support.baseline import with_old_baseline
 from support.nemo_rl_checkpoints import (
     RunsCode,
     snapshot_dir,
@@ -596,7 +597,7 @@ class Job:
         self.ckpt = tmp_path / "ckpt"
         self.ckpt.mkdir(exist_ok=True)
         self.clock = ManualClock()
-        self.state = MemoryState("job-9", clock_ms=self.clock)
+        self.state = with_old_baseline(MemoryState("job-9", clock_ms=self.clock))
         self.rows = MemoryRowStore()
         self.values: dict[str, Any] = {
             "namespace": "job-9",

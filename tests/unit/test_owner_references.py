@@ -25,6 +25,8 @@ from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
 from tq_gc.wiring import Runtime
 
+from support.baseline import with_old_baseline
+
 TRAIN, VAL = "train", "val"
 VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"
 VERL = OwnerReference(partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}")
@@ -294,7 +296,7 @@ class Verl:
 
     def __init__(self, **extra: Any) -> None:
         self.clock = ManualClock()
-        self.state = MemoryState("verl", clock_ms=self.clock)
+        self.state = with_old_baseline(MemoryState("verl", clock_ms=self.clock))
         self.rows = MemoryRowStore()
         trajectories = r"[^_]+_[^_]+_\d+"
         self.config = parse_config(

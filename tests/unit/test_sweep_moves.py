@@ -51,6 +51,7 @@ from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.sweep import Collector
 
+from support.baseline import with_old_baseline
 from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState, Timeline
 
 STAGING, DATA, SCRATCH = "rollout_staging", "rollout_data", "rollout_scratch"
@@ -221,6 +222,7 @@ class World:
         self.timeline = Timeline()
         self.clock = ManualClock()
         self.state = ScriptedState("moves", clock_ms=self.clock, timeline=self.timeline)
+        with_old_baseline(self.state)
         self.rows = ScriptedRowStore(self.timeline)
         self.publishers = Publishers(AdmissionRegistry(self.state), self.rows, manifest_dir)
         self.config = config_for(manifest_dir)

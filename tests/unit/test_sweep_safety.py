@@ -21,6 +21,7 @@ from tq_gc.rows import Identity
 from tq_gc.state.memory import MemoryState, SteadyClock
 from tq_gc.sweep import Collector
 
+from support.baseline import with_old_baseline
 from support.world import DATA, GRACE_S, STAGING, World
 
 KEY = "r1_g0_a1/call3"
@@ -251,7 +252,7 @@ def test_the_lease_outlives_a_listing_longer_than_its_ttl(tmp_path: Path) -> Non
     """Attaching to a busy cluster or listing a million rows in paced windows can outlast the TTL: the
     lease is renewed in the background, and another sweeper keeps out meanwhile."""
     world = World(tmp_path)
-    world.state = MemoryState("job-42")  # the real (steady) clock: the renewals run in real time
+    world.state = with_old_baseline(MemoryState("job-42"))  # the real (steady) clock: renewals in real time
     config = world.config.model_copy(update={"lease_ttl_seconds": 1.5})  # below the config's floor
     world.rows.put(STAGING, KEY)
     contenders: list[Any] = []
@@ -287,7 +288,7 @@ def test_a_delete_batch_slower_than_the_lease_stays_in_flight_until_it_ends(tmp_
     """A checkpoint fence waits for the batch in flight: the mark must last as long as the clear, not
     one lease TTL from the intent."""
     world = World(tmp_path)
-    world.state = MemoryState("job-42")  # the real (steady) clock: the mark expires in real time
+    world.state = with_old_baseline(MemoryState("job-42"))  # the real (steady) clock: the mark expires
     world.registry = AdmissionRegistry(world.state)
     config = world.config.model_copy(update={"lease_ttl_seconds": 1.5, "grace_seconds": 1.0})
     world.rows.put(STAGING, KEY)

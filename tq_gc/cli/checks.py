@@ -20,7 +20,7 @@ from tq_gc.errors import CheckpointInProgress, ReferenceSourceError, TqGcError
 from tq_gc.formats.keypath import split_key_path
 from tq_gc.integrations import verl
 from tq_gc.references.admissions import AdmissionsSource
-from tq_gc.references.emptied import collected_yields, emptied_sources, refuse_emptied
+from tq_gc.references.emptied import baseline_age_ms, collected_yields, emptied_sources, refuse_emptied
 from tq_gc.references.manifests import ManifestsSource, reader_of
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
@@ -212,8 +212,9 @@ def _probe_emptied(config: Config, state: StateStore, rows: RowStore) -> Callabl
 
     def probe() -> str:
         last = state.source_counts()
+        rebuilding = _baseline_rebuilding(config, state)
         if not last:
-            return "no sweep has recorded what its sources named yet"
+            return "no sweep has recorded what its sources named yet" + rebuilding
         manifests = ManifestsSource(config.manifests)
         tags = TagsSource(config.tag_references, rows)
         owners = OwnersSource(config.owner_references, rows)
@@ -226,11 +227,24 @@ def _probe_emptied(config: Config, state: StateStore, rows: RowStore) -> Callabl
         emptied = emptied_sources(last, collected_yields(manifests.yields(), tags.counts, owners.counts))
         refuse_emptied(config, last, emptied)
         named = sum(1 for count in last.values() if count)
-        return f"{named} source(s) named rows at the last sweep; none of those reads as empty now" + (
-            f" (may become empty: {', '.join(emptied)})" if emptied else ""
+        return (
+            f"{named} source(s) named rows at the last sweep; none of those reads as empty now"
+            + (f" (may become empty: {', '.join(emptied)})" if emptied else "")
+            + rebuilding
         )
 
     return probe
+
+
+def _baseline_rebuilding(config: Config, state: StateStore) -> str:
+    """A note while the store's record of the sources is under a grace old (references/emptied.py)."""
+    age_ms = baseline_age_ms(state, state.source_baseline_since_ms())
+    if age_ms >= int(config.grace_seconds * 1000):
+        return ""
+    return (
+        f"; that record is {age_ms / 1000:.0f} s old, under a grace ({config.grace_seconds:g} s): until it "
+        "is a grace old, a source that reads as empty skips sweeps (baseline_rebuilding)"
+    )
 
 
 def _manifest_check(source: ManifestSource) -> CheckResult:

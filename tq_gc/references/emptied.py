@@ -20,8 +20,13 @@ an unmounted volume looks like.
 A Redis restarted empty loses that baseline with everything else, and may come back just as a volume
 went missing. A sweeper that recorded a baseline in this process (the sidecar) keeps its own copy, and
 when the store has none any more, its copy stands in: the unmounted volume still stops the sweep. A
-sweeper with no copy (a CronJob's first and only sweep) starts a new baseline; a `marker` or `mount_point`
-on the source is what guards its volume then.
+sweeper with no copy (a CronJob's fresh process) cannot tell, so a store's baseline is trusted to say a
+source became empty only once it is a grace old (the store records when it began): until then a source
+that reads as empty (and is neither `may_become_empty` nor accepted) skips the sweep (cause
+baseline_rebuilding, exit 3) before any first-seen record moves, so nothing becomes eligible on its
+word. The sweep still records what the sources named, which is how the baseline ages. The cost: a new
+job, whose manifests are empty at first, skips for its first grace, while nothing could be eligible
+anyway (its first-seen records are empty too).
 
 Admissions are not guarded so: every admission released is a job between calls. Publishers on another
 namespace or Redis database than the sweeper's are what `tq-gc check` looks for instead.
@@ -35,7 +40,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from tq_gc.config import Config, ManifestSource, OwnerReference, TagReference
-from tq_gc.errors import ConfigError, ReferenceSourceError
+from tq_gc.errors import BaselineRebuilding, ConfigError, ReferenceSourceError
 from tq_gc.references.globwalk import enclosing_mount
 from tq_gc.state.base import Lease, StateStore
 
@@ -99,8 +104,10 @@ def guard_emptied_sources(
     """Abort (ReferenceSourceError) if a source that yielded references at the last recorded sweep reads
     as empty now, unless it may become empty or is accepted; else record what every source yielded now,
     and return it. `remembered`: what this sweeper recorded last, standing in for the store's record
-    when the store has none any more (restarted empty)."""
-    last = baseline(state, remembered)
+    when the store has none any more (restarted empty). Then BaselineRebuilding if a source reads as
+    empty while the store's baseline is younger than a grace."""
+    since_ms = state.source_baseline_since_ms()
+    last = baseline(state, remembered, since_ms)
     emptied = emptied_sources(last, yields)
     refuse_emptied(config, last, [source_id for source_id in emptied if source_id not in accepted])
     for source_id in emptied:
@@ -110,19 +117,52 @@ def guard_emptied_sources(
         )
     counts = {source_id: found.references for source_id, found in yields.items()}
     state.record_source_counts(lease, counts)
+    refuse_untrusted_empty(state, config, accepted, yields, since_ms)
     return counts
 
 
-def baseline(state: StateStore, remembered: Mapping[str, int] | None) -> Mapping[str, int]:
+def baseline(
+    state: StateStore, remembered: Mapping[str, int] | None, since_ms: int | None
+) -> Mapping[str, int]:
     """What the sources yielded at the last sweep that read them all: the store's record, or this
-    sweeper's own copy when the store has lost its record (no baseline at all: restarted empty)."""
-    if remembered and state.source_baseline_since_ms() is None:
+    sweeper's own copy when the store has lost its record (no baseline at all, `since_ms` None:
+    restarted empty)."""
+    if remembered and since_ms is None:
         log.warning(
             "the state store has lost its record of what the reference sources named (restarted empty?): "
             "this sweeper's own record of its last sweep stands in"
         )
         return remembered
     return state.source_counts()
+
+
+def refuse_untrusted_empty(
+    state: StateStore,
+    config: Config,
+    accepted: Collection[str],
+    yields: Mapping[str, Yield],
+    since_ms: int | None,
+) -> None:
+    """BaselineRebuilding if a source reads as empty, is neither accepted nor `may_become_empty`, and the
+    store's baseline (begun at `since_ms`, None: begun by this sweep) is younger than a grace."""
+    age_ms = baseline_age_ms(state, since_ms)
+    if age_ms >= int(config.grace_seconds * 1000):
+        return
+    configured = configured_sources(config)
+    untrusted = [
+        source_id
+        for source_id, found in yields.items()
+        if found.reads_as_empty
+        and source_id not in accepted
+        and not (source_id in configured and configured[source_id].may_become_empty)
+    ]
+    if untrusted:
+        raise BaselineRebuilding(untrusted, age_ms / 1000, config.grace_seconds)
+
+
+def baseline_age_ms(state: StateStore, since_ms: int | None) -> int:
+    """How old the store's source baseline is on its clock: 0 when it has none (begun by this sweep)."""
+    return 0 if since_ms is None else max(0, state.now_ms() - since_ms)
 
 
 def emptied_sources(last: Mapping[str, int], yields: Mapping[str, Yield]) -> list[str]:
