@@ -14,6 +14,7 @@ from tq_gc.cli import main
 from tq_gc.state.memory import MemoryState
 from tq_gc.wiring import Runtime
 
+from support.baseline import with_old_baseline
 from support.scripted_store import ScriptedRowStore
 
 STAGING = "rollout_staging"
@@ -25,7 +26,7 @@ class CliRunner:
     def __init__(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         self.capsys = capsys
         self.clock = ManualClock()
-        self.state = MemoryState("job-42", clock_ms=self.clock)
+        self.state = with_old_baseline(MemoryState("job-42", clock_ms=self.clock))
         self.rows = ScriptedRowStore()
         self.manifest_dir = tmp_path / "ckpt"
         self.manifest_dir.mkdir()

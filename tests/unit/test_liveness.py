@@ -18,6 +18,8 @@ from tq_gc.state.memory import MemoryState
 from tq_gc.stores import MemoryRowStore
 from tq_gc.wiring import Runtime
 
+from support.baseline import with_old_baseline
+
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 BLOCKING = "checkpoint being written beside the manifests of '/ckpt/**': /ckpt/tmp_step_7"
 
@@ -94,7 +96,7 @@ def test_status_shows_the_last_hours_sweeps_by_outcome_and_cause(
             }
         )
     )
-    runtime = Runtime(MemoryState("job-1"), MemoryRowStore())
+    runtime = Runtime(with_old_baseline(MemoryState("job-1")), MemoryRowStore())
     manifest.write_text("[")  # unparsable: the sweep aborts, source_failed
     assert main(["sweep", "--config", str(config)], runtime) == 4
     manifest.unlink()
