@@ -22,6 +22,9 @@ WINDOW_SECONDS = 3600.0
 # The cause label of a sweep that got through (completed, or a dry run that would have deleted).
 NO_CAUSE = "none"
 _THROUGH = (Outcome.COMPLETED.value, Outcome.DRY_RUN.value)
+# Skips by design, not a stall: a fresh store (a new job, a Redis restarted empty) trusts no empty source
+# for one grace (references/emptied.py). They neither count in the streak nor end it; their share shows.
+_NOT_A_STALL = frozenset({Cause.BASELINE_REBUILDING.value})
 
 Run = Mapping[str, Any]
 
@@ -85,7 +88,7 @@ def _since_completed(runs: Sequence[Run]) -> int:
     for run in runs:
         if run.get("outcome") in _THROUGH:
             break
-        count += 1
+        count += run.get("cause") not in _NOT_A_STALL
     return count
 
 

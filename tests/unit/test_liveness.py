@@ -62,6 +62,16 @@ def test_a_checkpoint_being_written_blocks_from_the_first_skip_of_the_newest_str
     assert found.to_dict()["checkpoint_blocking"] == {"sweeps": 3, "seconds": 180.0, "reason": BLOCKING}
 
 
+def test_a_fresh_store_rebuilding_its_baseline_is_no_stalled_sweeper() -> None:
+    """A new job (or a store restarted empty) skips for one grace by design while the store's record of
+    its sources is new: those skips neither count in the streak nor end it."""
+    rebuilding = [run(minutes, "skipped", "baseline_rebuilding") for minutes in range(1, 16)]
+    assert liveness(rebuilding, NOW).since_completed == 0
+    runs = [run(0.5, "aborted", "source_failed"), *rebuilding, run(16, "aborted", "source_failed")]
+    assert liveness(runs, NOW).since_completed == 2
+    assert liveness(rebuilding, NOW).shares == {("skipped", "baseline_rebuilding"): 1.0}
+
+
 def test_no_runs_is_no_sweep_and_nothing_blocked() -> None:
     found = liveness([], NOW)
     assert (found.sweeps, found.shares, found.since_completed, found.blocked) == (0, {}, 0, None)
