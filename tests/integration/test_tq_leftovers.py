@@ -138,6 +138,9 @@ def test_over_ten_thousand_reuse_cycles_the_audit_reports_no_live_cell_and_chang
     """The audit only reads: while a writer reuses the same indexes 10,000 times, repeated audits never
     report the cell of a row that was live for the whole audit, and every row reads back whole. Then a
     dropped storage clear's cells are found, all of them."""
+    # Cells earlier tests of the session left (a put into a capped unit, a process killed mid-put):
+    # the churn may reuse their indexes (which ends them), never add to them.
+    earlier = set(store.storage_leftovers().indexes)
     churn = Churn(tq, tq_partition)
     steady = [f"steady-{i}" for i in range(50)]
     churn.put(steady, 10**6)
@@ -183,7 +186,8 @@ def test_over_ten_thousand_reuse_cycles_the_audit_reports_no_live_cell_and_chang
     assert wrong == [] and len(audits) >= 3
     assert len(set(listed.values())) < len(listed)  # the audits saw indexes reused by other keys
     churn.assert_whole(steady, 10**6)
-    assert store.storage_leftovers().cells == 0  # the churn left none
+    remaining = set(store.storage_leftovers().indexes)
+    assert remaining <= earlier  # the churn left none of its own
 
     doomed = [f"doomed-{i}" for i in range(30)]
     put_rows(tq_partition, doomed)
@@ -192,7 +196,8 @@ def test_over_ten_thousand_reuse_cycles_the_audit_reports_no_live_cell_and_chang
         tq.kv_clear(doomed, tq_partition)
     try:
         found = store.storage_leftovers()
-        assert set(found.indexes) == doomed_indexes and found.bytes == 30 * 4 * 4
+        assert set(found.indexes) - remaining == doomed_indexes  # every cell the dropped clear left
+        assert set(found.indexes) <= doomed_indexes | remaining
         churn.assert_whole(steady, 10**6)
     finally:
         drop_cells(doomed_indexes)
