@@ -12,6 +12,7 @@ machine, so it lifts every unit test's timeout to THOROUGH_TIMEOUT_S.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -55,3 +56,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(THOROUGH_TIMEOUT_S))
         elif is_state_machine(item) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(STATE_MACHINE_TIMEOUT_SECONDS))
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    """An empty checkpoint directory (the NeMo RL reader tests' root)."""
+    (tmp_path / "ckpt").mkdir()
+    return tmp_path / "ckpt"

@@ -13,16 +13,13 @@ import numpy
 import pytest
 import torch
 
-from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.references.manifests import ManifestsSource
-from tq_gc.rows import RowId, rows_of
+from tq_gc.rows import RowId
 
 from support.nemo_rl_checkpoints import RunsCode, write_checkpoint, write_point
 from support.nemo_rl_data_plane import (
     CANONICAL,
     HISTOGRAM_MODULE,
-    STAGING,
     Histogram,
     importable,
     nemo_modules,
@@ -35,23 +32,8 @@ from support.nemo_rl_ledgers import (
     lineage_group_v4,
     prompt_group_v4,
 )
+from support.nemo_rl_reading import read, staging
 from support.nemo_rl_snapshots import replay_index
-
-
-def read(ckpt: Path) -> set[RowId]:
-    source = ManifestSource(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
-    return rows_of(ManifestsSource([source]).read())
-
-
-def staging(*keys: str) -> set[RowId]:
-    return {RowId(STAGING, key) for key in keys}
-
-
-@pytest.fixture
-def ckpt(tmp_path: Path) -> Path:
-    (tmp_path / "ckpt").mkdir()
-    return tmp_path / "ckpt"
-
 
 # -- objects in fields that name no rows -------------------------------------------------------------------
 

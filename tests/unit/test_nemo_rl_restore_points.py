@@ -28,6 +28,7 @@ from support.nemo_rl_ledgers import (
     inventory,
 )
 from support.nemo_rl_oracle import restore_keeps
+from support.nemo_rl_reading import staging
 
 
 def nemo_source(ckpt: Path) -> ManifestSource:
@@ -36,16 +37,6 @@ def nemo_source(ckpt: Path) -> ManifestSource:
 
 def read(ckpt: Path) -> set[RowId]:
     return rows_of(ManifestsSource([nemo_source(ckpt)]).read())
-
-
-def staging(*keys: str) -> set[RowId]:
-    return {RowId(STAGING, key) for key in keys}
-
-
-@pytest.fixture
-def ckpt(tmp_path: Path) -> Path:
-    (tmp_path / "ckpt").mkdir()
-    return tmp_path / "ckpt"
 
 
 # -- points that are not there -------------------------------------------------------------------------

@@ -10,31 +10,14 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.references.manifests import ManifestsSource
-from tq_gc.rows import RowId, rows_of
+from tq_gc.rows import RowId
 
 from support.nemo_rl_checkpoints import write_checkpoint, write_snapshot
 from support.nemo_rl_data_plane import STAGING
 from support.nemo_rl_ledgers import inventory
 from support.nemo_rl_oracle import RestoreRefused, restore_keeps
-
-
-def read(ckpt: Path) -> set[RowId]:
-    source = ManifestSource(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
-    return rows_of(ManifestsSource([source]).read())
-
-
-def staging(*keys: str) -> set[RowId]:
-    return {RowId(STAGING, key) for key in keys}
-
-
-@pytest.fixture
-def ckpt(tmp_path: Path) -> Path:
-    (tmp_path / "ckpt").mkdir()
-    return tmp_path / "ckpt"
-
+from support.nemo_rl_reading import read, staging
 
 # -- where NeMo's restore refuses, the sweep fails closed ---------------------------------------------------
 

@@ -10,27 +10,15 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.references.manifests import ManifestsSource
-from tq_gc.rows import RowId, rows_of
+from tq_gc.rows import RowId
 
 from support.nemo_rl_checkpoints import write_point
 from support.nemo_rl_data_plane import CANONICAL, STAGING
 from support.nemo_rl_ledgers import ledger_v3
 from support.nemo_rl_oracle import RestoreRefused, restore_keeps
+from support.nemo_rl_reading import read
 from support.nemo_rl_snapshots import replay_index, route_plan
-
-
-def read(ckpt: Path) -> set[RowId]:
-    source = ManifestSource(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
-    return rows_of(ManifestsSource([source]).read())
-
-
-@pytest.fixture
-def ckpt(tmp_path: Path) -> Path:
-    (tmp_path / "ckpt").mkdir()
-    return tmp_path / "ckpt"
 
 
 def write_plan(ckpt: Path, plan: dict[str, Any]) -> None:

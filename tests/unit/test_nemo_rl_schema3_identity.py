@@ -10,26 +10,14 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import ManifestSource
 from tq_gc.errors import ReferenceSourceError
-from tq_gc.references.manifests import ManifestsSource
-from tq_gc.rows import RowId, rows_of
+from tq_gc.rows import RowId
 
 from support.nemo_rl_checkpoints import write_point
 from support.nemo_rl_data_plane import STAGING
 from support.nemo_rl_ledgers import attempt_v3, group_v3, ledger_v3
 from support.nemo_rl_oracle import RestoreRefused, restore_keeps
-
-
-def read(ckpt: Path) -> set[RowId]:
-    source = ManifestSource(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
-    return rows_of(ManifestsSource([source]).read())
-
-
-@pytest.fixture
-def ckpt(tmp_path: Path) -> Path:
-    (tmp_path / "ckpt").mkdir()
-    return tmp_path / "ckpt"
+from support.nemo_rl_reading import read
 
 
 def branch_ledger(status: str = "sealed", **attempt_fields: Any) -> dict[str, Any]:
