@@ -15,6 +15,8 @@ from tq_gc.config import TransferQueueConfig
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.leftovers import storage_units
 
+from support.ray_fixtures import fresh_partition, reusable_indexes
+
 pytestmark = pytest.mark.ray
 
 
@@ -141,6 +143,16 @@ def test_over_ten_thousand_reuse_cycles_the_audit_reports_no_live_cell_and_chang
     # Cells earlier tests of the session left (a put into a capped unit, a process killed mid-put):
     # the churn may reuse their indexes (which ends them), never add to them.
     earlier = set(store.storage_leftovers().indexes)
+    # Tag-only fillers take every index earlier tests freed (TQ reissues them first in, first out), so
+    # the churn's own freed indexes come back within a few batches.
+    with fresh_partition(tq, "tqgc-filler") as filler:
+        put_rows(filler, [f"filler-{i}" for i in range(reusable_indexes(tq))], data=False)
+        churn_and_audit(store, tq, tq_partition, earlier, put_rows)
+
+
+def churn_and_audit(
+    store: TransferQueueRowStore, tq: Any, tq_partition: str, earlier: set[int], put_rows: Any
+) -> None:
     churn = Churn(tq, tq_partition)
     steady = [f"steady-{i}" for i in range(50)]
     churn.put(steady, 10**6)
@@ -179,8 +191,7 @@ def test_over_ten_thousand_reuse_cycles_the_audit_reports_no_live_cell_and_chang
     deadline = time.monotonic() + 900
     batch = 0
     try:
-        # Until 10,000 cycles and 3 audits are done, and the audits have seen an index reused: TQ hands
-        # freed indexes out first in, first out, after those earlier tests of the session freed.
+        # Until 10,000 cycles and 3 audits are done, and the audits have seen an index reused.
         while (churn.cycles < 10_000 or len(audits) < 3 or not reused.is_set()) and not failed:
             assert time.monotonic() < deadline, f"{churn.cycles} cycles, {len(audits)} audits by the deadline"
             churn.step(batch)

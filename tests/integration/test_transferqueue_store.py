@@ -20,7 +20,7 @@ from tq_gc.stores.transferqueue.attach import find_controller, open_client
 from tq_gc.stores.transferqueue.index_range import IndexPaging
 from tq_gc.stores.transferqueue.key_windows import KeyWindows
 
-from support.ray_fixtures import fresh_partition
+from support.ray_fixtures import fresh_partition, reusable_indexes
 
 pytestmark = pytest.mark.ray
 
@@ -111,14 +111,6 @@ def test_a_key_rewritten_with_other_tags_gets_another_identity(
 
     assert not overwritten.matches(first)
     assert not recreated.matches(overwritten)
-
-
-def reusable_indexes(tq: Any) -> int:
-    """How many freed global indexes TQ holds for reuse (handed out first in, first out)."""
-    import ray
-
-    controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
-    return int(ray.get(controller._build_metrics_snapshot.remote())["global_index_reusable"])
 
 
 def test_a_key_deleted_and_reput_with_the_same_tags_can_get_back_the_same_identity(

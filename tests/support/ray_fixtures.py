@@ -129,6 +129,14 @@ def fresh_partition(tq: Any, prefix: str = "tqgc-test") -> Iterator[str]:
         tq.kv_clear(keys[start : start + PUT_BATCH], partition)
 
 
+def reusable_indexes(tq: Any) -> int:
+    """How many freed global indexes TQ holds for reuse (handed out first in, first out)."""
+    import ray
+
+    controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
+    return int(ray.get(controller._build_metrics_snapshot.remote())["global_index_reusable"])
+
+
 @pytest.fixture
 def tq_partition(tq: Any) -> Iterator[str]:
     with fresh_partition(tq) as partition:
