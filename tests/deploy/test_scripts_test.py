@@ -60,7 +60,7 @@ def test_every_leg_runs_when_one_fails_and_the_failures_are_named_at_the_end(tmp
     older = [f".venv-tq{version}/python" for version in OLDER_TQ]
     assert ran == [".venv/ruff", ".venv/mypy", ".venv/python", *older]
     main_suite = log.read_text().splitlines()[2]
-    assert main_suite.endswith("-m pytest -q"), "the main suite gets scripts/test's arguments"
+    assert main_suite.endswith("-m pytest -n 4 --dist loadgroup -q"), "xdist, then scripts/test's arguments"
     summary = result.stderr[result.stderr.rindex("failed:") :]
     for leg in ("lint", "main suite", "transferqueue 0.1.9"):
         assert leg in summary, (leg, result.stderr[-2000:])

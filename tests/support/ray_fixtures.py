@@ -62,14 +62,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"{name:<48} {seconds:8.3f} s")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     """Every test that needs a Ray cluster (marked `ray`, or using a Ray fixture) gets
-    RAY_TEST_TIMEOUT_SECONDS, unless it names a timeout of its own."""
-    for item in items:
-        uses_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        needs_ray = uses_ray or item.get_closest_marker("ray") is not None
-        if needs_ray and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT_SECONDS))
+    RAY_TEST_TIMEOUT_SECONDS, unless it names a timeout of its own, and joins the xdist group `ray`:
+    under `-n`, one worker runs them all on one session cluster instead of each starting its own.
+    (At collection, before pytest-xdist reads the groups in its pytest_collection_modifyitems.)"""
+    uses_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    needs_ray = uses_ray or item.get_closest_marker("ray") is not None
+    if needs_ray and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT_SECONDS))
+    if needs_ray:
+        item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")
