@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -30,7 +31,6 @@ from tq_gc.logs import configure_logging
 from tq_gc.publish.holders import by_public_name, latest_by_public_name
 from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
-from tq_gc.stores.transferqueue.claim import claimed
 from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import default_holder
 from tq_gc.wiring import Runtime
@@ -138,18 +138,19 @@ def sweep(
     holder = default_holder()
     with (
         runtime.stores(config) as (state, rows),
-        claimed(config, holder, enabled=runtime.row_store is None) as claim,  # the job's TQ's
         render.progress(live=not as_json) as progress,
     ):
         assert rows is not None
-        report = Collector(config, state, rows, holder, pause_cyclic_gc=True, claim=claim).sweep(
-            dry_run=not execute,
-            max_deletes=max_deletes,
-            progress=progress.deletes,
-            accept_empty=accept_empty,
-            sample_all=all_rows,
-            phases=progress.phases,
-        )
+        # closing(): the run's claim on the job's TQ ends with the run, even on a row store handed in
+        with closing(Collector(config, state, rows, holder, pause_cyclic_gc=True)) as collector:
+            report = collector.sweep(
+                dry_run=not execute,
+                max_deletes=max_deletes,
+                progress=progress.deletes,
+                accept_empty=accept_empty,
+                sample_all=all_rows,
+                phases=progress.phases,
+            )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which
     # logs its own failure and never changes the exit code.
     _emit(report.to_dict(), as_json, render.sweep_report)

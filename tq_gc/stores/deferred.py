@@ -23,6 +23,7 @@ from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, as_row_store
+from tq_gc.stores.claims import StoreClaim
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,10 @@ class DeferredRowStore(RowStore):
 
     def controller_fit(self) -> str | None:
         return self._attached().controller_fit()
+
+    def claim(self, holder: str, where: str) -> StoreClaim | None:
+        """The attached store's claim (attaching first): it ends when that store closes."""
+        return self._attached().claim(holder, where)
 
     def interrupt(self) -> None:
         """Interrupt the attached store's reads, and those of a store attached later."""

@@ -52,6 +52,7 @@ from tq_gc.stores.transferqueue.attach import (
     probe_controller,
     refuse_another_tq,
 )
+from tq_gc.stores.transferqueue.claim import TqClaim
 from tq_gc.stores.transferqueue.clearing import (
     clear_batch_if_unchanged,
     clear_keys,
@@ -142,6 +143,7 @@ class TransferQueueRowStore(RowStore):
         if controller_fit is not None:
             self._skip_misfits(controller_fit)
         self._interrupted = threading.Event()
+        self._claims: list[TqClaim] = []  # handed out by claim(), ended by close()
 
     def _skip_misfits(self, fit: ControllerFit) -> None:
         functions = self._controller_functions()
@@ -328,6 +330,12 @@ class TransferQueueRowStore(RowStore):
             functions[QUIET_WAITS] = self._quiet.function
         return functions
 
+    def claim(self, holder: str, where: str) -> TqClaim:
+        """A new hold on this TQ's claim (claim.py), for one sweeper; it ends when this store closes."""
+        claim = TqClaim(where, holder, self._ray_address)
+        self._claims.append(claim)
+        return claim
+
     def ensure_attached(self) -> None:
         """StoreUnavailable if the controller this store attached to is no longer the job's: none by
         TQ's name (it died), or another one (the job replaced it: a new TQ, whose global indexes start
@@ -362,9 +370,13 @@ class TransferQueueRowStore(RowStore):
     # ---- lifecycle ----
 
     def close(self) -> None:
-        """Close our client; disconnect from Ray only if attach() connected. Idempotent. Kills nothing."""
+        """End the claims this store handed out; close our client; disconnect from Ray only if attach()
+        connected. Idempotent. Kills nothing of the job's."""
         import ray
 
+        claims, self._claims = self._claims, []
+        for claim in claims:
+            claim.release()
         if self._requests.close() and self._owns_ray_connection:
             ray.shutdown()
 
