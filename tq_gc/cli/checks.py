@@ -106,9 +106,9 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         claim = rows.claim(holder, state_address(config.state_url, holder)) if row_store["ok"] else None
         if claim is not None:  # the job's TQ: who may sweep it
             results.append(_check("TransferQueue claim", lambda: describe_claim(config, claim, state)))
-        fit = rows.controller_fit() if row_store["ok"] else None
-        if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
-            results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
+        said = rows.describe() if row_store["ok"] else {}
+        # e.g. a TQ controller function that does not fit falls back to TQ's own calls: said, not failed
+        results += [{"name": title, "ok": True, "detail": detail} for title, detail in said.items()]
         counted = tuple(source for source in config.manifests if not reader_of(source).checked_alone)
         results.append(_check("manifests", lambda: _count(ManifestsSource(counted).read(), "rows named")))
         results += [_manifest_check(source) for source in config.manifests if reader_of(source).checked_alone]

@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import closing
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -31,9 +30,8 @@ from tq_gc.logs import configure_logging
 from tq_gc.publish.holders import by_public_name, latest_by_public_name
 from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
-from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import default_holder
-from tq_gc.wiring import Runtime
+from tq_gc.wiring import Runtime, store_series
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
 OUTCOME_EXIT = {
@@ -135,30 +133,25 @@ def sweep(
         _secret_urls.append(pushgateway)
     config = _load(ctx, config_path)
     runtime: Runtime = ctx.obj
-    holder = default_holder()
     with (
-        runtime.stores(config) as (state, rows),
+        runtime.open_sweeper(config, default_holder()) as collector,
         render.progress(live=not as_json) as progress,
     ):
-        assert rows is not None
-        # closing(): the run's claim on the job's TQ ends with the run, even on a row store handed in
-        with closing(Collector(config, state, rows, holder, pause_cyclic_gc=True)) as collector:
-            report = collector.sweep(
-                dry_run=not execute,
-                max_deletes=max_deletes,
-                progress=progress.deletes,
-                accept_empty=accept_empty,
-                sample_all=all_rows,
-                phases=progress.phases,
-            )
+        report = collector.sweep(
+            dry_run=not execute,
+            max_deletes=max_deletes,
+            progress=progress.deletes,
+            accept_empty=accept_empty,
+            sample_all=all_rows,
+            phases=progress.phases,
+        )
     # The report first: the sweep is done (it may have deleted rows) whatever becomes of the push, which
     # logs its own failure and never changes the exit code.
     _emit(report.to_dict(), as_json, render.sweep_report)
     if pushgateway:
         from tq_gc.metrics import push_report
-        from tq_gc.stores.transferqueue import STORE_SERIES
 
-        push_report(pushgateway, config.namespace, report, STORE_SERIES, config.pressure.headroom_below)
+        push_report(pushgateway, config.namespace, report, store_series(), config.pressure.headroom_below)
     ctx.exit(OUTCOME_EXIT[report.outcome])
 
 

@@ -58,11 +58,9 @@ from tq_gc.state.base import AdmissionRows
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
 from tq_gc.stores.claims import sidecar_holder
-from tq_gc.stores.transferqueue import STORE_SERIES
-from tq_gc.sweep import Collector
 from tq_gc.sweep.clocks import utc_now_iso
 from tq_gc.sweep.lease import default_holder
-from tq_gc.wiring import RowStoreFactory, Runtime
+from tq_gc.wiring import RowStoreFactory, Runtime, store_series
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +100,11 @@ class SidecarActor:
         holder = sidecar_holder(config.sidecar.name, default_holder())
         # The TQ's claim is held from the first executing sweep that reaches the TQ until the row store
         # closes at shutdown, after the sweep stopped (or this process's death, which Ray ends it with).
-        self._state, rows = self._closing.enter_context(
-            runtime.stores(config, missing_queue_is_transient=True)
+        self._collector = self._closing.enter_context(
+            runtime.open_sweeper(config, holder, missing_queue_is_transient=True)
         )
-        assert rows is not None
-        self._collector = Collector(config, self._state, rows, holder=holder, pause_cyclic_gc=True)
-        self._metrics = SweepMetrics(store=STORE_SERIES, pressure_below=config.pressure.headroom_below)
+        self._state = self._collector.state
+        self._metrics = SweepMetrics(store=store_series(), pressure_below=config.pressure.headroom_below)
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
         self._watch_pressure()

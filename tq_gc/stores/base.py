@@ -116,10 +116,10 @@ class RowStore(ABC):
         None, a store living in this process has no other sweeper."""
         return None
 
-    def controller_fit(self) -> str | None:
-        """For `tq-gc check`: how the store's controller fits tq-gc's functions run inside it. Default:
-        None, no controller to describe."""
-        return None
+    def describe(self) -> dict[str, str]:
+        """For `tq-gc check`: what the store says of itself once attached, {title: detail} (how a TQ's
+        controller fits the functions tq-gc runs inside it). Default: nothing."""
+        return {}
 
     def close(self) -> None:
         """Close what the store opened (never the job's TQ itself). Idempotent. Default: nothing."""

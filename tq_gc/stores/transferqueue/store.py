@@ -311,9 +311,12 @@ class TransferQueueRowStore(RowStore):
             return smallest_window(self._request_batch)
         return self._request_batch
 
-    def controller_fit(self) -> str:
+    def describe(self) -> dict[str, str]:
         """For `tq-gc check`: the controller's TQ, and which of the functions tq-gc runs inside it fit it
         (a function that does not uses TQ's own call instead)."""
+        return {"TransferQueue controller functions": self._controller_fit()}
+
+    def _controller_fit(self) -> str:
         if self._controller is None:
             return "no controller handle: TQ's own calls only"
         fit = self._fit or ControllerFit(None, None, {})
