@@ -53,6 +53,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from tq_gc.redaction import redact_url
 from tq_gc.report import Cause, Outcome
 
 
@@ -83,8 +84,6 @@ class TransferQueueNotFound(RowStoreNotFound):
     not_yet = "has the job created its TransferQueue yet?"
 
     def __init__(self, ray_address: str) -> None:
-        from tq_gc.config.redaction import redact_url  # not at the top: tq_gc.config imports this module
-
         super().__init__(
             f"no TransferQueueController (namespace 'transfer_queue') in the Ray cluster at "
             f"{redact_url(ray_address)!r}: tq-gc attaches to a running job's TransferQueue and never "

@@ -22,12 +22,12 @@ from tq_gc.cli import render
 from tq_gc.cli.footprint_view import footprint_summary
 from tq_gc.cli.sidecar_state import refuse_a_state_out_of_reach
 from tq_gc.config import Config, config_schema, load_config, schedule_problem
-from tq_gc.config.redaction import redact_text
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
 from tq_gc.publish.holders import by_public_name, latest_by_public_name
+from tq_gc.redaction import redact_text
 from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.sweep.lease import default_holder

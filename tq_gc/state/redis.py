@@ -21,8 +21,8 @@ import redis
 from redis.exceptions import RedisError
 
 from tq_gc.audit import AuditBatch, DeletedRow
-from tq_gc.config import redact_url
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords
+from tq_gc.redaction import redact_url
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
 from tq_gc.state.keys import GENERATION_ROWS, STORE_ID_KEY, Keys, check_namespace

@@ -20,8 +20,8 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
+from tq_gc.redaction import redact_url
 
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
 CONNECT_TIMEOUT_SECONDS = 5.0

@@ -36,8 +36,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
+from tq_gc.redaction import redact_url
 from tq_gc.stores.transferqueue.internals import (
     ControllerFit,
     Probe,
