@@ -14,13 +14,13 @@ This module is the generic half: who a claimant is, why one must not sweep besid
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from urllib.parse import urlsplit
 
-from tq_gc.config import Config, redact_url
+from tq_gc.config import Config
 from tq_gc.errors import TqGcError
+from tq_gc.redaction import redact_url
 from tq_gc.state.base import StateStore
+from tq_gc.state.url import is_memory_url
 
-MEMORY_SCHEME = "memory"
 # {"identity": state_identity, "where": for people, "holder": the sweeper's name, "token": unique per claim}
 Claimant = dict[str, str]
 
@@ -52,7 +52,7 @@ def state_identity(state: StateStore) -> str:
 def state_address(state_url: str, holder: str) -> str:
     """Where a sweeper's state store is, for people (never compared): the URL without secrets, or for
     memory:// the process hosting it."""
-    if urlsplit(state_url).scheme.lower() == MEMORY_SCHEME:
+    if is_memory_url(state_url):
         return f"memory:// hosted by {holder}"
     return redact_url(state_url)
 
@@ -87,7 +87,7 @@ def describe_claim(config: Config, claim: StoreClaim, state: StateStore) -> str:
     ours, theirs = claim.holder_now(state)
     if theirs is None:
         return "no sweeper claims it: the first executing sweep takes it for its state"
-    ours_memory = urlsplit(config.state_url).scheme.lower() == MEMORY_SCHEME
+    ours_memory = is_memory_url(config.state_url)
     this_sidecar = theirs["holder"].startswith(sidecar_holder(config.sidecar.name, ""))
     if theirs["identity"] == ours["identity"] or (ours_memory and this_sidecar):
         return f"claimed by {theirs['holder']}, for this config's state"
