@@ -38,8 +38,8 @@ from typing import Any
 
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
 from tq_gc.redaction import redact_url
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit
 from tq_gc.stores.transferqueue.internals import (
-    ControllerFit,
     Probe,
     controller_probe,
     local_request_types,

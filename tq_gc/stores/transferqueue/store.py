@@ -58,13 +58,13 @@ from tq_gc.stores.transferqueue.clearing import (
     clear_keys,
     snapshot,
 )
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit
 from tq_gc.stores.transferqueue.controller_function import ControllerFunction
 from tq_gc.stores.transferqueue.index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.transferqueue.internals import (
     INDEX_PAGES,
     KEY_WINDOWS,
     QUIET_WAITS,
-    ControllerFit,
     Probe,
     RequestThreadWatch,
 )
