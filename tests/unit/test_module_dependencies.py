@@ -32,10 +32,9 @@ def source_of(module: str) -> Path | None:
     return None
 
 
-def imports_of(module: str) -> set[str]:
-    """The modules `module` imports by name (tq_gc's and others'), with the packages they sit in."""
-    path = source_of(module)
-    assert path is not None, module
+def named_imports(path: Path) -> set[str]:
+    """Every module a file imports by name, at any depth (a function's own import included), and each
+    name imported from one as module.name (it may be a module)."""
     named: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -43,6 +42,14 @@ def imports_of(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             named.add(node.module)
             named.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return named
+
+
+def imports_of(module: str) -> set[str]:
+    """The modules `module` imports by name (tq_gc's and others'), with the packages they sit in."""
+    path = source_of(module)
+    assert path is not None, module
+    named = named_imports(path)
     found = {name for name in named if not name.startswith("tq_gc") or source_of(name) is not None}
     parents = {".".join(name.split(".")[:i]) for name in found for i in range(2, name.count(".") + 1)}
     return (found | parents) - {"tq_gc"}
@@ -92,15 +99,6 @@ def modules_under(*relative: str) -> list[Path]:
     return found
 
 
-def named_imports(path: Path) -> set[str]:
-    """Every module a file imports by name, at any depth (a function's own import included)."""
-    named: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            named.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            named.add(node.module)
-    return named
 
 
 def test_the_sweep_the_cli_and_the_sidecar_import_nothing_of_the_transfer_queue_backend() -> None:
