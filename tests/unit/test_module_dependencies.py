@@ -99,8 +99,6 @@ def modules_under(*relative: str) -> list[Path]:
     return found
 
 
-
-
 def test_the_sweep_the_cli_and_the_sidecar_import_nothing_of_the_transfer_queue_backend() -> None:
     """One assembly (wiring.py) picks the backend; the rest sees a RowStore."""
     reaching = {
