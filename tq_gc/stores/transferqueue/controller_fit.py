@@ -3,9 +3,11 @@ controller runs, and which of the functions tq-gc runs inside it fit it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tq_gc.stores.transferqueue.controller_function import ControllerFunction
 from tq_gc.stores.transferqueue.internals import CONTROLLER_FUNCTIONS, READ_FROM
 
 
@@ -50,3 +52,22 @@ class ControllerFit:
             )
         version = self.tq_version or "unknown"
         return f"TransferQueue {version} (read from {', '.join(READ_FROM)}); " + "; ".join(parts)
+
+
+def skip_misfits(fit: ControllerFit, functions: Mapping[str, ControllerFunction]) -> None:
+    """Never try a function the probe found does not fit: TQ's own call from the start."""
+    for name, reason in fit.misfits.items():
+        function = functions.get(name)
+        if function is not None:
+            function.does_not_fit(name, f"found at attach: {reason}")
+
+
+def fit_since(fit: ControllerFit | None, functions: Mapping[str, ControllerFunction]) -> ControllerFit:
+    """The fit found at attach, with the misfits the functions found since (each on its first failure)."""
+    fit = fit or ControllerFit(None, None, {})
+    found_since = {
+        name: function.misfit
+        for name, function in functions.items()
+        if function.misfit is not None and name not in fit.misfits
+    }
+    return ControllerFit(fit.tq_version, fit.request_types, {**fit.misfits, **found_since})

@@ -58,7 +58,7 @@ from tq_gc.stores.transferqueue.clearing import (
     clear_keys,
     snapshot,
 )
-from tq_gc.stores.transferqueue.controller_fit import ControllerFit
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit, fit_since, skip_misfits
 from tq_gc.stores.transferqueue.controller_function import ControllerFunction
 from tq_gc.stores.transferqueue.index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.transferqueue.internals import (
@@ -141,16 +141,9 @@ class TransferQueueRowStore(RowStore):
         )
         self._fit = controller_fit
         if controller_fit is not None:
-            self._skip_misfits(controller_fit)
+            skip_misfits(controller_fit, self._controller_functions())
         self._interrupted = threading.Event()
         self._claims: list[TqClaim] = []  # handed out by claim(), ended by close()
-
-    def _skip_misfits(self, fit: ControllerFit) -> None:
-        functions = self._controller_functions()
-        for name, reason in fit.misfits.items():
-            function = functions.get(name)
-            if function is not None:
-                function.does_not_fit(name, f"found at attach: {reason}")
 
     @classmethod
     def attach(
@@ -314,18 +307,10 @@ class TransferQueueRowStore(RowStore):
     def describe(self) -> dict[str, str]:
         """For `tq-gc check`: the controller's TQ, and which of the functions tq-gc runs inside it fit it
         (a function that does not uses TQ's own call instead)."""
-        return {"TransferQueue controller functions": self._controller_fit()}
-
-    def _controller_fit(self) -> str:
         if self._controller is None:
-            return "no controller handle: TQ's own calls only"
-        fit = self._fit or ControllerFit(None, None, {})
-        found_since = {
-            name: function.misfit
-            for name, function in self._controller_functions().items()
-            if function.misfit is not None and name not in fit.misfits
-        }
-        return ControllerFit(fit.tq_version, fit.request_types, {**fit.misfits, **found_since}).describe()
+            return {"TransferQueue controller functions": "no controller handle: TQ's own calls only"}
+        fit = fit_since(self._fit, self._controller_functions())
+        return {"TransferQueue controller functions": fit.describe()}
 
     def _controller_functions(self) -> dict[str, ControllerFunction]:
         functions = {INDEX_PAGES: self._index_ranges.pages, KEY_WINDOWS: self._controller_keys.reader}
@@ -373,8 +358,7 @@ class TransferQueueRowStore(RowStore):
     # ---- lifecycle ----
 
     def close(self) -> None:
-        """End the claims this store handed out; close our client; disconnect from Ray only if attach()
-        connected. Idempotent. Kills nothing of the job's."""
+        """End the claims handed out, close our client, leave Ray if attach() joined it. Kills nothing."""
         import ray
 
         claims, self._claims = self._claims, []
