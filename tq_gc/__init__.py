@@ -1,27 +1,67 @@
-"""tq-gc: reclaims orphaned TransferQueue rows in RL training jobs, safely and on a schedule."""
+"""tq-gc: reclaims orphaned TransferQueue rows in RL training jobs, safely and on a schedule.
+
+The public names load on first use (PEP 562): a trainer that imports the kit (GcClient,
+AdmissionRegistry, write_manifest) loads redis and tq-gc's own modules, never the sweeper's pydantic
+config, APScheduler or Ray."""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from tq_gc.config import Config, ConfigLike, load_config
-from tq_gc.errors import (
-    CheckpointInProgress,
-    ConfigError,
-    FenceRaised,
-    LeaseLost,
-    ReferenceSourceError,
-    StoreUnavailable,
-    TqGcError,
-    TransferQueueNotFound,
-)
-from tq_gc.publish.client import GcClient
-from tq_gc.publish.manifest import write_manifest
-from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.report import Cause, Outcome, SweepReport
-from tq_gc.sweep import Collector
+if TYPE_CHECKING:
+    from tq_gc.config import Config, ConfigLike, load_config
+    from tq_gc.errors import (
+        CheckpointInProgress,
+        ConfigError,
+        FenceRaised,
+        LeaseLost,
+        ReferenceSourceError,
+        StoreUnavailable,
+        TqGcError,
+        TransferQueueNotFound,
+    )
+    from tq_gc.publish.client import GcClient
+    from tq_gc.publish.manifest import write_manifest
+    from tq_gc.publish.registry import AdmissionRegistry
+    from tq_gc.report import Cause, Outcome, SweepReport
+    from tq_gc.sweep import Collector
 
 __version__ = "0.1.0"
+
+# Each public name, and the module it comes from.
+_HOMES = {
+    "AdmissionRegistry": "tq_gc.publish.registry",
+    "Cause": "tq_gc.report",
+    "CheckpointInProgress": "tq_gc.errors",
+    "Collector": "tq_gc.sweep",
+    "Config": "tq_gc.config",
+    "ConfigError": "tq_gc.errors",
+    "FenceRaised": "tq_gc.errors",
+    "GcClient": "tq_gc.publish.client",
+    "LeaseLost": "tq_gc.errors",
+    "Outcome": "tq_gc.report",
+    "ReferenceSourceError": "tq_gc.errors",
+    "StoreUnavailable": "tq_gc.errors",
+    "SweepReport": "tq_gc.report",
+    "TqGcError": "tq_gc.errors",
+    "TransferQueueNotFound": "tq_gc.errors",
+    "load_config": "tq_gc.config",
+    "write_manifest": "tq_gc.publish.manifest",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # found once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def start_sidecar(config: ConfigLike) -> Any:

@@ -5,7 +5,8 @@ follows the outcome: skipped 3, aborted 4).
     TqGcError                                                     outcome  cause
     ├── ConfigError              bad config or usage; nothing     aborted  error, and raised on: exit 2
     │   │                        was touched
-    │   └── TransferQueueNotFound  no TQ controller to attach to (we never create one)
+    │   └── RowStoreNotFound     no row store to attach to (we never create one)
+    │       └── TransferQueueNotFound  no TQ controller in the Ray cluster
     ├── StoreUnavailable         the state store or row store     aborted  store_failed
     │   │                        failed; delete nothing more
     │   ├── StoreRefused         the state store answers but refuses this client (password, ACL,
@@ -52,6 +53,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from tq_gc.redaction import redact_url
 from tq_gc.report import Cause, Outcome
 
 
@@ -71,10 +73,17 @@ class ConfigError(TqGcError):
     reaches_caller = True
 
 
-class TransferQueueNotFound(ConfigError):
-    def __init__(self, ray_address: str) -> None:
-        from tq_gc.config.redaction import redact_url  # not at the top: tq_gc.config imports this module
+class RowStoreNotFound(ConfigError):
+    """There is no row store to attach to (yet): tq-gc never creates one. A sidecar that may start before
+    the job's store takes it for a store not there yet (stores/deferred.py), and says `not_yet`."""
 
+    not_yet: ClassVar[str] = "has the job created its row store yet?"
+
+
+class TransferQueueNotFound(RowStoreNotFound):
+    not_yet = "has the job created its TransferQueue yet?"
+
+    def __init__(self, ray_address: str) -> None:
         super().__init__(
             f"no TransferQueueController (namespace 'transfer_queue') in the Ray cluster at "
             f"{redact_url(ray_address)!r}: tq-gc attaches to a running job's TransferQueue and never "

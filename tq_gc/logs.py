@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from tq_gc.config.redaction import redact_text
+from tq_gc.redaction import redact_text
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

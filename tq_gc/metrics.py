@@ -25,10 +25,10 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, start_http_server
 from prometheus_client.registry import Collector
 
-from tq_gc.config.redaction import redact_text, redact_url
 from tq_gc.decisions import KEEPS
 from tq_gc.liveness import Liveness
 from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
+from tq_gc.redaction import redact_text, redact_url
 from tq_gc.report import PHASES, Cause, Outcome, SweepReport, WarningKind
 
 log = logging.getLogger(__name__)

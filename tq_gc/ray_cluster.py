@@ -9,8 +9,8 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from tq_gc.config.redaction import redact_text, redact_url
 from tq_gc.errors import ConfigError
+from tq_gc.redaction import redact_text, redact_url
 
 # ray.init() against an address where nothing listens retries for minutes; a TCP probe answers at once.
 GCS_PROBE_TIMEOUT_SECONDS = 5.0

@@ -1,19 +1,23 @@
-"""Where a sweeper's stores come from: one place opens the state store and the row store, and closes only
-what it opened. The CLI, `tq-gc check` and the sidecar all go through it; tests hand in their own stores.
+"""Where a sweeper comes from: one place opens the state store and the row store, and closes only what it
+opened, and assembles the Collector over them (open_sweeper). The CLI, `tq-gc check` and the sidecar all
+go through it; tests hand in their own stores. The only module besides the backend's own that names the
+TransferQueue backend: the rest sees a RowStore.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 
 from tq_gc.config import Config
+from tq_gc.metrics import StoreSeries
 from tq_gc.state import open_state
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore, attach_transfer_queue
 from tq_gc.stores.base import as_row_store
 from tq_gc.stores.deferred import DeferredRowStore
+from tq_gc.sweep import Collector
 
 RowStoreFactory = Callable[[Config], RowStore]
 
@@ -52,3 +56,22 @@ class Runtime:
                 opened.callback(deferred.close)  # only the client we attached, never the job's TQ
                 rows = deferred
             yield state, rows
+
+    @contextmanager
+    def open_sweeper(
+        self, config: Config, holder: str, missing_queue_is_transient: bool = False
+    ) -> Iterator[Collector]:
+        """The Collector of tq-gc's own process (the CLI's, the sidecar's) over this runtime's stores, open
+        for the block; its claim on the row store ends at the block's end, then the stores close."""
+        with self.stores(config, missing_queue_is_transient=missing_queue_is_transient) as (state, rows):
+            assert rows is not None
+            with closing(Collector(config, state, rows, holder, pause_cyclic_gc=True)) as collector:
+                yield collector
+
+
+def store_series() -> StoreSeries:
+    """What the row store's backend adds to the metrics (a TransferQueue's request operations and
+    controller functions)."""
+    from tq_gc.stores.transferqueue import STORE_SERIES
+
+    return STORE_SERIES

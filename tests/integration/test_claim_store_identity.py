@@ -15,7 +15,7 @@ import redis
 
 from tq_gc.state import MemoryState, RedisState
 from tq_gc.state.keys import STORE_ID_KEY
-from tq_gc.stores.transferqueue.claim import state_identity
+from tq_gc.stores.claims import state_identity
 
 NAMESPACE = "job-1"
 

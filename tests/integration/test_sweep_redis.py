@@ -137,7 +137,7 @@ def test_redis_down_aborts_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixtu
     out, err = capsys.readouterr()
     assert code == 4 and json.loads(out)["outcome"] == "aborted"
     assert "s3cret" not in out + err
-    assert rows.count("delete") == 0
+    assert rows.count("delete_if_unchanged") == 0
 
 
 def test_check_fails_when_redis_may_evict_the_lease_or_admissions(

@@ -68,7 +68,7 @@ def test_every_controller_function_fits_this_transferqueue_and_check_says_so(
 ) -> None:
     put_rows(tq_partition, [f"k{i}" for i in range(20)])  # keys for the probe's look at the key maps
     with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as store:
-        said = store.controller_fit()
+        said = store.describe()["TransferQueue controller functions"]
         listed = store.list_keys(tq_partition)
         requests = store.take_request_stats()
         waited = store.wait_for_quiet()
@@ -98,7 +98,7 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
         listed = store.list_keys(tq_partition)
         waits = [store.wait_for_quiet() for _ in range(2)]
         requests = store.take_request_stats()
-        said = store.controller_fit()
+        said = store.describe()["TransferQueue controller functions"]
         delete_batches = [len(b) for b in store.delete_batches(tq_partition, sorted(listed), 100)]
     after = MISFITS_FOUND.counts()
 
@@ -138,7 +138,7 @@ def test_key_maps_that_disagree_make_index_pages_and_key_windows_misfit_and_tqs_
     ray.get(controller.__ray_call__.remote(haunt, tq_partition, ghost_index, True))
     try:
         with TransferQueueRowStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as store:
-            said = store.controller_fit()
+            said = store.describe()["TransferQueue controller functions"]
             store.take_request_stats()
             listed = store.list_keys(tq_partition)
             requests = store.take_request_stats()

@@ -35,8 +35,6 @@ from tq_gc.stores.memory import MemoryRowStore
 Action = Callable[[], None]
 # (method, args, kwargs, result): called after every outermost call that returned
 Spy = Callable[[str, tuple[Any, ...], dict[str, Any], Any], None]
-# Older tests say "delete" for the conditional delete, the only delete a sweep makes.
-_ALIASES = {"delete": "delete_if_unchanged"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +139,9 @@ class Script:
 
     def before(self, method: str, action: Action, after_calls: int = 0) -> None:
         """Run `action` once, right before the (after_calls+1)-th call of `method` from now on."""
-        method = _ALIASES.get(method, method)
         self.hooks.append(Hook(method, action, after_calls + self.count(method)))
 
     def count(self, method: str) -> int:
-        method = _ALIASES.get(method, method)
         return sum(1 for name, _, _ in self.calls if name == method)
 
     def _script(self, names: list[str]) -> None:

@@ -95,7 +95,7 @@ def test_unparsable_manifest_exits_4_and_deletes_nothing(cli: Cli) -> None:
     code, doc = cli.run_json("sweep", "--execute")
     assert (code, doc["outcome"]) == (EXIT_ABORTED, "aborted")
     assert "gc-manifest.json" in doc["reason"]
-    assert cli.rows.keys(STAGING) == {"r1/c1"} and cli.rows.count("delete") == 0
+    assert cli.rows.keys(STAGING) == {"r1/c1"} and cli.rows.count("delete_if_unchanged") == 0
 
 
 @pytest.fixture
@@ -213,7 +213,7 @@ def test_check_fails_on_a_broken_manifest_and_touches_nothing(cli: Cli) -> None:
     code, doc = cli.run_json("check")
     assert code == EXIT_USAGE and not doc["ok"]
     assert [c["name"] for c in doc["checks"] if not c["ok"]] == ["manifests"]
-    assert cli.rows.count("delete") == 0 and cli.state.load_first_seen(STAGING) == {}
+    assert cli.rows.count("delete_if_unchanged") == 0 and cli.state.load_first_seen(STAGING) == {}
 
 
 def test_human_output_is_a_readable_table(cli: Cli) -> None:

@@ -23,6 +23,7 @@ from tq_gc.errors import (
     LeaseHeld,
     LeaseLost,
     ReferenceSourceError,
+    RowStoreNotFound,
     StoreInterrupted,
     StoreRefused,
     StoreUnavailable,
@@ -41,6 +42,7 @@ SKIPPED, ABORTED = Outcome.SKIPPED, Outcome.ABORTED
 ENDINGS: list[tuple[TqGcError, Outcome, Cause, str]] = [
     (ConfigError("limits.delete_batch: must be 1 or more"), ABORTED, Cause.ERROR, "limits.delete_batch"),
     (TransferQueueNotFound("ray://head:10001"), ABORTED, Cause.ERROR, "no TransferQueueController"),
+    (RowStoreNotFound("no row store yet"), ABORTED, Cause.ERROR, "no row store yet"),
     (StoreUnavailable("redis: connection refused"), ABORTED, Cause.STORE_FAILED, "redis: connection refused"),
     (
         StoreRefused("redis: NOPERM", "grant the ACL user scripting"),

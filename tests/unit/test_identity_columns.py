@@ -1,4 +1,4 @@
-"""A delete batch's expected identities held as columns (model.IdentityColumns), not a tuple per row: the
+"""A delete batch's expected identities held as columns (audit.IdentityColumns), not a tuple per row: the
 same mapping as {key: Identity}, and the same answers from everything that reads one (the audit intent's
 columns, the TQ store's re-check)."""
 

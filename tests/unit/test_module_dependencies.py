@@ -6,6 +6,7 @@ tq_gc/__init__.py)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import tq_gc
@@ -31,10 +32,9 @@ def source_of(module: str) -> Path | None:
     return None
 
 
-def imports_of(module: str) -> set[str]:
-    """The modules `module` imports by name (tq_gc's and others'), with the packages they sit in."""
-    path = source_of(module)
-    assert path is not None, module
+def named_imports(path: Path) -> set[str]:
+    """Every module a file imports by name, at any depth (a function's own import included), and each
+    name imported from one as module.name (it may be a module)."""
     named: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -42,6 +42,14 @@ def imports_of(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             named.add(node.module)
             named.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return named
+
+
+def imports_of(module: str) -> set[str]:
+    """The modules `module` imports by name (tq_gc's and others'), with the packages they sit in."""
+    path = source_of(module)
+    assert path is not None, module
+    named = named_imports(path)
     found = {name for name in named if not name.startswith("tq_gc") or source_of(name) is not None}
     parents = {".".join(name.split(".")[:i]) for name in found for i in range(2, name.count(".") + 1)}
     return (found | parents) - {"tq_gc"}
@@ -74,3 +82,43 @@ def test_the_metrics_know_no_row_store_backend() -> None:
     reached = reached_from("tq_gc.metrics")
     assert not {name for name in reached if name.startswith("tq_gc.stores")}, sorted(reached)
     assert not {name.split(".")[0] for name in reached} & {"ray", "transfer_queue"}
+
+
+GENERIC_PACKAGES = ("sweep", "cli", "sidecar")
+GENERIC_STORE_MODULES = ("stores/base.py", "stores/deferred.py", "stores/claims.py", "stores/memory.py")
+TQ_BACKEND = "tq_gc.stores.transferqueue"
+# The demos run a toy training job's TQ of their own, beside the sweeper: drivers of a TQ, not sweepers.
+DEMOS = {"demo.py", "capacity_demo.py"}
+
+
+def modules_under(*relative: str) -> list[Path]:
+    found: list[Path] = []
+    for name in relative:
+        path = PACKAGE / name
+        found += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return found
+
+
+def test_the_sweep_the_cli_and_the_sidecar_import_nothing_of_the_transfer_queue_backend() -> None:
+    """One assembly (wiring.py) picks the backend; the rest sees a RowStore."""
+    reaching = {
+        str(path.relative_to(PACKAGE)): sorted(n for n in named_imports(path) if n.startswith(TQ_BACKEND))
+        for path in modules_under(*GENERIC_PACKAGES, *GENERIC_STORE_MODULES)
+        if path.name not in DEMOS
+    }
+    assert not {module: names for module, names in reaching.items() if names}
+
+
+# How to reach the Ray cluster is not the backend's tuning: the sidecar is a Ray actor.
+TQ_WORDS = re.compile(
+    r"TransferQueueNotFound|controller_fit|transfer_queue\.(?!ray_address|ray_namespace)\w+"
+)
+
+
+def test_the_generic_row_store_layer_names_no_transfer_queue_error_nor_setting() -> None:
+    """The generic layer knows a RowStore's face only: no TQ error, no TQ tuning, no TQ call."""
+    named = {
+        str(path.relative_to(PACKAGE)): sorted(set(TQ_WORDS.findall(path.read_text())))
+        for path in modules_under(*GENERIC_PACKAGES, *GENERIC_STORE_MODULES)
+    }
+    assert not {module: words for module, words in named.items() if words}

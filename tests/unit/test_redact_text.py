@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from tq_gc.config.redaction import redact_text
 from tq_gc.logs import JsonLines, Redacting
+from tq_gc.redaction import redact_text
 
 SECRET = "s3cr3t-pw"
 

@@ -110,7 +110,7 @@ def test_dry_run_deletes_nothing_and_says_what_it_would(world: World) -> None:
     report = world.sweep(execute=False)
     assert report.outcome is Outcome.DRY_RUN and report.dry_run
     assert report.counts.eligible == 1 and report.counts.deleted == 0
-    assert world.rows.count("delete") == 0
+    assert world.rows.count("delete_if_unchanged") == 0
     assert world.staging() == {"r1/c1"}
 
 
@@ -123,7 +123,7 @@ def test_unparsable_manifest_aborts_with_nothing_deleted(world: World) -> None:
     report = world.sweep()
     assert report.outcome is Outcome.ABORTED
     assert "manifests" in (report.reason or "")
-    assert world.staging() == {"r1/c1"} and world.rows.count("delete") == 0
+    assert world.staging() == {"r1/c1"} and world.rows.count("delete_if_unchanged") == 0
 
 
 def test_admissions_expected_but_empty_abort(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_fence_up_skips_the_sweep(world: World) -> None:
 def test_fence_raised_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> None:
     world = three_batches_eligible(tmp_path)
     # Raised while the first batch is being deleted: the second batch must not go.
-    world.rows.before("delete", lambda: world.registry.fence("ckpt", 300))
+    world.rows.before("delete_if_unchanged", lambda: world.registry.fence("ckpt", 300))
     report = world.sweep()
     assert report.outcome is Outcome.SKIPPED
     assert report.counts.deleted == 2 and len(world.staging()) == 4
@@ -165,7 +165,7 @@ def test_row_recreated_between_plan_and_delete_is_kept(world: World) -> None:
     world.sweep()
     world.age()
     # Key reuse: deleted and rewritten (new global index, same tags) after listing, before the re-check.
-    world.rows.before("delete", lambda: world.rows.put(STAGING, "r1/c1", {"v": 1}))
+    world.rows.before("delete_if_unchanged", lambda: world.rows.put(STAGING, "r1/c1", {"v": 1}))
     report = world.sweep()
     assert report.counts.recheck_saved == 1 and report.counts.deleted == 0
     assert world.staging() == {"r1/c1"}
@@ -209,10 +209,10 @@ def test_lease_lost_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> No
         world.age(world.config.lease_ttl_seconds + 1)
         assert world.state.acquire_lease("cronjob", 60_000) is not None
 
-    world.rows.before("delete", lease_expires_and_is_taken)
+    world.rows.before("delete_if_unchanged", lease_expires_and_is_taken)
     report = world.sweep()
     assert report.outcome is Outcome.ABORTED and "lease" in (report.reason or "")
-    assert report.counts.deleted == 2 and world.rows.count("delete") == 1
+    assert report.counts.deleted == 2 and world.rows.count("delete_if_unchanged") == 1
     assert len(world.staging()) == 4
 
 
@@ -222,7 +222,7 @@ def test_row_store_failing_mid_sweep_stops_deleting(tmp_path: Path) -> None:
     def controller_dies() -> None:
         raise StoreUnavailable("TransferQueue controller unreachable")
 
-    world.rows.before("delete", controller_dies, after_calls=1)
+    world.rows.before("delete_if_unchanged", controller_dies, after_calls=1)
     report = world.sweep()
     assert report.outcome is Outcome.ABORTED and "unreachable" in (report.reason or "")
     assert len(world.staging()) == 4

@@ -146,7 +146,7 @@ class SweepMachine(RuleBasedStateMachine):
         if point == "delete":
             # Right before the clear only a rewrite can slip in: an admission there is the window no
             # collector over TQ can close (see the module docstring).
-            self.rows.before("delete", lambda: self.slip("rewrite", k))
+            self.rows.before("delete_if_unchanged", lambda: self.slip("rewrite", k))
         elif point == "recheck":  # between the plan and the re-check of the first batch
             self.state.before("recheck", lambda: self.slip(action, k))
         elif point == "list_rows":  # before the tag partition's listing, or the swept one's
@@ -157,14 +157,14 @@ class SweepMachine(RuleBasedStateMachine):
         # What the sweep reads (right after a slip before listing) restarts the clock of what it names.
         self.rows.before("list_rows", self.sweep_sees_references)
         before = self.rows.keys(STAGING)
-        deletes_before = self.rows.count("delete")
+        deletes_before = self.rows.count("delete_if_unchanged")
         Collector(self.config, self.state, self.rows).sweep(dry_run=False)
         self.rows.hooks.clear()
         self.state.hooks.clear()
         self.rows.timeline.raise_errors()  # a slip that failed inside the sweep (which swallows errors)
         self.state.timeline.raise_errors()
         deleted = before - self.rows.keys(STAGING)
-        if self.rows.count("delete") == deletes_before:
+        if self.rows.count("delete_if_unchanged") == deletes_before:
             assert not deleted
         for row in deleted:
             assert row not in self.referenced(), f"{row} deleted while referenced"

@@ -185,7 +185,7 @@ def test_a_clear_whose_answer_is_lost_stays_in_the_audit_unconfirmed(world: Worl
 def test_a_confirmed_batch_lists_only_the_rows_deleted(world: World) -> None:
     world.rows.put(STAGING, "other/row")
     old_row(world)
-    world.rows.before("delete", lambda: world.rows.put(STAGING, "other/row", {"rewritten": 1}))
+    world.rows.before("delete_if_unchanged", lambda: world.rows.put(STAGING, "other/row", {"rewritten": 1}))
     report = world.sweep()
     audit = world.state.read_audit(report.run_id, limit=10)
     assert [(row.key, row.confirmed) for row in audit] == [(KEY, True)]
@@ -228,7 +228,7 @@ def test_stop_ends_the_sweep_between_two_batches(tmp_path: Path) -> None:
     world.sweep()
     world.age()
     collector = Collector(world.config, world.state, world.rows)
-    world.rows.before("delete", collector.stop)
+    world.rows.before("delete_if_unchanged", collector.stop)
     report = collector.sweep(dry_run=False)
     assert (report.outcome, report.cause, report.counts.deleted) == (Outcome.ABORTED, Cause.STOPPED, 2)
     assert len(world.staging()) == 4

@@ -4,7 +4,7 @@ read from the store itself: tests/integration/test_claim_store_identity.py.)"""
 
 from __future__ import annotations
 
-from tq_gc.stores.transferqueue.claim import refusal, state_address
+from tq_gc.stores.claims import refusal, state_address
 
 SIDECAR = "sidecar:tq-gc@node-1:4242"
 

@@ -5,7 +5,8 @@ rebuild, and says which requests the controller could not decode; no difference 
 from __future__ import annotations
 
 from tq_gc.stores.transferqueue.attach import another_tq
-from tq_gc.stores.transferqueue.internals import INDEX_PAGES, QUIET_WAITS, READ_FROM, ControllerFit
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit
+from tq_gc.stores.transferqueue.internals import INDEX_PAGES, QUIET_WAITS, READ_FROM
 
 OURS = frozenset({"GET_META", "KV_LIST", "MARK_CLEARING", "CLEAR_META"})  # a 0.1.10 client's, in part
 A_0_1_9_CONTROLLERS = frozenset({"GET_META", "KV_LIST", "CLEAR_META"})  # no MARK_CLEARING before 0.1.10

@@ -31,7 +31,7 @@ from tq_gc.state.base import StateStore
 from tq_gc.state.keys import CHECK_PROBE_NAMESPACE
 from tq_gc.state.redis_namespaces import NamespaceSeen
 from tq_gc.stores import RowStore
-from tq_gc.stores.transferqueue.claim import describe_claim
+from tq_gc.stores.claims import describe_claim, state_address
 from tq_gc.sweep.lease import default_holder
 from tq_gc.wiring import Runtime
 
@@ -102,13 +102,13 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         results.append(row_store)
         if row_store["ok"]:
             results += _scope_partition_checks(config, rows)
-        if row_store["ok"] and runtime.row_store is None:  # the job's TQ: who may sweep it
-            results.append(
-                _check("TransferQueue claim", lambda: describe_claim(config, default_holder(), state))
-            )
-        fit = rows.controller_fit() if row_store["ok"] else None
-        if fit is not None:  # a function that does not fit falls back to TQ's own calls: said, not failed
-            results.append({"name": "TransferQueue controller functions", "ok": True, "detail": fit})
+        holder = default_holder()
+        claim = rows.claim(holder, state_address(config.state_url, holder)) if row_store["ok"] else None
+        if claim is not None:  # the job's TQ: who may sweep it
+            results.append(_check("TransferQueue claim", lambda: describe_claim(config, claim, state)))
+        said = rows.describe() if row_store["ok"] else {}
+        # e.g. a TQ controller function that does not fit falls back to TQ's own calls: said, not failed
+        results += [{"name": title, "ok": True, "detail": detail} for title, detail in said.items()]
         counted = tuple(source for source in config.manifests if not reader_of(source).checked_alone)
         results.append(_check("manifests", lambda: _count(ManifestsSource(counted).read(), "rows named")))
         results += [_manifest_check(source) for source in config.manifests if reader_of(source).checked_alone]

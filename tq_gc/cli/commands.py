@@ -22,18 +22,16 @@ from tq_gc.cli import render
 from tq_gc.cli.footprint_view import footprint_summary
 from tq_gc.cli.sidecar_state import refuse_a_state_out_of_reach
 from tq_gc.config import Config, config_schema, load_config, schedule_problem
-from tq_gc.config.redaction import redact_text
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.liveness import liveness
 from tq_gc.logs import configure_logging
 from tq_gc.publish.holders import by_public_name, latest_by_public_name
+from tq_gc.redaction import redact_text
 from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
-from tq_gc.stores.transferqueue.claim import claimed
-from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import default_holder
-from tq_gc.wiring import Runtime
+from tq_gc.wiring import Runtime, store_series
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
 OUTCOME_EXIT = {
@@ -135,14 +133,11 @@ def sweep(
         _secret_urls.append(pushgateway)
     config = _load(ctx, config_path)
     runtime: Runtime = ctx.obj
-    holder = default_holder()
     with (
-        runtime.stores(config) as (state, rows),
-        claimed(config, holder, enabled=runtime.row_store is None) as claim,  # the job's TQ's
+        runtime.open_sweeper(config, default_holder()) as collector,
         render.progress(live=not as_json) as progress,
     ):
-        assert rows is not None
-        report = Collector(config, state, rows, holder, pause_cyclic_gc=True, claim=claim).sweep(
+        report = collector.sweep(
             dry_run=not execute,
             max_deletes=max_deletes,
             progress=progress.deletes,
@@ -155,9 +150,8 @@ def sweep(
     _emit(report.to_dict(), as_json, render.sweep_report)
     if pushgateway:
         from tq_gc.metrics import push_report
-        from tq_gc.stores.transferqueue import STORE_SERIES
 
-        push_report(pushgateway, config.namespace, report, STORE_SERIES, config.pressure.headroom_below)
+        push_report(pushgateway, config.namespace, report, store_series(), config.pressure.headroom_below)
     ctx.exit(OUTCOME_EXIT[report.outcome])
 
 

@@ -4,17 +4,16 @@ would open an empty store of its own and show nothing, with exit 0."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from tq_gc.config import MEMORY_SCHEME, Config
+from tq_gc.config import Config
 from tq_gc.errors import ConfigError
+from tq_gc.state.url import is_memory_url
 from tq_gc.wiring import Runtime
 
 
 def refuse_a_state_out_of_reach(runtime: Runtime, config: Config) -> None:
     """ConfigError if the state would be opened here from memory://: an empty store of this process's
     own (a state handed in, as tests do, is read)."""
-    if runtime.state is None and urlsplit(config.state_url).scheme == MEMORY_SCHEME:
+    if runtime.state is None and is_memory_url(config.state_url):
         raise ConfigError(state_in_the_sidecar(config))
 
 

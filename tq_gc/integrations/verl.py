@@ -44,6 +44,7 @@ from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.holders import public_name
 from tq_gc.state.base import AdmissionStore
+from tq_gc.state.url import is_memory_url
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def admissions_swept_by(config: Config, state: AdmissionStore, opened_here: bool
     """The admissions the sweeps of `config` read. With memory:// state they live in the sidecar actor,
     and a state this process opened for itself (the CLI's) is empty: read the sidecar's, or raise
     TqGcError saying that they cannot be read from here."""
-    if not (opened_here and config.state_url.startswith("memory:")):
+    if not (opened_here and is_memory_url(config.state_url)):
         return state
     from tq_gc.sidecar.client import sidecar_admissions  # imports Ray: only for the sidecar's state
 
@@ -107,7 +108,7 @@ def admissions_swept_by(config: Config, state: AdmissionStore, opened_here: bool
 
 def client_for(config: Config) -> GcClient:
     """A GcClient on the registry the collector of `config` reads: the sidecar's, or the shared store."""
-    if config.state_url.startswith("memory:"):
+    if is_memory_url(config.state_url):
         from tq_gc.sidecar.client import sidecar_registry  # imports Ray: only for the sidecar's registry
 
         return GcClient(sidecar_registry(config.sidecar.name, config.sidecar.ray_namespace))

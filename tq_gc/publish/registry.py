@@ -18,13 +18,12 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit
 
-from tq_gc.config import MEMORY_SCHEME
 from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
 from tq_gc.publish.holders import by_public_name, held_name, new_holder, public_name
 from tq_gc.publish.inputs import checked_name, checked_rows, checked_ttl_ms, checked_whole_ms
 from tq_gc.state.base import AdmissionRows, AdmissionStore
+from tq_gc.state.url import is_memory_url
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class AdmissionRegistry:
         """A registry on the shared state store at `url` (redis://, rediss://, unix://)."""
         from tq_gc.state import open_state  # the state package imports Redis: only when connecting
 
-        if urlsplit(url).scheme == MEMORY_SCHEME:
+        if is_memory_url(url):
             # A memory:// registry made here would live in this process only: the collector would
             # never see it and would delete the rows it claims to protect.
             raise ConfigError(

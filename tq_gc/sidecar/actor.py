@@ -22,8 +22,8 @@ started empty with it (tq_gc/sidecar/client.py, SidecarAdmissionBackend).
 
 One state store per TQ: with memory:// the state lives in this actor, so a second sidecar (another
 name: another job's, a restart beside a live one) has a lease and registry of its own. Each executing
-sweep holds the job's TQ's claim for this sidecar's state (stores/transferqueue/claim.py), which the
-actor owns: a sidecar of another state finds it held and its sweeps are skipped (tq_claimed), nothing
+sweep holds the job's TQ's claim for this sidecar's state (stores/claims.py), which its
+row store owns: a sidecar of another state finds it held and its sweeps are skipped (tq_claimed), nothing
 deleted, until this one shuts down or dies.
 
 The actor is threaded (max_concurrency): status(), admit() and friends are served while a sweep runs.
@@ -57,12 +57,10 @@ from tq_gc.sidecar.pressure import PressureWatch
 from tq_gc.state.base import AdmissionRows
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
-from tq_gc.stores.transferqueue import STORE_SERIES
-from tq_gc.stores.transferqueue.claim import claimed, sidecar_holder
-from tq_gc.sweep import Collector
+from tq_gc.stores.claims import sidecar_holder
 from tq_gc.sweep.clocks import utc_now_iso
 from tq_gc.sweep.lease import default_holder
-from tq_gc.wiring import RowStoreFactory, Runtime
+from tq_gc.wiring import RowStoreFactory, Runtime, store_series
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +98,13 @@ class SidecarActor:
             import_transfer_queue_soon()
         runtime = Runtime(row_store_factory=row_store_factory)
         holder = sidecar_holder(config.sidecar.name, default_holder())
-        # Released last, after the sweep stopped and the stores closed: held from the first executing
-        # sweep that reaches the TQ until shutdown (or this process's death, which Ray ends it with).
-        claim = self._closing.enter_context(claimed(config, holder))
-        self._state, rows = self._closing.enter_context(
-            runtime.stores(config, missing_queue_is_transient=True)
+        # The TQ's claim is held from the first executing sweep that reaches the TQ until the row store
+        # closes at shutdown, after the sweep stopped (or this process's death, which Ray ends it with).
+        self._collector = self._closing.enter_context(
+            runtime.open_sweeper(config, holder, missing_queue_is_transient=True)
         )
-        assert rows is not None
-        self._collector = Collector(
-            config, self._state, rows, holder=holder, pause_cyclic_gc=True, claim=claim
-        )
-        self._metrics = SweepMetrics(store=STORE_SERIES, pressure_below=config.pressure.headroom_below)
+        self._state = self._collector.state
+        self._metrics = SweepMetrics(store=store_series(), pressure_below=config.pressure.headroom_below)
         self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
         self._watch_pressure()

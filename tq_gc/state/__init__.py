@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from tq_gc.config.models import MEMORY_SCHEME, REDIS_SCHEMES, not_a_state_url
-from tq_gc.errors import ConfigError
 from tq_gc.state.base import Lease, StateStore
 from tq_gc.state.memory import MemoryState
 from tq_gc.state.redis import RedisState
+from tq_gc.state.url import parse_state_url
 
 __all__ = ["Lease", "MemoryState", "RedisState", "StateStore", "open_state"]
 
 
 def open_state(url: str, namespace: str) -> StateStore:
     """The store a state_url names; the caller owns it (close() it)."""
-    scheme = urlsplit(url).scheme
-    if scheme == MEMORY_SCHEME:
+    if parse_state_url(url).is_memory:  # ConfigError if it names no state store
         return MemoryState(namespace)
-    if scheme in REDIS_SCHEMES:
-        return RedisState.from_url(url, namespace)
-    raise ConfigError(not_a_state_url(url))
+    return RedisState.from_url(url, namespace)

@@ -11,7 +11,7 @@ jobs sharing one Redis never touch each other's keys.
                                             next save or forget (its rows start their grace again)
     tqgc:{ns}:observed              HASH    partition -> at_ms of the last sweep that observed it
     tqgc:{ns}:runs                  LIST    run summaries (JSON), newest first, capped at RUNS_KEPT
-    tqgc:{ns}:audit                 STREAM  an intent entry per delete batch (model.AuditBatch), written
+    tqgc:{ns}:audit                 STREAM  an intent entry per delete batch (audit.AuditBatch), written
                                             before the clear, and a confirmation entry after; capped by rows
     tqgc:{ns}:admissions:expiry     ZSET    admission_id -> expires_at_ms (store clock)
     tqgc:{ns}:admissions:rows       HASH    admission_id -> JSON {partition: [keys]}

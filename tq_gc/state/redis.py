@@ -21,16 +21,17 @@ import redis
 from redis.exceptions import RedisError
 
 from tq_gc.audit import AuditBatch, DeletedRow
-from tq_gc.config import redact_url
 from tq_gc.first_seen import FirstSeen, FirstSeenRecords
+from tq_gc.redaction import redact_url
 from tq_gc.state import redis_scripts as scripts
 from tq_gc.state.base import AdmissionRows, Lease, Recheck, copied_admissions
 from tq_gc.state.keys import GENERATION_ROWS, STORE_ID_KEY, Keys, check_namespace
 from tq_gc.state.redis_admissions import RedisAdmissions
 from tq_gc.state.redis_audit import RedisAudit
-from tq_gc.state.redis_connection import RedisConnection, Replication, client_from_url, describe
+from tq_gc.state.redis_connection import RedisConnection, client_from_url, describe
 from tq_gc.state.redis_first_seen import RedisFirstSeen
 from tq_gc.state.redis_namespaces import NamespaceSeen, namespaces_in_use
+from tq_gc.state.url import Replication
 
 
 class RedisState:

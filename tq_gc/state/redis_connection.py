@@ -1,6 +1,6 @@
-"""The state store's Redis connection: the state URL's own options (`?wait_replicas=`), the client made from
-the URL (its timeouts, no retries), and the two rules every command follows (a failure is StoreUnavailable,
-or StoreRefused when the store answered and refused this client; a write a failover must not lose waits for
+"""The state store's Redis connection: the client made from the state URL (parsed in url.py), with its
+timeouts and no retries, and the two rules every command follows (a failure is StoreUnavailable, or
+StoreRefused when the store answered and refused this client; a write a failover must not lose waits for
 the replicas).
 """
 
@@ -9,9 +9,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 from redis import exceptions as redis_errors
@@ -20,57 +18,20 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
+from tq_gc.redaction import redact_url
+from tq_gc.state.url import Replication, parse_state_url
 
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
 CONNECT_TIMEOUT_SECONDS = 5.0
 SOCKET_TIMEOUT_SECONDS = 10.0
-# With a replicated Redis, `?wait_replicas=N` in the state URL: the writes a failover must not lose (an
-# admission, a fence, an audit intent) return only once N replicas have them (WAIT), or raise.
-WAIT_TIMEOUT_MS = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class Replication:
-    """How many replicas must acknowledge a durable write, and how long to wait for them."""
-
-    replicas: int = 0
-    timeout_ms: int = WAIT_TIMEOUT_MS
-
-    @classmethod
-    def split_from(cls, url: str) -> tuple[str, Replication]:
-        """The URL without tq-gc's own options (redis-py refuses them), and those options."""
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {name: value for name, value in query if name.startswith("wait_")}
-        rest = urlencode([(name, value) for name, value in query if not name.startswith("wait_")])
-        unknown = sorted(set(ours) - {"wait_replicas", "wait_timeout_ms"})
-        if unknown:
-            raise ConfigError(f"unknown state_url option {unknown[0]!r}: use wait_replicas, wait_timeout_ms")
-        replicas = _whole(ours, "wait_replicas", 0, minimum=0)
-        timeout_ms = _whole(ours, "wait_timeout_ms", WAIT_TIMEOUT_MS, minimum=1)
-        if not ours:
-            return url, cls(replicas, timeout_ms)
-        return url.split("?", 1)[0] + (f"?{rest}" if rest else ""), cls(replicas, timeout_ms)
-
-
-def _whole(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    if name not in options:
-        return default
-    value = options[name]
-    if not value.isdigit() or int(value) < minimum:
-        raise ConfigError(f"state_url option {name}={value!r} must be a whole number of at least {minimum}")
-    return int(value)
 
 
 def client_from_url(url: str) -> tuple[redis.Redis, Replication]:
     """A client of its own for a state URL, and the URL's replication options. No retries inside: a
     failure ends the sweep."""
-    try:
-        plain_url, replication = Replication.split_from(url)
-    except ConfigError as exc:
-        raise ConfigError(f"{redact_url(url)!r}: {exc}") from None
+    parsed = parse_state_url(url)  # ConfigError if an option of tq-gc's in it is wrong
+    plain_url, replication = parsed.redis_url, parsed.replication
     try:
         client = redis.Redis.from_url(
             plain_url,

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.rows import Identity, Tags
+
+if TYPE_CHECKING:
+    from tq_gc.stores.claims import StoreClaim
 
 
 class RowStore(ABC):
@@ -106,10 +109,17 @@ class RowStore(ABC):
         store's requests held up. Default: none kept."""
         return {}
 
-    def controller_fit(self) -> str | None:
-        """For `tq-gc check`: how the store's controller fits tq-gc's functions run inside it. Default:
-        None, no controller to describe."""
+    def claim(self, holder: str, where: str) -> StoreClaim | None:
+        """A new hold on the store's claim for the sweeper `holder` (`where`: its state store, for people),
+        taken by its sweeps (stores/claims.py): a store that sweepers of other processes, of other
+        state stores, may reach must hand one out, and end those it handed out when it closes. Default:
+        None, a store living in this process has no other sweeper."""
         return None
+
+    def describe(self) -> dict[str, str]:
+        """For `tq-gc check`: what the store says of itself once attached, {title: detail} (how a TQ's
+        controller fits the functions tq-gc runs inside it). Default: nothing."""
+        return {}
 
     def close(self) -> None:
         """Close what the store opened (never the job's TQ itself). Idempotent. Default: nothing."""

@@ -7,8 +7,8 @@ reason, and the schedule goes on. The CLI attaches late too, so that a sweep ski
 a fence costs no Ray connection (nor the seconds it takes to import TransferQueue); a missing TQ is its
 user's mistake there (exit 2).
 
-A job may replace its TQ while tq-gc runs (its controller died, and the job ran `transfer_queue.init`
-again): `ensure_attached()`, at the start of each sweep, asks the attached store whether it still is
+A job may replace its TQ while tq-gc runs (its controller died, and the job created a new
+one): `ensure_attached()`, at the start of each sweep, asks the attached store whether it still is
 the live one. If not, it closes that store (our client only: the old TQ is gone, the new one is the
 job's) and attaches to the new one; while there is none, the sweep ends aborted, having deleted nothing.
 """
@@ -19,10 +19,11 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
+from tq_gc.errors import RowStoreNotFound, StoreUnavailable
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, as_row_store
+from tq_gc.stores.claims import StoreClaim
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +42,10 @@ class DeferredRowStore(RowStore):
             if self._store is None:
                 try:
                     self._store = as_row_store(self._attach())
-                except TransferQueueNotFound as exc:
+                except RowStoreNotFound as exc:
                     if not self._missing_queue_is_transient:
                         raise
-                    raise StoreUnavailable(f"{exc} (has the job created its TransferQueue yet?)") from exc
+                    raise StoreUnavailable(f"{exc} ({exc.not_yet})") from exc
                 if self._interrupted:
                     self._store.interrupt()
                 if self._sized is not None:
@@ -114,8 +115,12 @@ class DeferredRowStore(RowStore):
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self._attached().delete_if_unchanged(partition, expected)
 
-    def controller_fit(self) -> str | None:
-        return self._attached().controller_fit()
+    def describe(self) -> dict[str, str]:
+        return self._attached().describe()
+
+    def claim(self, holder: str, where: str) -> StoreClaim | None:
+        """The attached store's claim (attaching first): it ends when that store closes."""
+        return self._attached().claim(holder, where)
 
     def interrupt(self) -> None:
         """Interrupt the attached store's reads, and those of a store attached later."""

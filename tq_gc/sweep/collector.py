@@ -14,7 +14,6 @@ import threading
 import uuid
 from collections.abc import Collection
 from contextlib import nullcontext
-from typing import TYPE_CHECKING
 
 from tq_gc.config import Config, max_deletes_clamped, plan_policy
 from tq_gc.decisions import Decision
@@ -28,6 +27,7 @@ from tq_gc.rows import Listing
 from tq_gc.state.base import StateStore
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores.base import RowStore, as_row_store
+from tq_gc.stores.claims import StoreClaim, state_address
 from tq_gc.sweep.clocks import utc_now_iso
 from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
 from tq_gc.sweep.delete import Deleter
@@ -36,9 +36,6 @@ from tq_gc.sweep.lease import SweepLease, default_holder
 from tq_gc.sweep.observe import Observer
 from tq_gc.sweep.record import Recorder
 from tq_gc.sweep.run import PhaseListener, Progress, SweepRun
-
-if TYPE_CHECKING:
-    from tq_gc.stores.transferqueue.claim import TqClaim
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +49,16 @@ class Collector:
         holder: str | None = None,
         *,
         pause_cyclic_gc: bool = False,
-        claim: TqClaim | None = None,
     ):
         """`pause_cyclic_gc`: the process is tq-gc's own (the sidecar's actor, the CLI), so a sweep may
         switch the cyclic garbage collector off while it runs (cyclic_gc.paused_cyclic_gc). Embedded in a
         trainer's process, leave it False: the trainer's own objects are that collector's too.
 
-        `claim`: the job's TQ's claim for this sweeper's state (stores/transferqueue/claim.py), held by
-        each sweep once attached: a TQ claimed for another state store skips the sweep."""
-        self.claim = claim
+        Each sweep holds the row store's claim for this collector's state (stores/claims.py) once
+        attached: a TQ claimed for another state store skips the sweep. The claim lasts until close(),
+        or until the row store closes, or this process ends."""
+        self.claim: StoreClaim | None = None  # asked of the row store at the first attach
+        self._claim_space: str | None = None  # the row store instance the claim was asked of
         self.config = config
         self.state = state
         self.row_store = row_store = as_row_store(row_store)
@@ -125,7 +123,7 @@ class Collector:
             renewal.start()
             with run.phase("attach"):
                 self._attach_row_store(run)
-                self._hold_claim(dry_run)
+                self._hold_claim(run, dry_run)
             self._stop_if_asked()
             listing, references = self.observer.read(run)
             self._plan_and_record(run, listing, references)
@@ -180,11 +178,28 @@ class Collector:
         runs = self.state.recent_runs(RUNS_KEPT)
         return next((r["row_store_identity"] for r in runs if r.get("row_store_identity")), None)
 
-    def _hold_claim(self, dry_run: bool) -> None:
-        """Hold the TQ's claim for our state store (a dry run only looks), or stop with nothing deleted."""
+    def _hold_claim(self, run: SweepRun, dry_run: bool) -> None:
+        """Hold the row store's claim for our state store (a dry run only looks), or stop with nothing
+        deleted. A row store replaced since (a new TQ) is asked for a claim of its own."""
+        space = run.report.row_store_identity
+        if self.claim is None or space != self._claim_space:
+            self.release_claim()
+            self.claim = self.row_store.claim(self.holder, state_address(self.config.state_url, self.holder))
+            self._claim_space = space
         refused = None if self.claim is None else self.claim.hold(take=not dry_run, state=self.state)
         if refused is not None:
             raise TqClaimed(refused)
+
+    def release_claim(self) -> None:
+        """End the claim this collector's sweeps took, if any (idempotent); the next sweep takes it again."""
+        claim, self.claim = self.claim, None
+        if claim is not None:
+            claim.release()
+
+    def close(self) -> None:
+        """End what this collector holds beyond a sweep: the row store's claim. Not the stores, which
+        are the caller's."""
+        self.release_claim()
 
     def _plan_and_record(self, run: SweepRun, listing: Listing, references: References) -> None:
         """Plan from what the sweep saw and the records it trusts, record its new sightings, and take

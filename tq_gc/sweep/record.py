@@ -93,16 +93,13 @@ class Recorder:
         then be deleted on its first sighting. It is seen afresh by the next sweep."""
         indexes = listed.indexes if isinstance(listed, ListedKeys) else None
         pinned: dict[str, FirstSeen] = {}
-        keys = sorted(upserts)
-        size = self.config.transfer_queue.request_batch
-        for start in range(0, len(keys), size):
-            found = self.row_store.identities(partition, keys[start : start + size])
-            for key, identity in found.items():
-                record = upserts[key]
-                if indexes is None:
-                    same_row = identity.tags_digest == record.identity.tags_digest
-                else:
-                    same_row = identity.global_index == indexes[key]
-                if same_row:
-                    pinned[key] = FirstSeen(record.at_ms, identity)
+        # One call: the row store batches and paces its own requests (RowStore.identities).
+        for key, identity in self.row_store.identities(partition, sorted(upserts)).items():
+            record = upserts[key]
+            if indexes is None:
+                same_row = identity.tags_digest == record.identity.tags_digest
+            else:
+                same_row = identity.global_index == indexes[key]
+            if same_row:
+                pinned[key] = FirstSeen(record.at_ms, identity)
         return pinned

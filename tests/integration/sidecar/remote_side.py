@@ -20,6 +20,7 @@ from tq_gc.config import Config
 from tq_gc.rows import Identity, Tags
 from tq_gc.sidecar.client import sidecar_registry
 from tq_gc.stores import RowStore, attach_transfer_queue
+from tq_gc.stores.claims import StoreClaim
 
 T = TypeVar("T")
 
@@ -60,8 +61,11 @@ class Wrapped(RowStore):
     def take_request_stats(self) -> dict[str, list[float]]:
         return self.inner.take_request_stats()
 
-    def controller_fit(self) -> str | None:
-        return self.inner.controller_fit()
+    def describe(self) -> dict[str, str]:
+        return self.inner.describe()
+
+    def claim(self, holder: str, where: str) -> StoreClaim | None:
+        return self.inner.claim(holder, where)
 
     def close(self) -> None:
         self.inner.close()

@@ -12,7 +12,7 @@ Attach, never own (docs/safety.md, rule 11). How this module makes sure of it:
   client, a stray module-level `close` here has nothing to kill. It also lets `close()` close exactly
   the client we opened,
   and lets every request carry a deadline (TQ's client waits forever on a dead controller).
-- Before any request, it probes the controller (tq_internals.controller_probe): which of the functions
+- Before any request, it probes the controller (internals.controller_probe): which of the functions
   tq-gc runs inside it fit, and which TQ it runs. A controller of another TQ than this process's is
   refused (ConfigError, exit 2, naming both versions): TQ's client and controller speak one wire
   protocol, and a request the controller cannot decode kills its request thread (0.1.9's), the job's TQ
@@ -36,10 +36,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tq_gc.config import redact_url
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
+from tq_gc.redaction import redact_url
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit
 from tq_gc.stores.transferqueue.internals import (
-    ControllerFit,
     Probe,
     controller_probe,
     local_request_types,
@@ -129,7 +129,7 @@ def open_client(controller: Any, request_timeout_seconds: float) -> Any:
 def probe_controller(
     controller: Any, request_timeout_seconds: float, probe: Probe | None = None
 ) -> ControllerFit:
-    """What the controller has (`probe`, default tq_internals.controller_probe()), read through Ray beside
+    """What the controller has (`probe`, default internals.controller_probe()), read through Ray beside
     its request thread.
     A probe that fails inside the controller knows nothing (each function is then tried, and falls back
     on its first misfit); one that gets no answer is StoreUnavailable."""

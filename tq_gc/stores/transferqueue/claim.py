@@ -1,13 +1,12 @@
-"""The claim on a TransferQueue: the state store whose sweepers may sweep it.
+"""The claim on a TransferQueue: the state store whose sweepers may sweep it (stores/claims.py says
+why, and who a claimant is). The TQ row store hands one to each sweeper (RowStore.claim) and ends those
+it handed out when it closes.
 
-Each sweeper's state store (its admissions, fences, first-seen records, lease) is its whole view of
-what is referenced. Two sweepers that do not share one (two memory:// sidecars, each state living in
-its own actor; a sidecar and a CronJob on different Redis URLs, DBs or namespaces) each hold a lease of
-their own and each deletes rows that only the other's publishers hold. So before it plans, a sweep
-holds the TQ's claim for its state store's identity (`state_identity`): what the store is, not how it
-is reached: the random id written once into it (StateStore.store_id; a URL names a store in many ways,
-`localhost` names another one in each pod, `?db=` overrides the path) and the namespace; each memory://
-store has an id of its own.
+Two sweepers that do not share one state store (two memory:// sidecars, each state living in its own
+actor; a sidecar and a CronJob on different Redis URLs, DBs or namespaces) each hold a lease of their
+own: the claim is what keeps the second from sweeping. A state store is known by what it is
+(StateStore.store_id; a URL names a store in many ways, `localhost` names another one in each pod,
+`?db=` overrides the path) and the namespace; each memory:// store has an id of its own.
 
 The claim is a named Ray actor in TQ's own Ray namespace, keyed by the controller's actor id (a new TQ
 starts unclaimed), found or created in one atomic call (`get_if_exists`) by every sweeper of the
@@ -35,13 +34,11 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
-from tq_gc.config import Config, redact_url
-from tq_gc.errors import StoreUnavailable, TqGcError, TransferQueueNotFound
+from tq_gc.errors import StoreUnavailable, TransferQueueNotFound
 from tq_gc.state.base import StateStore
+from tq_gc.stores.claims import Claimant, StoreClaim, refusal, state_identity
 from tq_gc.stores.transferqueue.attach import CONTROLLER_NAMESPACE, find_controller
 
 CLAIM_NAME_PREFIX = "tq-gc-claim-"
@@ -50,40 +47,6 @@ CALL_TIMEOUT_SECONDS = 30.0
 # that it is dead: find it again, a few times.
 FIND_ATTEMPTS = 20
 FIND_RETRY_SECONDS = 0.5
-MEMORY_SCHEME = "memory"
-
-
-def state_identity(state: StateStore) -> str:
-    """Which state store, and which namespace in it, a sweeper keeps its view in: two sweepers share
-    one exactly when these are equal. Reads the store's id (StoreUnavailable if it cannot)."""
-    return f"state store {state.store_id()} namespace {state.namespace!r}"
-
-
-def state_address(state_url: str, holder: str) -> str:
-    """Where a sweeper's state store is, for people (never compared): the URL without secrets, or for
-    memory:// the process hosting it."""
-    if urlsplit(state_url).scheme.lower() == MEMORY_SCHEME:
-        return f"memory:// hosted by {holder}"
-    return redact_url(state_url)
-
-
-def refusal(ours: dict[str, str], theirs: dict[str, str]) -> str | None:
-    """Why a sweeper with claimant `ours` must not sweep a TQ claimed by `theirs`; None if it may."""
-    if theirs["identity"] == ours["identity"]:
-        return None
-    return (
-        f"this TransferQueue is claimed by the sweeper {theirs['holder']}, whose state is "
-        f"{_shown(theirs)}; this sweeper's state is {_shown(ours)}. Sweepers that do not share "
-        "one state store each delete rows that only the other's publishers hold, so this sweep deleted "
-        "nothing. Run one sweeper per TransferQueue, or give both the same state_url and namespace "
-        "(a memory:// sidecar shares its state with nobody: use redis:// for more than one sweeper); "
-        "the claim ends when that sweeper stops or its process dies"
-    )
-
-
-def _shown(claimant: dict[str, str]) -> str:
-    where = claimant.get("where")
-    return f"{claimant['identity']} ({where})" if where else claimant["identity"]
 
 
 @functools.cache
@@ -98,16 +61,16 @@ def _claim_actor_class() -> type:
     class TqGcClaim:
         """The claim: who holds it, for which state. Its life is its creator's."""
 
-        def __init__(self, claimant: dict[str, str]) -> None:
+        def __init__(self, claimant: Claimant) -> None:
             self._claimant = dict(claimant)
 
-        def claimant(self) -> dict[str, str]:
+        def claimant(self) -> Claimant:
             return self._claimant
 
     return TqGcClaim
 
 
-class TqClaim:
+class TqClaim(StoreClaim):
     """One sweeper's hold on the claim of the job's TQ (found by name in the Ray cluster)."""
 
     def __init__(self, where: str, holder: str, ray_address: str) -> None:
@@ -121,7 +84,7 @@ class TqClaim:
         return self._ours["identity"]
 
     @property
-    def claimant(self) -> dict[str, str]:
+    def claimant(self) -> Claimant:
         """What this sweeper's claim records: its state's identity, its holder name, its token."""
         return dict(self._ours)
 
@@ -129,6 +92,11 @@ class TqClaim:
         """Learn which store this sweeper's state is (its id, read from it), before holding the claim.
         A store restarted empty has a new id: the claim this sweeper already holds stays its own."""
         self._ours["identity"] = state_identity(state)
+
+    def holder_now(self, state: StateStore) -> tuple[Claimant, Claimant | None]:
+        """Read only: this sweeper's claimant for `state`, and who holds the TQ's claim."""
+        self.identify(state)
+        return self.claimant, self.holder_of_claim(take=False)
 
     def hold(self, take: bool, state: StateStore) -> str | None:
         """Hold the claim for this sweeper's state (`take`: create it if nobody holds it), or say why
@@ -142,7 +110,7 @@ class TqClaim:
             return None
         return refusal(self._ours, theirs)
 
-    def holder_of_claim(self, take: bool = False) -> dict[str, str] | None:
+    def holder_of_claim(self, take: bool = False) -> Claimant | None:
         """The claimant of the TQ's claim (taken for us first if `take` and nobody holds it), or None when
         nobody holds it or there is no TQ to claim (the row store then fails on its own)."""
         import ray
@@ -161,7 +129,7 @@ class TqClaim:
             if handle is None:
                 return None
             try:
-                theirs: dict[str, str] = ray.get(handle.claimant.remote(), timeout=CALL_TIMEOUT_SECONDS)
+                theirs: Claimant = ray.get(handle.claimant.remote(), timeout=CALL_TIMEOUT_SECONDS)
             except ray.exceptions.RayActorError as exc:  # released, or its holder died: find it again
                 last_error, self._owned = exc, None
                 time.sleep(FIND_RETRY_SECONDS)
@@ -213,50 +181,4 @@ def _find(name: str) -> Any:
         return None
 
 
-def sidecar_holder(sidecar_name: str, process: str) -> str:
-    """How a sidecar names itself as a sweeper (its lease holder, its claim's holder)."""
-    return f"sidecar:{sidecar_name}@{process}"
-
-
-def describe_claim(config: Config, holder: str, state: StateStore) -> str:
-    """For `tq-gc check`: who claims the job's TQ (reading it only). TqGcError if a sweeper of another
-    state store does: this config's sweeps would be skipped."""
-    claim = claim_for(config, holder)
-    claim.identify(state)
-    theirs = claim.holder_of_claim(take=False)
-    if theirs is None:
-        return "no sweeper claims it: the first executing sweep takes it for its state"
-    ours_memory = config.state_url.startswith(f"{MEMORY_SCHEME}://")
-    this_sidecar = theirs["holder"].startswith(sidecar_holder(config.sidecar.name, ""))
-    if theirs["identity"] == claim.identity or (ours_memory and this_sidecar):
-        return f"claimed by {theirs['holder']}, for this config's state"
-    reason = refusal(claim.claimant, theirs)
-    raise TqGcError(f"sweeps with this config would be skipped (tq_claimed): {reason}")
-
-
-def claim_for(config: Config, holder: str) -> TqClaim:
-    """The claim a sweeper with this config and holder name holds on the job's TQ."""
-    return TqClaim(state_address(config.state_url, holder), holder, config.transfer_queue.ray_address)
-
-
-@contextlib.contextmanager
-def claimed(config: Config, holder: str, enabled: bool = True) -> Iterator[TqClaim | None]:
-    """A sweeper's claim for the block (None if not `enabled`), released at its end."""
-    claim = claim_for(config, holder) if enabled else None
-    try:
-        yield claim
-    finally:
-        if claim is not None:
-            claim.release()
-
-
-__all__ = [
-    "TqClaim",
-    "claim_for",
-    "claimed",
-    "describe_claim",
-    "refusal",
-    "sidecar_holder",
-    "state_address",
-    "state_identity",
-]
+__all__ = ["CLAIM_NAME_PREFIX", "TqClaim"]

@@ -7,7 +7,7 @@ have tq-gc installed) that read TQ's own bookkeeping and never write it. Another
 bookkeeping out otherwise: a function that fails so inside the controller (AttributeError, TypeError,
 KeyError, NameError; Ray re-raises it as a RayTaskError that is also one of these) does not fit, and
 its caller uses TQ's own calls from then on, after one warning. So does one that the probe at attach
-(tq_internals.controller_probe) finds does not fit. Each misfit found is counted by function, for the
+(internals.controller_probe) finds does not fit. Each misfit found is counted by function, for the
 metric tqgc_tq_controller_function_misfits_total.
 
 A function may wait first, in the same call (`Before`: the wait for the controller's quiet moment,
@@ -73,7 +73,7 @@ class Before(Protocol):
 
 
 class ControllerFunction:
-    """One function run on the controller, named `name` (tq_internals.CONTROLLER_FUNCTIONS), timed under
+    """One function run on the controller, named `name` (internals.CONTROLLER_FUNCTIONS), timed under
     `op` (None: untimed), after `before` if given, in the same call; `fits` until it has failed as a
     misfit, or the probe at attach found it does not fit (`does_not_fit`)."""
 

@@ -37,7 +37,6 @@ dies), so a client of another TQ is refused before its first request (attach.py)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.stores.transferqueue.field_sizes import row_bytes_reader
@@ -152,10 +151,68 @@ def request_thread_watch() -> RequestThreadWatch:
 def controller_probe() -> Probe:
     """What the controller has, read once at attach: {"tq_version": its transferqueue's version or None,
     "request_types": the requests its loop can decode (None if unknown), and for each of
-    CONTROLLER_FUNCTIONS, None if it fits or why not}. Bounded work, read-only; never raises."""
-    loops, probe_keys, probe_partitions = REQUEST_LOOPS, PROBE_KEYS, PROBE_PARTITIONS
-    index_pages, key_windows, quiet_waits = INDEX_PAGES, KEY_WINDOWS, QUIET_WAITS
+    CONTROLLER_FUNCTIONS, None if it fits or why not}. Bounded work, read-only; never raises.
 
+    Each check is a closure made by a function of its own here, so that Ray ships all of them by value:
+    they use nothing of this module at the controller, only what they were made with."""
+    first = _first_items()
+    checks = (
+        (INDEX_PAGES, _index_pages_misfit(first, PROBE_PARTITIONS)),
+        (KEY_WINDOWS, _key_windows_misfit(first, PROBE_PARTITIONS)),
+        (QUIET_WAITS, _quiet_waits_misfit(REQUEST_LOOPS)),
+    )
+    keys_disagree, tq_facts, answer = (
+        _keys_disagree(first, PROBE_PARTITIONS, PROBE_KEYS),
+        _tq_facts(),
+        _answer(),
+    )
+    index_pages, key_windows = INDEX_PAGES, KEY_WINDOWS
+
+    def probe(controller: Any) -> dict[str, Any]:
+        found = tq_facts()
+        for name, misfit in checks:
+            found[name] = answer(misfit, controller)
+        if found[index_pages] is None and found[key_windows] is None:
+            disagree = answer(keys_disagree, controller)
+            if disagree is not None:
+                found[index_pages] = found[key_windows] = disagree
+        return found
+
+    return probe
+
+
+Misfit = Callable[[Any], "str | None"]
+FirstItems = Callable[..., list[Any]]
+
+
+def _tq_facts() -> Callable[[], dict[str, Any]]:
+    def tq_facts() -> dict[str, Any]:
+        """The controller's transferqueue version and the request types its loop decodes (None: unknown)."""
+        import sys
+
+        version = getattr(sys.modules.get("transfer_queue"), "__version__", None)
+        request_types = getattr(sys.modules.get("transfer_queue.utils.zmq_utils"), "ZMQRequestType", None)
+        try:
+            types = sorted(str(member.value) for member in request_types)  # type: ignore[union-attr]
+        except Exception:  # no such enum: unknown
+            types = None
+        return {"tq_version": version if isinstance(version, str) else None, "request_types": types}
+
+    return tq_facts
+
+
+def _answer() -> Callable[[Misfit, Any], str | None]:
+    def answer(misfit: Misfit, controller: Any) -> str | None:
+        """A check's answer; a check that raised says what it raised (it never reaches the caller)."""
+        try:
+            return misfit(controller)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    return answer
+
+
+def _first_items() -> FirstItems:
     def first(items: Callable[[], Any], count: int, keep: Callable[[Any], bool] = bool) -> list[Any]:
         """The first `count` items that `keep` of a fresh iterator from `items()`, over a dict the request
         thread may be changing (looked at again when it did)."""
@@ -176,6 +233,10 @@ def controller_probe() -> Probe:
                 time.sleep(0.01)
         return []
 
+    return first
+
+
+def _index_pages_misfit(first: FirstItems, probe_partitions: int) -> Misfit:
     def index_pages_misfit(controller: Any) -> str | None:
         manager = getattr(controller, "index_manager", None)
         if manager is None:
@@ -190,6 +251,10 @@ def controller_probe() -> Probe:
                 return "index_manager.partition_to_indexes does not map partitions to sets"
         return None
 
+    return index_pages_misfit
+
+
+def _key_windows_misfit(first: FirstItems, probe_partitions: int) -> Misfit:
     def key_windows_misfit(controller: Any) -> str | None:
         partitions = getattr(controller, "partitions", None)
         if not isinstance(partitions, dict):
@@ -200,31 +265,43 @@ def controller_probe() -> Probe:
                     return f"a partition's {name} is not a dict"
         return None
 
+    return key_windows_misfit
+
+
+def _odd_pairs() -> Callable[[Any, str, Any, list[tuple[Any, Any]]], list[tuple[Any, Any]]]:
+    def odd(manager: Any, partition: str, status: Any, pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """The (index, key) pairs still there on which TQ's two key maps disagree, or whose index is not
+        the partition's or not below the counter."""
+        owned = manager.partition_to_indexes.get(partition, ())
+        end = manager.global_index_counter
+        return [
+            (index, key)
+            for index, key in pairs
+            if status.revert_keys_mapping.get(index) == key  # still there
+            and (
+                not isinstance(key, str)
+                or status.keys_mapping.get(key) != index
+                or index not in owned
+                or not 0 <= index < end
+            )
+        ]
+
+    return odd
+
+
+def _keys_disagree(first: FirstItems, probe_partitions: int, probe_keys: int) -> Misfit:
+    odd = _odd_pairs()
+
     def keys_disagree(controller: Any) -> str | None:
         """A key window's answer means a key of the partition at that index: TQ's two key maps agree, and
         the index is the partition's and below the counter (what index pages read). A pair the job's
-        requests were changing meanwhile (a put sets one map then the other) is looked at again."""
+        requests were changing meanwhile (a put sets one map then the other) is looked at again. Looks at
+        the newest partitions that have keys, and their newest keys: a bounded look, where the job's
+        current rows are."""
         import time
 
         manager = controller.index_manager
 
-        def odd(partition: str, status: Any, pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-            owned = manager.partition_to_indexes.get(partition, ())
-            end = manager.global_index_counter
-            return [
-                (index, key)
-                for index, key in pairs
-                if status.revert_keys_mapping.get(index) == key  # still there
-                and (
-                    not isinstance(key, str)
-                    or status.keys_mapping.get(key) != index
-                    or index not in owned
-                    or not 0 <= index < end
-                )
-            ]
-
-        # The newest partitions that have keys, and their newest keys: a bounded look, where the job's
-        # current rows are.
         def newest(mapping: dict[Any, Any]) -> Callable[[], Any]:
             return lambda: reversed(mapping.items())
 
@@ -233,12 +310,12 @@ def controller_probe() -> Probe:
 
         for partition, status in first(newest(controller.partitions), probe_partitions, has_keys):
             sample = first(newest(status.revert_keys_mapping), probe_keys, lambda _: True)
-            suspects = odd(partition, status, sample)
+            suspects = odd(manager, partition, status, sample)
             for pause_seconds in (0.01, 0.05, 0.25):  # a clear of many rows is one long request
                 if not suspects:
                     break
                 time.sleep(pause_seconds)
-                suspects = odd(partition, status, suspects)
+                suspects = odd(manager, partition, status, suspects)
             if suspects:
                 index, key = suspects[0]
                 return (
@@ -247,6 +324,10 @@ def controller_probe() -> Probe:
                 )
         return None
 
+    return keys_disagree
+
+
+def _quiet_waits_misfit(loops: Sequence[str]) -> Misfit:
     def quiet_waits_misfit(controller: Any) -> str | None:
         import inspect
         import threading
@@ -262,82 +343,7 @@ def controller_probe() -> Probe:
                 return None
         return "no request loop of the controller waits in request_handle_socket.recv_multipart"
 
-    def probe(controller: Any) -> dict[str, Any]:
-        import sys
-
-        found: dict[str, Any] = {}
-        tq_module = sys.modules.get("transfer_queue")
-        version = getattr(tq_module, "__version__", None)
-        found["tq_version"] = version if isinstance(version, str) else None
-        zmq_utils = sys.modules.get("transfer_queue.utils.zmq_utils")
-        request_types = getattr(zmq_utils, "ZMQRequestType", None)
-        try:
-            found["request_types"] = sorted(str(member.value) for member in request_types)  # type: ignore[union-attr]
-        except Exception:  # no such enum: unknown
-            found["request_types"] = None
-        checks = (
-            (index_pages, index_pages_misfit),
-            (key_windows, key_windows_misfit),
-            (quiet_waits, quiet_waits_misfit),
-        )
-        for name, misfit in checks:
-            try:
-                found[name] = misfit(controller)
-            except Exception as exc:
-                found[name] = f"{type(exc).__name__}: {exc}"
-        if found[index_pages] is None and found[key_windows] is None:
-            try:
-                disagree = keys_disagree(controller)
-            except Exception as exc:
-                disagree = f"{type(exc).__name__}: {exc}"
-            if disagree is not None:
-                found[index_pages] = found[key_windows] = disagree
-        return found
-
-    return probe
-
-
-@dataclass(frozen=True)
-class ControllerFit:
-    """What controller_probe() found: the controller's TQ version (None: unknown), the request types its
-    loop decodes (None: unknown), and why each controller function does not fit ({name: reason}; absent:
-    it fits)."""
-
-    tq_version: str | None
-    request_types: frozenset[str] | None
-    misfits: dict[str, str]
-    unknown_because: str | None = None
-
-    @classmethod
-    def from_probe(cls, found: dict[str, Any]) -> ControllerFit:
-        types = found.get("request_types")
-        version = found.get("tq_version")
-        return cls(
-            tq_version=version if isinstance(version, str) else None,
-            request_types=None if types is None else frozenset(str(t) for t in types),
-            misfits={name: str(found[name]) for name in CONTROLLER_FUNCTIONS if found.get(name) is not None},
-        )
-
-    @classmethod
-    def unknown(cls, reason: str) -> ControllerFit:
-        """The probe itself failed: nothing known, every function tried (each falls back on its first
-        misfit)."""
-        return cls(None, None, {}, reason)
-
-    def describe(self) -> str:
-        """One line for `tq-gc check`: each controller function, fitting or not."""
-        if self.unknown_because is not None:
-            return f"the controller could not be probed ({self.unknown_because}): each function is tried"
-        parts = []
-        for name in CONTROLLER_FUNCTIONS:
-            reason = self.misfits.get(name)
-            parts.append(
-                f"{name}: fit"
-                if reason is None
-                else f"{name}: not available on this TransferQueue ({reason})"
-            )
-        version = self.tq_version or "unknown"
-        return f"TransferQueue {version} (read from {', '.join(READ_FROM)}); " + "; ".join(parts)
+    return quiet_waits_misfit
 
 
 def local_tq_version() -> str:

@@ -52,18 +52,19 @@ from tq_gc.stores.transferqueue.attach import (
     probe_controller,
     refuse_another_tq,
 )
+from tq_gc.stores.transferqueue.claim import TqClaim
 from tq_gc.stores.transferqueue.clearing import (
     clear_batch_if_unchanged,
     clear_keys,
     snapshot,
 )
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit, fit_since, skip_misfits
 from tq_gc.stores.transferqueue.controller_function import ControllerFunction
 from tq_gc.stores.transferqueue.index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.transferqueue.internals import (
     INDEX_PAGES,
     KEY_WINDOWS,
     QUIET_WAITS,
-    ControllerFit,
     Probe,
     RequestThreadWatch,
 )
@@ -140,15 +141,9 @@ class TransferQueueRowStore(RowStore):
         )
         self._fit = controller_fit
         if controller_fit is not None:
-            self._skip_misfits(controller_fit)
+            skip_misfits(controller_fit, self._controller_functions())
         self._interrupted = threading.Event()
-
-    def _skip_misfits(self, fit: ControllerFit) -> None:
-        functions = self._controller_functions()
-        for name, reason in fit.misfits.items():
-            function = functions.get(name)
-            if function is not None:
-                function.does_not_fit(name, f"found at attach: {reason}")
+        self._claims: list[TqClaim] = []  # handed out by claim(), ended by close()
 
     @classmethod
     def attach(
@@ -309,24 +304,25 @@ class TransferQueueRowStore(RowStore):
             return smallest_window(self._request_batch)
         return self._request_batch
 
-    def controller_fit(self) -> str:
+    def describe(self) -> dict[str, str]:
         """For `tq-gc check`: the controller's TQ, and which of the functions tq-gc runs inside it fit it
         (a function that does not uses TQ's own call instead)."""
         if self._controller is None:
-            return "no controller handle: TQ's own calls only"
-        fit = self._fit or ControllerFit(None, None, {})
-        found_since = {
-            name: function.misfit
-            for name, function in self._controller_functions().items()
-            if function.misfit is not None and name not in fit.misfits
-        }
-        return ControllerFit(fit.tq_version, fit.request_types, {**fit.misfits, **found_since}).describe()
+            return {"TransferQueue controller functions": "no controller handle: TQ's own calls only"}
+        fit = fit_since(self._fit, self._controller_functions())
+        return {"TransferQueue controller functions": fit.describe()}
 
     def _controller_functions(self) -> dict[str, ControllerFunction]:
         functions = {INDEX_PAGES: self._index_ranges.pages, KEY_WINDOWS: self._controller_keys.reader}
         if self._quiet is not None:
             functions[QUIET_WAITS] = self._quiet.function
         return functions
+
+    def claim(self, holder: str, where: str) -> TqClaim:
+        """A new hold on this TQ's claim (claim.py), for one sweeper; it ends when this store closes."""
+        claim = TqClaim(where, holder, self._ray_address)
+        self._claims.append(claim)
+        return claim
 
     def ensure_attached(self) -> None:
         """StoreUnavailable if the controller this store attached to is no longer the job's: none by
@@ -362,9 +358,12 @@ class TransferQueueRowStore(RowStore):
     # ---- lifecycle ----
 
     def close(self) -> None:
-        """Close our client; disconnect from Ray only if attach() connected. Idempotent. Kills nothing."""
+        """End the claims handed out, close our client, leave Ray if attach() joined it. Kills nothing."""
         import ray
 
+        claims, self._claims = self._claims, []
+        for claim in claims:
+            claim.release()
         if self._requests.close() and self._owns_ray_connection:
             ray.shutdown()
 
