@@ -35,7 +35,7 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
             "scope": [{"partition": tq_partition, "all_keys": True}],
             "grace_seconds": 0,
             "allow_short_grace": True,
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
             "transfer_queue": pacing,
         }
     )

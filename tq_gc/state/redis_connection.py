@@ -21,13 +21,15 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from tq_gc.config import redact_url
+from tq_gc.config.models import STATE_URL_OPTIONS
 from tq_gc.errors import ConfigError, StoreRefused, StoreUnavailable
 
 # A hung Redis must end the sweep (StoreUnavailable), not hang it: no command of ours is slow.
 CONNECT_TIMEOUT_SECONDS = 5.0
 SOCKET_TIMEOUT_SECONDS = 10.0
-# With a replicated Redis, `?wait_replicas=N` in the state URL: the writes a failover must not lose (an
-# admission, a fence, an audit intent) return only once N replicas have them (WAIT), or raise.
+# With a replicated Redis, `?wait_replicas=N` in the state URL (STATE_URL_OPTIONS): the writes a failover
+# must not lose (an admission, a fence, an audit intent) return only once N replicas have them (WAIT)
+# within this, or raise.
 WAIT_TIMEOUT_MS = 1_000
 
 
@@ -45,14 +47,17 @@ class Replication:
         query = parse_qsl(parts.query, keep_blank_values=True)
         ours = {name: value for name, value in query if name.startswith("wait_")}
         rest = urlencode([(name, value) for name, value in query if not name.startswith("wait_")])
-        unknown = sorted(set(ours) - {"wait_replicas", "wait_timeout_ms"})
+        if "wait_timeout_ms" in ours:
+            raise ConfigError(
+                f"state_url option wait_timeout_ms was removed: the wait for replicas is {WAIT_TIMEOUT_MS} ms"
+            )
+        unknown = sorted(set(ours) - set(STATE_URL_OPTIONS))
         if unknown:
-            raise ConfigError(f"unknown state_url option {unknown[0]!r}: use wait_replicas, wait_timeout_ms")
+            raise ConfigError(f"unknown state_url option {unknown[0]!r}: use {', '.join(STATE_URL_OPTIONS)}")
         replicas = _whole(ours, "wait_replicas", 0, minimum=0)
-        timeout_ms = _whole(ours, "wait_timeout_ms", WAIT_TIMEOUT_MS, minimum=1)
         if not ours:
-            return url, cls(replicas, timeout_ms)
-        return url.split("?", 1)[0] + (f"?{rest}" if rest else ""), cls(replicas, timeout_ms)
+            return url, cls(replicas)
+        return url.split("?", 1)[0] + (f"?{rest}" if rest else ""), cls(replicas)
 
 
 def _whole(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:

@@ -94,7 +94,7 @@ class Recorder:
         indexes = listed.indexes if isinstance(listed, ListedKeys) else None
         pinned: dict[str, FirstSeen] = {}
         keys = sorted(upserts)
-        size = self.config.transfer_queue.request_batch
+        size = self.config.transfer_queue.pacing.batch
         for start in range(0, len(keys), size):
             found = self.row_store.identities(partition, keys[start : start + size])
             for key, identity in found.items():
