@@ -343,7 +343,12 @@ class Bench:
 
     def _pacing(self) -> dict[str, float]:
         """transfer_queue.pacing given on the command line (the rest stay at their defaults)."""
-        given = {"duty_cycle": self.args.duty_cycle, "batch": self.args.batch, "quiet_ms": self.args.quiet_ms}
+        given = {
+            "duty_cycle": self.args.duty_cycle,
+            "batch": self.args.batch,
+            "quiet_ms": self.args.quiet_ms,
+            "max_deletes_per_second": self.args.max_deletes_per_second,
+        }
         return {name: value for name, value in given.items() if value is not None}
 
     def _mark_orphans_past_grace(self) -> None:
@@ -545,6 +550,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, help="transfer_queue.pacing.batch")
     parser.add_argument(
         "--quiet-ms", type=float, help="transfer_queue.pacing.quiet_ms (0: no wait for quiet)"
+    )
+    parser.add_argument(
+        "--max-deletes-per-second",
+        type=float,
+        help="transfer_queue.pacing.max_deletes_per_second (default: unthrottled)",
     )
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"

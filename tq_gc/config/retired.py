@@ -25,8 +25,7 @@ RETIRED: Mapping[str, str] = {
     "transfer_queue.ray_namespace": "removed: tq-gc finds the TransferQueue controller in TQ's own Ray "
     "namespace, whatever namespace it joins",
     "limits.delete_batch": f"moved to {_PACING_BATCH}",
-    "limits.max_deletes_per_second": "removed: transfer_queue.pacing.duty_cycle paces deletes (and "
-    "listings) by the time they hold the job's controller, the one throttle",
+    "limits.max_deletes_per_second": "moved to transfer_queue.pacing.max_deletes_per_second",
     "limits.fraction_min_rows": f"{_FIXED} (100: below that many eligible rows the fraction guard is quiet)",
     "schedule.jitter_seconds": "removed: sweeps start on the schedule, without jitter",
     "schedule.misfire_grace_seconds": f"{_FIXED} (30 s)",

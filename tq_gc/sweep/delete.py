@@ -3,6 +3,7 @@ failure stops the deletes with nothing more cleared; a row that changed under us
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,15 @@ def store_batches(
             yield Batch(partition, tuple(keys_batch))
 
 
+def throttle_deletes(deleted: int, max_per_second: float, started: float) -> None:
+    """Sleep until `deleted` rows since `started` (time.monotonic()) keep to `max_per_second` (0: no cap)."""
+    if max_per_second <= 0:
+        return
+    wait = deleted / max_per_second - (time.monotonic() - started)
+    if wait > 0:
+        time.sleep(wait)
+
+
 class Deleter:
     """Deletes a sweep's plan. `stop_if_asked` raises Interrupted once the sweeper is asked to stop."""
 
@@ -52,10 +62,11 @@ class Deleter:
 
     def delete(self, run: SweepRun) -> None:
         to_delete = run.planned.to_delete
+        pacing = self.config.transfer_queue.pacing
         total = sum(len(keys) for keys in to_delete.values())
         counts = run.report.counts
-        # The store paces its own requests (transfer_queue.pacing: their size, and the duty cycle's pauses).
-        for batch in store_batches(self.row_store, to_delete, self.config.transfer_queue.pacing.batch):
+        started = time.monotonic()
+        for batch in store_batches(self.row_store, to_delete, pacing.batch):
             self._stop_if_asked()
             check = self.lease.recheck(run)
             stop_if_fenced(check.fences)
@@ -64,6 +75,8 @@ class Deleter:
             self._delete_batch(run, batch, check)
             if run.progress is not None:
                 run.progress(counts.deleted + counts.recheck_saved, total)
+            throttle_deletes(len(batch.keys), pacing.max_deletes_per_second, started)
+            started = time.monotonic()  # the store's wait for the next batch counts toward its throttle
 
     def _delete_batch(self, run: SweepRun, batch: Batch, check: Recheck) -> None:
         """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can

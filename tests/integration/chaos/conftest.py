@@ -27,12 +27,9 @@ ADMISSION_TTL_S = 600.0
 KILL_AFTER = 1000  # rows deleted before the chaos strikes: well into the delete phase
 # The test polls TQ and strikes once KILL_AFTER rows are gone: the sweep must still be deleting then. A
 # test process on a busy 2-core machine takes seconds to see it and strike (2.6 s was too few at load
-# 15). The duty cycle slows the deletes: after each batch (a re-check and a clear, two calls to the
-# controller of at least a millisecond together) the store pauses 99 times as long, so at most
-# DELETES_PER_SECOND_AT_MOST rows a second go (batches of DELETE_BATCH/4 while it waits for quiet
-# moments): the rest of the orphans take over 8 s.
-DUTY_CYCLE = 0.01
-DELETES_PER_SECOND_AT_MOST = (DELETE_BATCH / 4) / (0.001 * (1 - DUTY_CYCLE) / DUTY_CYCLE)
+# 15): the rest of the orphans take STRIKE_WITHIN_S to delete at this rate.
+STRIKE_WITHIN_S = 5.0
+DELETES_PER_SECOND = (ORPHANS - KILL_AFTER) / STRIKE_WITHIN_S
 
 MakeJob = Callable[..., Job]
 
@@ -88,7 +85,7 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             state_url=state_url,
             transfer_queue={
                 "ray_address": ray_cluster.address,
-                "pacing": {"batch": DELETE_BATCH, "duty_cycle": DUTY_CYCLE},
+                "pacing": {"batch": DELETE_BATCH, "max_deletes_per_second": DELETES_PER_SECOND},
             },
             scope=[{"partition": tq_partition, "all_keys": True}],
             grace_seconds=grace_s,
