@@ -124,9 +124,12 @@ def config_for(data: DataSet, state_url: str = "memory://", **overrides: Any) ->
         "scope": [{"partition": PARTITION, "all_keys": True}],
         "grace_seconds": 60,
         "manifests": [{"glob": f"{data.manifest_dir}/**/gc-manifest.json"}],
-        "limits": {"max_deletes_per_run": 10_000_000, "delete_batch": BATCH, "max_delete_fraction": 0.6},
+        "limits": {"max_deletes_per_run": 10_000_000, "max_delete_fraction": 0.6},
     }
     raw.update(overrides)
+    transfer_queue = dict(raw.get("transfer_queue", {}))
+    transfer_queue["pacing"] = {"batch": BATCH, **transfer_queue.get("pacing", {})}
+    raw["transfer_queue"] = transfer_queue
     return parse_config(raw)
 
 

@@ -316,8 +316,7 @@ class Bench:
             namespace=NAMESPACE,
             schedule=schedule,
             grace_seconds=900,
-            limits=self._limits(),
-            transfer_queue=self._pacing(),
+            transfer_queue={"pacing": self._pacing()},
             sidecar={"name": f"tq-gc-bench-{config}"},
         )
         handle = start_sidecar(sidecar_config)
@@ -336,28 +335,19 @@ class Bench:
             phases = {"slowest_1pct_by_phase": slowest_by_phase(loop, list(every_sweep.values()))}
             settings = {
                 "sweeper_nice": self.args.sweeper_nice,
-                "transfer_queue": self._pacing(),
-                "limits": self._limits(),
+                "transfer_queue": {"pacing": self._pacing()},
             }
             return summary(config, self.data.rows, loop, {**sweeps, **phases, **gc_pauses, **settings})
         finally:
             stop_sidecar(handle)
 
-    def _limits(self) -> dict[str, float]:
-        """limits given on the command line (the rest stay at their defaults)."""
-        given = {
-            "max_deletes_per_second": self.args.max_deletes_per_second,
-            "delete_batch": self.args.delete_batch,
-        }
-        return {name: value for name, value in given.items() if value is not None}
-
     def _pacing(self) -> dict[str, float]:
-        """transfer_queue settings given on the command line (the rest stay at their defaults)."""
+        """transfer_queue.pacing given on the command line (the rest stay at their defaults)."""
         given = {
             "duty_cycle": self.args.duty_cycle,
-            "request_target_ms": self.args.request_target_ms,
-            "request_batch": self.args.request_batch,
+            "batch": self.args.batch,
             "quiet_ms": self.args.quiet_ms,
+            "max_deletes_per_second": self.args.max_deletes_per_second,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -554,13 +544,17 @@ def main() -> None:
         help="in this order; a configuration may run more than once (the baseline first and last gives "
         "the run's noise floor, baseline_spread)",
     )
-    parser.add_argument("--duty-cycle", type=float, help="transfer_queue.duty_cycle (default: the config's)")
-    parser.add_argument("--request-target-ms", type=float, help="transfer_queue.request_target_ms")
-    parser.add_argument("--request-batch", type=int, help="transfer_queue.request_batch")
-    parser.add_argument("--quiet-ms", type=float, help="transfer_queue.quiet_ms (0: no wait for quiet)")
-    parser.add_argument("--delete-batch", type=int, help="limits.delete_batch")
     parser.add_argument(
-        "--max-deletes-per-second", type=float, help="limits.max_deletes_per_second (default: unthrottled)"
+        "--duty-cycle", type=float, help="transfer_queue.pacing.duty_cycle (default: the config's)"
+    )
+    parser.add_argument("--batch", type=int, help="transfer_queue.pacing.batch")
+    parser.add_argument(
+        "--quiet-ms", type=float, help="transfer_queue.pacing.quiet_ms (0: no wait for quiet)"
+    )
+    parser.add_argument(
+        "--max-deletes-per-second",
+        type=float,
+        help="transfer_queue.pacing.max_deletes_per_second (default: unthrottled)",
     )
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"

@@ -59,7 +59,7 @@ class Sides:
         self.data = data
         given = {"duty_cycle": duty_cycle, "quiet_ms": quiet_ms}
         pacing = {name: value for name, value in given.items() if value is not None}
-        self.config = config_for(data, state_url, transfer_queue=pacing)
+        self.config = config_for(data, state_url, transfer_queue={"pacing": pacing})
         self.state = open_state(state_url, "bench")
         self.rows = attach_transfer_queue(self.config)
         self.registry = AdmissionRegistry(self.state)
@@ -198,8 +198,8 @@ def result(sides: Sides, a_times: list[float], b_times: list[float], marks: list
         "tq_gc_phases_ms": _rounded(timed_phases),
         "tq_gc_longest_tq_request": timed_longest,
         "tq_gc_tq_requests": timed_requests,
-        "duty_cycle": sides.config.transfer_queue.duty_cycle,
-        "quiet_ms": sides.config.transfer_queue.quiet_ms,
+        "duty_cycle": sides.config.transfer_queue.pacing.duty_cycle,
+        "quiet_ms": sides.config.transfer_queue.pacing.quiet_ms,
         "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
         "naive_peak_heap_mib": round(heap_b / 2**20, 1),
         "heap_bytes_per_listed_row_over_naive": round((heap_a - heap_b) / data.rows, 1),
@@ -221,10 +221,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--state", choices=["memory", "redis", "both"], default="both")
     parser.add_argument(
-        "--duty-cycle", type=float, help="transfer_queue.duty_cycle for tq-gc (default: the config default)"
+        "--duty-cycle",
+        type=float,
+        help="transfer_queue.pacing.duty_cycle for tq-gc (default: the config default)",
     )
     parser.add_argument(
-        "--quiet-ms", type=float, help="transfer_queue.quiet_ms for tq-gc (default: the config default)"
+        "--quiet-ms",
+        type=float,
+        help="transfer_queue.pacing.quiet_ms for tq-gc (default: the config default)",
     )
     args = parser.parse_args()
 

@@ -149,7 +149,7 @@ class BaselineRebuilding(TqGcError):
             f"named is {age_seconds:.0f} s old, under a grace ({grace_seconds:g} s): the store is new or "
             "restarted empty, so an empty source is not trusted yet (an unmounted volume looks the same). "
             "Nothing is deleted until that record is a grace old; if the source is empty on purpose, "
-            "`tq-gc sweep --accept-empty SOURCE` or `may_become_empty: true` on it"
+            "`tq-gc sweep --accept-empty SOURCE` or `when_empty: accept` on it"
         )
         self.sources = sources
 

@@ -28,14 +28,14 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
     keys = [f"row-{i}" for i in range(ROWS)]
     put_rows(tq_partition, keys, {"t": 1})
     # Windows of 2-8 indexes and a pause of 99x each request: the listing alone would take minutes.
-    pacing = {"ray_address": ray_cluster.address, "request_batch": 8, "duty_cycle": 0.01}
+    pacing = {"ray_address": ray_cluster.address, "pacing": {"batch": 8, "duty_cycle": 0.01}}
     config = parse_config(
         {
             "namespace": "stop-test",
             "scope": [{"partition": tq_partition, "all_keys": True}],
             "grace_seconds": 0,
             "allow_short_grace": True,
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
             "transfer_queue": pacing,
         }
     )

@@ -148,7 +148,7 @@ def test_a_replaced_controller_is_attached_afresh_and_its_rows_start_their_grace
         "scope": [{"partition": PARTITION, "all_keys": True}],
         "grace_seconds": GRACE_SECONDS,
         "transfer_queue": {"ray_address": own_ray_head.address},
-        "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+        "limits": {"max_delete_fraction": 1.0},
     }
     job, found = start_job(own_ray_head)
     sweeper = Process(SWEEPER, json.dumps(config))

@@ -60,7 +60,7 @@ def assert_stopped_by(report: SweepReport, source: str) -> None:
     assert (report.outcome, report.cause) == (Outcome.ABORTED, Cause.SOURCE_FAILED), report.reason
     assert report.reason is not None
     assert source in report.reason and "--accept-empty" in report.reason
-    assert "may_become_empty" in report.reason
+    assert "when_empty: accept" in report.reason
     assert report.counts.deleted == 0
 
 
@@ -118,9 +118,9 @@ def test_accepting_a_source_that_is_not_configured_is_a_usage_error(world: World
         world.sweep(accept_empty=["manifests:/nowhere/*.json"])
 
 
-def test_a_source_that_may_become_empty_releases_its_rows(tmp_path: Path) -> None:
+def test_a_source_that_accepts_being_empty_releases_its_rows(tmp_path: Path) -> None:
     world = World(
-        tmp_path, manifests=[{"glob": f"{tmp_path}/ckpt/**/gc-manifest.json", "may_become_empty": True}]
+        tmp_path, manifests=[{"glob": f"{tmp_path}/ckpt/**/gc-manifest.json", "when_empty": "accept"}]
     )
     held_by_a_manifest(world)
     unmount(world)
@@ -157,9 +157,9 @@ def test_a_renamed_tag_field_stops_the_sweep(world: World) -> None:
     assert world.staging() == {HELD}
 
 
-def test_a_tag_reference_that_may_become_empty_releases_its_rows(tmp_path: Path) -> None:
+def test_a_tag_reference_that_accepts_being_empty_releases_its_rows(tmp_path: Path) -> None:
     tags = {"partition": DATA, "key_path": "route_assembly_plan.cleanup_staging_keys"}
-    world = World(tmp_path, tag_references=[tags | {"target_partition": STAGING, "may_become_empty": True}])
+    world = World(tmp_path, tag_references=[tags | {"target_partition": STAGING, "when_empty": "accept"}])
     world.rows.put(STAGING, HELD)
     world.rows.put(DATA, "g1_g0", ROUTE_PLAN)
     world.sweep()
@@ -186,8 +186,8 @@ def test_owners_that_all_vanish_stop_the_sweep(tmp_path: Path) -> None:
     assert world.staging() == {HELD}
 
 
-def test_an_owner_reference_that_may_become_empty_releases_its_rows(tmp_path: Path) -> None:
-    world = owned_world(tmp_path, may_become_empty=True)
+def test_an_owner_reference_that_accepts_being_empty_releases_its_rows(tmp_path: Path) -> None:
+    world = owned_world(tmp_path, when_empty="accept")
     world.rows.delete(DATA, ["g1"])
     world.sweep()
     world.age()

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from harness import wait_until
 
-from tq_gc.config import TransferQueueConfig
+from tq_gc.config import Pacing, TransferQueueConfig
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.key_windows import KeyWindows
+from tq_gc.stores.transferqueue.pacing import FixedPacing
 from tq_gc.stores.transferqueue.requests import TqRequests
 
 pytestmark = pytest.mark.ray
@@ -35,8 +36,8 @@ def controller_functions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_controller_serving_nothing_has_a_quiet_moment(ray_cluster: Any, tq: Any) -> None:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=30, quiet_wait_max_ms=10_000)
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(quiet_ms=30))
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(quiet_wait_max_ms=10_000)) as store:
         assert store.wait_for_quiet().found
 
 
@@ -52,8 +53,10 @@ def test_a_controller_serving_requests_back_to_back_has_none(
             served.append(client.kv_retrieve_meta(["k"], tq_partition, create=False).size)
 
     thread = threading.Thread(target=job)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=2_000, quiet_wait_max_ms=4_000)
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    with TransferQueueRowStore.attach(
+        config, fixed=FixedPacing(quiet_ms=2_000, quiet_wait_max_ms=4_000)
+    ) as store:
         thread.start()
         try:
             # The requests are under way before the wait starts (a slow start would read as quiet).
@@ -77,10 +80,12 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     timings leave the wait out: they are how long tq-gc held the controller."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     quiet_seconds = 0.1
-    config = TransferQueueConfig(  # duty 1: no pauses, so the listing is its waits and its reads
-        ray_address=ray_cluster.address, quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, duty_cycle=1
+    # duty 1: no pauses, so the listing is its waits and its reads
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, pacing=Pacing(quiet_ms=quiet_seconds * 1000, duty_cycle=1)
     )
-    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4)) as store:
+    fixed = FixedPacing(quiet_wait_max_ms=10_000)
+    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
         store.take_request_stats()
         controller_functions.clear()
         started = time.monotonic()
@@ -122,7 +127,7 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
 
         return wait
 
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=2))
     logger = "tq_gc.stores.transferqueue.quiet"
     store = TransferQueueRowStore.attach(config, request_thread_watch=misfit())
     with store, caplog.at_level("WARNING", logger=logger):
@@ -149,7 +154,9 @@ def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
 ) -> None:
     """The store's delete batches: request_batch/4 rows while requests wait for quiet moments (a re-check
     and clear that fit in what is left of one), else request_batch; never more than the sweep's limit."""
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=2000, quiet_ms=quiet_ms)
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, pacing=Pacing(batch=2000, quiet_ms=quiet_ms)
+    )
     keys = [f"k{i}" for i in range(2 * rows + 1)]
     with TransferQueueRowStore.attach(config) as store:
         sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys, 5000)]
@@ -167,7 +174,7 @@ def test_while_requests_wait_for_quiet_moments_even_a_small_partition_is_read_in
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     listed = {}
     for quiet_ms in (20, 0):
-        config = TransferQueueConfig(ray_address=ray_cluster.address, quiet_ms=quiet_ms)
+        config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(quiet_ms=quiet_ms))
         with TransferQueueRowStore.attach(config) as store:
             store.take_request_stats()
             keys = store.list_keys(tq_partition)

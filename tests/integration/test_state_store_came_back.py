@@ -56,7 +56,7 @@ def config_for(url: str) -> Config:
             "grace_seconds": GRACE_S,
             "allow_short_grace": True,
             "lease_ttl_seconds": LEASE_TTL_S,
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
         }
     )
 

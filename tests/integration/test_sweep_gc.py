@@ -88,7 +88,7 @@ def test_a_sweep_with_redis_state_leaves_no_young_generation(redis_url: str) -> 
             "namespace": "job-gc",
             "state_url": redis_url,
             "scope": [{"partition": STAGING, "all_keys": True}],
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
         }
     )
     state = RedisState.from_url(redis_url, "job-gc")

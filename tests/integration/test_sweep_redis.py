@@ -33,7 +33,7 @@ def config_for(redis_url: str, **extra: Any) -> dict[str, Any]:
         "scope": [{"partition": STAGING, "all_keys": True}],
         "grace_seconds": 1,
         "allow_short_grace": True,
-        "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+        "limits": {"max_delete_fraction": 1.0},
         **extra,
     }
 

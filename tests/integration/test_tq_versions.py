@@ -16,7 +16,7 @@ import yaml
 from harness import keys_in
 
 from tools.testbed.cli import TQ_GC, cli_env
-from tq_gc.config import TransferQueueConfig
+from tq_gc.config import Pacing, TransferQueueConfig
 from tq_gc.errors import ConfigError
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.attach import find_controller
@@ -92,7 +92,7 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
     put_rows(tq_partition, [f"k{i}" for i in range(9)])
     before = MISFITS_FOUND.counts()
     probe = probe_saying(**{QUIET_WAITS: "no request loop here", INDEX_PAGES: "no index manager here"})
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
     with caplog.at_level("WARNING"), TransferQueueRowStore.attach(config, controller_probe=probe) as store:
         store.take_request_stats()
         listed = store.list_keys(tq_partition)

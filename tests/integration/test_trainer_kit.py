@@ -238,7 +238,7 @@ class SlowClearWorld(World):
 
     def __init__(self, tmp_path: Path) -> None:
         super().__init__(
-            tmp_path, limits={"delete_batch": 1, "fraction_min_rows": 0, "max_delete_fraction": 1.0}
+            tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": 1}}
         )
         self.events: list[str] = []
         self.clearing = threading.Event()

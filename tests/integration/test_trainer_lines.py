@@ -50,7 +50,7 @@ def example_config_file(tmp_path: Path, redis_url: str, ray_address: str, stagin
         allow_short_grace=True,
         lease_ttl_seconds=5,
         schedule={"interval_seconds": 1},
-        sidecar={"name": f"tq-gc-{staging}", "ray_namespace": "tq_gc_trainer_lines"},
+        sidecar={"name": f"tq-gc-{staging}"},
     )
     path = tmp_path / "nemo_rl.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -95,7 +95,7 @@ def verl_config_file(tmp_path: Path, ray_address: str, train: str) -> Path:
         entry["partition"] = {"train": train, "val": f"{train}-val"}[entry["partition"]]
     values.update(
         transfer_queue={"ray_address": ray_address},
-        sidecar={"name": f"tq-gc-{train}", "ray_namespace": "tq_gc_trainer_lines"},
+        sidecar={"name": f"tq-gc-{train}"},
     )
     path = tmp_path / "verl.yaml"
     path.write_text(yaml.safe_dump(values))

@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import TransferQueueConfig
+from tq_gc.config import Pacing, TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.attach import find_controller, open_client
 from tq_gc.stores.transferqueue.index_range import IndexPaging
 from tq_gc.stores.transferqueue.key_windows import KeyWindows
+from tq_gc.stores.transferqueue.pacing import FixedPacing
 
 from support.ray_fixtures import fresh_partition, reusable_indexes
 
@@ -37,7 +38,7 @@ def store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
 
 @pytest.fixture
 def small_batch_store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=7)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=7))
     with TransferQueueRowStore.attach(config) as attached:
         yield attached
 
@@ -357,7 +358,9 @@ def other_partition(tq: Any) -> Iterator[str]:
 
 def windowed_store(ray_cluster: Any, request_batch: int) -> TransferQueueRowStore:
     """Without waits for quiet moments: a small partition's indexes come in one copy then."""
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=request_batch, quiet_ms=0)
+    config = TransferQueueConfig(
+        ray_address=ray_cluster.address, pacing=Pacing(batch=request_batch, quiet_ms=0)
+    )
     return TransferQueueRowStore.attach(config)
 
 
@@ -418,7 +421,7 @@ def test_list_keys_reads_the_keys_beside_the_job_requests_in_windows_and_asks_no
     put_rows(tq_partition, [f"late-{i}" for i in range(6)])  # reused indexes
     expected = global_indexes(tq, tq_partition)
     _, size = index_space(tq_partition)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
 
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=5)) as store:
         store.take_request_stats()
@@ -442,7 +445,7 @@ def test_a_controller_the_key_windows_do_not_fit_gives_the_keys_through_kv_retri
     def another_tq_version(controller: Any, partition: str, indexes: Any) -> Any:
         return controller.key_bookkeeping_of_another_version
 
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(reader=another_tq_version)) as store:
         (first, second), (first_requests, second_requests), warnings = listed_twice(
             store, tq_partition, caplog, "tq_gc.stores.transferqueue.key_windows"
@@ -505,7 +508,7 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
     end, size = index_space(tq_partition)
     span = max(1, end // 3)  # the page edges fall anywhere
     pages = 1 + -(-end // span)  # the first answer, then the pages
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
 
     with TransferQueueRowStore.attach(
         config,
@@ -533,7 +536,7 @@ def test_a_partition_of_at_most_copy_max_indexes_is_read_in_one_copy(
     beside big ones is read in one copy (even with pages of one index)."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     expected = global_indexes(tq, tq_partition)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4, quiet_ms=0)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4, quiet_ms=0))
 
     with TransferQueueRowStore.attach(config, index_paging=IndexPaging(span=1, copy_max=10)) as store:
         store.take_request_stats()
@@ -551,7 +554,7 @@ def test_listing_a_partition_tq_does_not_have_gives_nothing_and_creates_nothing(
     import ray
 
     never_made = f"tqgc-never-made-{uuid.uuid4().hex[:8]}"
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
     with TransferQueueRowStore.attach(config) as store:
         assert store.list_keys(never_made) == {}
         assert store.list_rows(never_made) == {}
@@ -573,7 +576,7 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
     def another_tq_version(controller: Any, partition: str, start: int, stop: int) -> Any:
         return controller.partition_index_bookkeeping_of_another_version
 
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
     with TransferQueueRowStore.attach(
         config, index_paging=IndexPaging(copy_max=0, reader=another_tq_version)
     ) as store:
@@ -592,16 +595,14 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
 def test_list_keys_reuses_a_recent_index_range_and_sees_every_row_it_holds_as_it_is_now(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
 ) -> None:
-    """Within transfer_queue.index_range_reuse_seconds a listing of a swept partition reads the keys of
+    """Within FixedPacing.index_range_reuse_seconds a listing of a swept partition reads the keys of
     the indexes the last one had, without asking the controller for them again. Rows deleted since are
     gone from it, rows put since are not in it yet (the next full listing sees them): it never lists a
     row that is not there, and every row it held that is still there keeps its index, so its record
     stays. list_rows (a reference source's partition) always asks."""
     put_rows(tq_partition, [f"old-{i}" for i in range(6)])
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, request_batch=4, index_range_reuse_seconds=3600
-    )
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(index_range_reuse_seconds=3600)) as store:
         first = store.list_keys(tq_partition)
         tq.kv_clear(["old-0", "old-1"], tq_partition)
         put_rows(tq_partition, ["new-0"])
@@ -625,10 +626,8 @@ def test_list_keys_asks_for_the_index_range_again_once_the_reuse_time_is_over(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
 ) -> None:
     put_rows(tq_partition, ["a"])
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, request_batch=4, index_range_reuse_seconds=0
-    )
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(index_range_reuse_seconds=0)) as store:
         store.list_keys(tq_partition)
         put_rows(tq_partition, ["b"])
         store.take_request_stats()
@@ -668,7 +667,7 @@ class ListingWithWriter(TransferQueueRowStore):
 
 
 def listing_with_writer(ray_cluster: Any, writer: Callable[[int], None]) -> ListingWithWriter:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=4)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
     store = ListingWithWriter.attach(config)
     assert isinstance(store, ListingWithWriter)
     store.writer = writer
@@ -751,7 +750,7 @@ def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_sti
 
     put_rows(tq_partition, [f"row-{i}" for i in range(300)], {"t": 1})
     # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes.
-    config = TransferQueueConfig(ray_address=ray_cluster.address, request_batch=8, duty_cycle=0.01)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=8, duty_cycle=0.01))
     with TransferQueueRowStore.attach(config) as store:
         outcome: list[BaseException | dict[str, Any]] = []
 
@@ -786,10 +785,8 @@ def test_delete_batches_shrink_when_the_re_check_and_clear_are_slow_and_stay_ful
     10 (40, 20, then 14 of 10: 16 clears for 200 rows); fast ones keep it at 40 (5 clears)."""
     keys = [f"row-{i:03d}" for i in range(200)]
     put_rows(tq_partition, keys, {"t": 1})
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, request_batch=40, request_target_ms=target_ms, duty_cycle=1.0
-    )
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=40, duty_cycle=1.0))
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(request_target_ms=target_ms)) as store:
         expected = store.identities(tq_partition, keys)
         store.take_request_stats()
         assert store.delete_if_unchanged(tq_partition, expected) == set(keys)

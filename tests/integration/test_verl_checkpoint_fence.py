@@ -71,7 +71,7 @@ def test_no_delete_batch_runs_while_verl_saves_its_checkpoint(
     timeline = Timeline()
     val_partition = f"tqgc-val-{uuid.uuid4().hex[:10]}"  # never written: verl has not validated
     config = example_config(
-        ray_cluster.address, tq_partition, val_partition, delete_batch=1, max_delete_fraction=1.0
+        ray_cluster.address, tq_partition, val_partition, batch=1, max_delete_fraction=1.0
     )
     with RecordedStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as store:
         store.timeline = timeline

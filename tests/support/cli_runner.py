@@ -39,7 +39,7 @@ class CliRunner:
             "scope": [{"partition": STAGING, "prefixes": ["__generation_cut__/", "r"]}],
             "grace_seconds": 120,
             "manifests": [{"glob": f"{self.manifest_dir}/**/gc-manifest.json"}],
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
             **extra,
         }
         self.config_path.write_text(yaml.safe_dump(config))

@@ -41,7 +41,7 @@ class World:
                     "target_partition": STAGING,
                 }
             ],
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
         }
         values.update(config)
         self.config: Config = parse_config(values)

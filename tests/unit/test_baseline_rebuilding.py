@@ -39,7 +39,7 @@ def test_an_empty_source_skips_the_sweeps_of_a_fresh_store_for_a_grace_and_advan
     assert world.sweep().counts.deleted == 1  # a grace after it was first seen, not before
 
 
-def test_a_source_that_may_become_empty_or_is_accepted_does_not_wait_for_the_baseline(
+def test_a_source_that_accepts_being_empty_or_is_accepted_does_not_wait_for_the_baseline(
     tmp_path: Path,
 ) -> None:
     accepted = fresh_world(tmp_path / "accepted")
@@ -48,7 +48,7 @@ def test_a_source_that_may_become_empty_or_is_accepted_does_not_wait_for_the_bas
     assert accepted.sweep().cause is Cause.BASELINE_REBUILDING
     allowed = fresh_world(tmp_path / "allowed", **empty_tags)
     allowed.config = allowed.config.model_copy(
-        update={"manifests": [source.model_copy(update={"may_become_empty": True})]}
+        update={"manifests": [source.model_copy(update={"when_empty": "accept"})]}
     )
     assert allowed.sweep().outcome is Outcome.COMPLETED
     accepted.config = accepted.config.model_copy(update={"tag_references": []})

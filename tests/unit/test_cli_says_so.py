@@ -55,7 +55,7 @@ def test_the_help_says_max_deletes_is_capped_by_the_config(cli: CliRunner) -> No
 
 
 def test_a_max_deletes_above_the_cap_is_clamped_and_the_report_says_so(cli: CliRunner) -> None:
-    cli.write_config(limits={"max_deletes_per_run": 7, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    cli.write_config(limits={"max_deletes_per_run": 7, "max_delete_fraction": 1.0})
     code, doc = cli.run_json("sweep", "--max-deletes", str(10**30))
     assert code == EXIT_OK
     [warning] = [w for w in doc["warnings"] if w["kind"] == "max_deletes_clamped"]
@@ -98,10 +98,10 @@ def test_a_schedule_that_cannot_reclaim_is_refused_at_load(cli: CliRunner) -> No
 
 @pytest.mark.parametrize("command", ["status", "admissions", "audit"])
 def test_a_memory_state_is_said_to_live_in_the_sidecar(cli: CliRunner, command: str) -> None:
-    cli.write_config(state_url="memory://", sidecar={"name": "gc-of-job", "ray_namespace": "jobs"})
+    cli.write_config(state_url="memory://", sidecar={"name": "gc-of-job"})
     code, out, err = cli.run(command, runtime=Runtime())
     assert code == EXIT_USAGE and out == ""
-    assert "memory://" in err and "sidecar" in err and "'gc-of-job'" in err and "'jobs'" in err
+    assert "memory://" in err and "sidecar" in err and "'gc-of-job'" in err and "'tq_gc'" in err
     assert "redis://" in err
 
 

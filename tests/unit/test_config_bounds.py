@@ -62,12 +62,13 @@ FLOAT_FIELDS = [
     ("grace_seconds", "grace_seconds: {}"),
     ("lease_ttl_seconds", "lease_ttl_seconds: {}"),
     ("schedule.interval_seconds", "schedule: {{interval_seconds: {}}}"),
-    ("schedule.jitter_seconds", "schedule: {{jitter_seconds: {}}}"),
-    ("schedule.misfire_grace_seconds", "schedule: {{misfire_grace_seconds: {}}}"),
-    ("limits.max_deletes_per_second", "limits: {{max_deletes_per_second: {}}}"),
     ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
-    ("transfer_queue.quiet_ms", "transfer_queue: {{quiet_ms: {}}}"),
-    ("transfer_queue.quiet_wait_max_ms", "transfer_queue: {{quiet_wait_max_ms: {}}}"),
+    ("transfer_queue.pacing.duty_cycle", "transfer_queue: {{pacing: {{duty_cycle: {}}}}}"),
+    ("transfer_queue.pacing.quiet_ms", "transfer_queue: {{pacing: {{quiet_ms: {}}}}}"),
+    (
+        "transfer_queue.pacing.max_deletes_per_second",
+        "transfer_queue: {{pacing: {{max_deletes_per_second: {}}}}}",
+    ),
 ]
 
 
@@ -78,30 +79,22 @@ def test_every_float_field_must_be_finite(field: str, template: str, value: str)
     assert f"{field}: " in message and "finite" in message
 
 
-@pytest.mark.parametrize(
-    ("yaml_text", "field"),
-    [
-        ("transfer_queue: {quiet_ms: -1}", "quiet_ms"),
-        ("transfer_queue: {quiet_wait_max_ms: 0}", "quiet_wait_max_ms"),
-    ],
-)
-def test_a_negative_quiet_time_or_no_wait_at_all_is_refused(yaml_text: str, field: str) -> None:
-    assert f"transfer_queue.{field}" in refusal(yaml_text)
+def test_a_negative_quiet_time_is_refused() -> None:
+    assert "transfer_queue.pacing.quiet_ms" in refusal("transfer_queue: {pacing: {quiet_ms: -1}}")
 
 
 def test_quiet_ms_0_is_accepted_and_never_waits() -> None:
-    assert parse_config(config_with("transfer_queue: {quiet_ms: 0}")).transfer_queue.quiet_ms == 0
+    config = parse_config(config_with("transfer_queue: {pacing: {quiet_ms: 0}}"))
+    assert config.transfer_queue.pacing.quiet_ms == 0
 
 
 @pytest.mark.parametrize(
     ("yaml_text", "field", "bound"),
     [
-        ("transfer_queue: {quiet_ms: 5001, quiet_wait_max_ms: 10000}", "transfer_queue.quiet_ms", "5000"),
-        ("transfer_queue: {quiet_ms: 1.0e9}", "transfer_queue.quiet_ms", "5000"),
-        ("transfer_queue: {quiet_wait_max_ms: 10000.5}", "transfer_queue.quiet_wait_max_ms", "10000"),
-        ("transfer_queue: {quiet_wait_max_ms: 86400000}", "transfer_queue.quiet_wait_max_ms", "10000"),
-        ("transfer_queue: {request_batch: 20001}", "transfer_queue.request_batch", "20000"),
-        ("transfer_queue: {request_batch: 1000000000}", "transfer_queue.request_batch", "20000"),
+        ("transfer_queue: {pacing: {quiet_ms: 250.5}}", "transfer_queue.pacing.quiet_ms", "250"),
+        ("transfer_queue: {pacing: {quiet_ms: 1.0e9}}", "transfer_queue.pacing.quiet_ms", "250"),
+        ("transfer_queue: {pacing: {batch: 20001}}", "transfer_queue.pacing.batch", "20000"),
+        ("transfer_queue: {pacing: {batch: 1000000000}}", "transfer_queue.pacing.batch", "20000"),
     ],
 )
 def test_a_wait_or_request_too_long_for_the_jobs_controller_is_refused(
@@ -114,19 +107,14 @@ def test_a_wait_or_request_too_long_for_the_jobs_controller_is_refused(
 @pytest.mark.parametrize(
     "yaml_text",
     [
-        "transfer_queue: {quiet_ms: 5000, quiet_wait_max_ms: 10000}",
-        "transfer_queue: {request_batch: 20000}",
+        "transfer_queue: {pacing: {quiet_ms: 250}}",
+        "transfer_queue: {pacing: {batch: 20000}}",
     ],
 )
 def test_the_upper_bounds_of_waits_and_requests_are_inclusive(yaml_text: str) -> None:
-    given = yaml.safe_load(yaml_text)["transfer_queue"]
-    loaded = parse_config(config_with(yaml_text)).transfer_queue
+    given = yaml.safe_load(yaml_text)["transfer_queue"]["pacing"]
+    loaded = parse_config(config_with(yaml_text)).transfer_queue.pacing
     assert {name: getattr(loaded, name) for name in given} == given
-
-
-def test_a_quiet_time_longer_than_the_longest_wait_for_it_is_refused() -> None:
-    message = refusal("transfer_queue: {quiet_ms: 300, quiet_wait_max_ms: 250}")
-    assert "transfer_queue.quiet_ms" in message and "quiet_wait_max_ms" in message, message
 
 
 # lease TTL ---------------------------------------------------------------------------------------
@@ -147,16 +135,16 @@ def test_lease_ttl_bounds_are_inclusive(ttl: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "limits",
+    "pacing",
     [
         "{max_deletes_per_second: 1.0e-9}",  # one batch would take 63,000 years: wedges the sidecar
-        "{delete_batch: 2000, max_deletes_per_second: 10}",  # 200 s per batch, lease 60 s
-        "{delete_batch: 3000, max_deletes_per_second: 100}",  # 30 s: exactly half the lease is too long
+        "{batch: 2000, max_deletes_per_second: 10}",  # 200 s per batch, lease 60 s
+        "{batch: 3000, max_deletes_per_second: 100}",  # 30 s: exactly half the lease is too long
     ],
 )
-def test_a_delete_batch_must_fit_in_half_the_lease(limits: str) -> None:
-    message = refusal(f"lease_ttl_seconds: 60\nlimits: {limits}")
-    for name in ("limits.delete_batch", "limits.max_deletes_per_second", "lease_ttl_seconds"):
+def test_a_delete_batch_must_fit_in_half_the_lease(pacing: str) -> None:
+    message = refusal(f"lease_ttl_seconds: 60\ntransfer_queue: {{pacing: {pacing}}}")
+    for name in ("pacing.batch", "pacing.max_deletes_per_second", "lease_ttl_seconds"):
         assert name in message, message
     assert "(top level)" not in message
 
@@ -164,9 +152,9 @@ def test_a_delete_batch_must_fit_in_half_the_lease(limits: str) -> None:
 @pytest.mark.parametrize(
     "yaml_text",
     [
-        "lease_ttl_seconds: 60\nlimits: {delete_batch: 2000, max_deletes_per_second: 0}",  # unthrottled
-        "lease_ttl_seconds: 60\nlimits: {delete_batch: 2000, max_deletes_per_second: 100}",  # 20 s < 30 s
-        "lease_ttl_seconds: 600\nlimits: {delete_batch: 2000, max_deletes_per_second: 10}",  # 200 s < 300 s
+        "lease_ttl_seconds: 60\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 0}}",
+        "lease_ttl_seconds: 60\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 100}}",
+        "lease_ttl_seconds: 600\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 10}}",
     ],
 )
 def test_a_throttle_that_fits_in_half_the_lease_is_accepted(yaml_text: str) -> None:
@@ -174,7 +162,9 @@ def test_a_throttle_that_fits_in_half_the_lease_is_accepted(yaml_text: str) -> N
 
 
 def test_the_refusal_says_what_value_would_fit() -> None:
-    message = refusal("lease_ttl_seconds: 60\nlimits: {delete_batch: 2000, max_deletes_per_second: 10}")
+    message = refusal(
+        "lease_ttl_seconds: 60\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 10}}"
+    )
     assert "above 66.7" in message and "below 300" in message
 
 
@@ -189,12 +179,13 @@ def test_a_malformed_tag_key_path_is_refused_at_load(key_path: str) -> None:
     assert "tag_references.0.key_path" in str(caught.value) and "empty segment" in str(caught.value)
 
 
-def test_tag_references_take_expect_nonempty_default_false() -> None:
+def test_tag_references_abort_when_emptied_by_default_and_always_with_when_empty_abort() -> None:
     refs = [
         {"partition": CANONICAL, "key_path": "plan.keys", "target_partition": STAGING},
-        {"partition": "lineage", "key_path": "keys", "target_partition": STAGING, "expect_nonempty": True},
+        {"partition": "lineage", "key_path": "keys", "target_partition": STAGING, "when_empty": "abort"},
     ]
     config = parse_config({**config_with(), "tag_references": refs})
+    assert [ref.when_empty for ref in config.tag_references] == ["abort_if_it_had_rows", "abort"]
     assert [ref.expect_nonempty for ref in config.tag_references] == [False, True]
 
 
@@ -212,9 +203,9 @@ def test_cron_alone_leaves_no_interval_and_the_default_interval_stays_otherwise(
     assert parse_config(config_with()).schedule.interval_seconds == 60
 
 
-def test_cron_with_jitter_is_accepted() -> None:
-    config: Config = parse_config(config_with("schedule: {jitter_seconds: 5, cron: '*/2 * * * *'}"))
-    assert (config.schedule.cron, config.schedule.jitter_seconds) == ("*/2 * * * *", 5)
+def test_cron_is_accepted() -> None:
+    config: Config = parse_config(config_with("schedule: {cron: '*/2 * * * *'}"))
+    assert config.schedule.cron == "*/2 * * * *"
 
 
 @pytest.mark.parametrize(

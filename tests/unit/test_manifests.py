@@ -329,24 +329,24 @@ def test_an_unreadable_file_fails(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        ({}, r"/\*\*/gc-manifest\.json' matched no files, but the source is expect_nonempty"),
+        ({}, r"/\*\*/gc-manifest\.json' matched no files, but the source has when_empty: abort"),
         ({"gc-manifest.json": native("retired")}, r"matched 1 file\(s\) holding no rows"),
         ({"a/gc-manifest.json": native(rows={}), "b/gc-manifest.json": native("retired")}, r"matched 2 file"),
     ],
     ids=["no-files", "only-retired", "no-rows"],
 )
-def test_expect_nonempty_fails_when_nothing_is_referenced(
+def test_when_empty_abort_fails_when_nothing_is_referenced(
     tmp_path: Path, files: dict[str, Any], message: str
 ) -> None:
     for name, content in files.items():
         write(tmp_path / name, content)
     with pytest.raises(ReferenceSourceError, match=message):
-        ManifestsSource([NATIVE.at(tmp_path, expect_nonempty=True)]).read()
+        ManifestsSource([NATIVE.at(tmp_path, when_empty="abort")]).read()
 
 
-def test_expect_nonempty_is_per_source(tmp_path: Path) -> None:
+def test_when_empty_is_per_source(tmp_path: Path) -> None:
     write(tmp_path / "gc-manifest.json", native())
-    sources = [NATIVE.at(tmp_path), LINEAGE.at(tmp_path, expect_nonempty=True)]
+    sources = [NATIVE.at(tmp_path), LINEAGE.at(tmp_path, when_empty="abort")]
     with pytest.raises(ReferenceSourceError, match=r"lineage/\*\.jsonl"):
         ManifestsSource(sources).read()
     write(tmp_path / "lineage/r.jsonl", jsonl({"staging_key": "k"}))
@@ -356,7 +356,7 @@ def test_expect_nonempty_is_per_source(tmp_path: Path) -> None:
 def test_describe_reports_each_source_without_raising(tmp_path: Path) -> None:
     good = write(tmp_path / "ckpt-1/gc-manifest.json", native(rows={STAGING: ["a", "b"]}))
     bad = write(tmp_path / "lineage/r.jsonl", "{broken\n")
-    sources = [NATIVE.at(tmp_path), LINEAGE.at(tmp_path), RECORDS.at(tmp_path, expect_nonempty=True)]
+    sources = [NATIVE.at(tmp_path), LINEAGE.at(tmp_path), RECORDS.at(tmp_path, when_empty="abort")]
     summaries = ManifestsSource(sources).describe()
     assert [(s.glob, s.format, s.files, s.rows) for s in summaries] == [
         (f"{tmp_path}/{NATIVE.glob}", "native", (good,), 2),
@@ -518,23 +518,9 @@ def test_a_file_over_the_default_size_cap_fails(tmp_path: Path) -> None:
     with path.open("a") as stream:
         stream.write(" " * (64 * 2**20 + 1 - path.stat().st_size))
     with pytest.raises(
-        ReferenceSourceError, match=r"gc-manifest\.json: is 67108865 bytes, over max_file_bytes"
+        ReferenceSourceError, match=r"gc-manifest\.json: is 67108865 bytes, over the 67108864-byte limit"
     ):
         ManifestsSource([absolute(tmp_path)]).read()
-
-
-def test_max_file_bytes_caps_each_file(tmp_path: Path) -> None:
-    path = write(tmp_path / "gc-manifest.json", native())
-    size = path.stat().st_size
-    assert rows_of(ManifestsSource([absolute(tmp_path, max_file_bytes=size)]).read()) == rows(CUT)
-    with pytest.raises(ReferenceSourceError, match=rf"is {size} bytes, over max_file_bytes={size - 1}"):
-        ManifestsSource([absolute(tmp_path, max_file_bytes=size - 1)]).read()
-
-
-@pytest.mark.parametrize("size", [0, -1])
-def test_max_file_bytes_must_be_positive(tmp_path: Path, size: int) -> None:
-    with pytest.raises(ConfigError, match=r"manifests\.0\.max_file_bytes: .*greater than 0"):
-        parse_config({"manifests": [{"glob": f"{tmp_path}/*.json", "max_file_bytes": size}]})
 
 
 DEEP = 100_000

@@ -11,7 +11,7 @@ import pickle
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -475,10 +475,17 @@ def test_a_missing_checkpoint_directory_fails_closed(tmp_path: Path) -> None:
         read(tmp_path / "not-mounted")
 
 
+class SmallFiles(ManifestSource):
+    """A manifest source whose file cap is 100 bytes (tq-gc's is 64 MiB, fixed)."""
+
+    max_file_bytes: ClassVar[int] = 100
+
+
 def test_a_file_over_max_file_bytes_fails_the_source(ckpt: Path) -> None:
     write_checkpoint(ckpt / "step_3", inventory({"g1": STEP3}))
-    with pytest.raises(ReferenceSourceError, match="over max_file_bytes=100"):
-        read(ckpt, max_file_bytes=100)
+    small = SmallFiles(glob=f"{ckpt}/**/rollout_recovery.pt", format="nemo_rl_recovery")
+    with pytest.raises(ReferenceSourceError, match="over the 100-byte limit"):
+        ManifestsSource([small]).read()
 
 
 # -- loading never runs code, and is bounded ----------------------------------------------------------------
@@ -604,7 +611,7 @@ class Job:
             "scope": [{"partition": STAGING, "prefixes": ["__generation_cut__/"]}],
             "grace_seconds": GRACE_S,
             "manifests": [{"glob": f"{self.ckpt}/**/rollout_recovery.pt", "format": "nemo_rl_recovery"}],
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+            "limits": {"max_delete_fraction": 1.0},
         }
 
     def sweep(self, execute: bool = True) -> Any:

@@ -95,7 +95,7 @@ def parse_owner(**entry: Any) -> OwnerReference:
         ({"owner_tag": ""}, "owner_references.0.owner_tag"),
         ({"owner_tag": "uid", "owner_partition": ""}, "owner_references.0.owner_partition"),
         (
-            {"owner_tag": "uid", "expect_nonempty": True, "owner": "x"},
+            {"owner_tag": "uid", "when_empty": "abort", "owner": "x"},
             "owner_references.0.owner: unknown key",
         ),
     ],
@@ -257,11 +257,11 @@ def test_a_partition_the_store_lacks_fails_the_source(reference: OwnerReference,
     assert caught.value.source == "owners"
 
 
-def test_expect_nonempty_fails_when_the_pattern_matches_no_row_of_a_non_empty_partition() -> None:
-    expected = VERL.model_copy(update={"expect_nonempty": True})
+def test_when_empty_abort_fails_when_the_pattern_matches_no_row_of_a_non_empty_partition() -> None:
+    expected = VERL.model_copy(update={"when_empty": "abort"})
     store = store_with({TRAIN: {"u1": prompt(), "u1-0-0": trajectory()}})  # a layout the pattern misses
     with pytest.raises(
-        ReferenceSourceError, match=r"key_pattern .* matches none of the 2 rows .* expect_nonempty"
+        ReferenceSourceError, match=r"key_pattern .* matches none of the 2 rows .* when_empty: abort"
     ):
         read([expected], store)
     store.delete(TRAIN, ["u1", "u1-0-0"])
@@ -305,12 +305,12 @@ class Verl:
                 "scope": [{"partition": p, "key_pattern": trajectories} for p in (TRAIN, VAL)],
                 "grace_seconds": GRACE_S,
                 "schedule": {"interval_seconds": GRACE_S / 2},  # sweeps twice per grace
-                # not expect_nonempty: a partition holding only prompt rows (groups whose trajectories
+                # not when_empty: abort: a partition holding only prompt rows (groups whose trajectories
                 # are not written yet) is a state verl is in at every step
                 "owner_references": [
                     {"partition": p, "key_pattern": VERL_PATTERN, "owner_key": "{uid}"} for p in (TRAIN, VAL)
                 ],
-                "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0},
+                "limits": {"max_delete_fraction": 1.0},
                 **extra,
             }
         )
@@ -484,7 +484,7 @@ def test_with_the_shipped_verl_config_sweeps_go_on_when_every_owner_row_is_gone(
     example config such a sweep completes (the batch in flight is the integration's admissions' to
     hold), so the leak each resume restores is still reclaimed."""
     values = yaml.safe_load(EXAMPLE.read_text())
-    values.update(grace_seconds=GRACE_S, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    values.update(grace_seconds=GRACE_S, limits={"max_delete_fraction": 1.0})
     values.update(schedule={"interval_seconds": GRACE_S / 2})  # sweeps twice per grace
     config = parse_config(values)
     clock = ManualClock()

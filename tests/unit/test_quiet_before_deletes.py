@@ -46,7 +46,7 @@ def deleting_sweep(
     collector), in batches of at most delete_batch: the world, the timeline's position where the sweep
     began, its report."""
     world = World(
-        tmp_path, limits={"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": delete_batch}
+        tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": delete_batch}}
     )
     scripted = rows(world.state.timeline)
     scripted.put(DATA, "sample-0", {})
@@ -95,8 +95,8 @@ class SmallDeleteRows(QuietRows):
 def test_the_store_sizes_each_delete_batch_and_every_clear_follows_its_own_wait_and_recheck(
     tmp_path: Path, deferred: bool
 ) -> None:
-    """A store that clears in smaller requests than limits.delete_batch yields batches of that size, and
-    the collector clears each as it came, after its own re-check: a batch split after the re-check would
+    """A store that clears in smaller requests than transfer_queue.pacing.batch yields batches of that size,
+    and the collector clears each as it came, after its own re-check: a batch split after the re-check would
     clear its later parts after waits of their own, further from it. The sidecar's DeferredRowStore
     passes the store's batches on as they are."""
     wrap: Callable[[ScriptedRowStore], RowStore] = (
@@ -114,7 +114,7 @@ def test_a_store_with_the_default_batches_gets_batches_of_delete_batch_behind_th
     tmp_path: Path,
 ) -> None:
     """The sidecar's row store attaches at first use (DeferredRowStore) to whatever its factory makes;
-    a store with RowStore's default delete_batches gets limits.delete_batch, as it does unwrapped."""
+    a store with RowStore's default delete_batches gets transfer_queue.pacing.batch, as it does unwrapped."""
     world, start, report = deleting_sweep(
         tmp_path,
         ScriptedRowStore,

@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 import tq_gc
-from tq_gc.config import models
 from tq_gc.errors import ConfigError
 from tq_gc.state.url import (
-    MEMORY_SCHEME,
-    REDIS_SCHEMES,
-    STATE_SCHEMES,
     Replication,
     is_memory_url,
     parse_state_url,
@@ -35,14 +31,6 @@ def test_no_module_but_the_parser_takes_a_state_url_apart() -> None:
     assert not {module: found for module, found in by_hand.items() if found}
 
 
-def test_the_config_validates_with_the_parsers_schemes() -> None:
-    assert (models.MEMORY_SCHEME, models.REDIS_SCHEMES, models.STATE_SCHEMES) == (
-        MEMORY_SCHEME,
-        REDIS_SCHEMES,
-        STATE_SCHEMES,
-    )
-
-
 def test_memory_and_redis_urls_read() -> None:
     assert parse_state_url("memory://").is_memory and is_memory_url("MEMORY://x")
     plain = parse_state_url("redis://:pw@h:6379/1")
@@ -55,9 +43,9 @@ def test_memory_and_redis_urls_read() -> None:
 
 
 def test_tq_gcs_own_options_leave_the_url_redis_py_takes() -> None:
-    parsed = parse_state_url("redis://h/0?wait_replicas=2&ssl_cert_reqs=none&wait_timeout_ms=50")
+    parsed = parse_state_url("redis://h/0?wait_replicas=2&ssl_cert_reqs=none")
     assert parsed.redis_url == "redis://h/0?ssl_cert_reqs=none"
-    assert parsed.replication == Replication(2, 50)
+    assert parsed.replication == Replication(2)
 
 
 @pytest.mark.parametrize(

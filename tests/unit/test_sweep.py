@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tq_gc.config import Limits
 from tq_gc.errors import StoreUnavailable
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores.memory import MemoryRowStore
@@ -25,7 +26,7 @@ def world(tmp_path: Path) -> World:
 
 def three_batches_eligible(tmp_path: Path) -> World:
     """Six orphans past their grace, deleted two per batch."""
-    world = World(tmp_path, limits={"delete_batch": 2, "fraction_min_rows": 0, "max_delete_fraction": 1.0})
+    world = World(tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": 2}})
     for i in range(6):
         world.rows.put(STAGING, f"r{i}/c")
     world.sweep()
@@ -241,15 +242,16 @@ def test_cap_stops_at_the_count_and_the_rest_wait(tmp_path: Path) -> None:
 
 
 def test_blast_radius_aborts_with_nothing_deleted(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"max_delete_fraction": 0.5, "fraction_min_rows": 0})
-    for i in range(4):
+    world = World(tmp_path, limits={"max_delete_fraction": 0.5})
+    rows = Limits.fraction_min_rows + 2  # above the eligible rows below which the guard stays quiet
+    for i in range(rows):
         world.rows.put(STAGING, f"r{i}/c")
     world.registry.admit("adm", {STAGING: ["r0/c"]}, 10_000)
     world.sweep()
     world.age()
     report = world.sweep()
     assert report.outcome is Outcome.ABORTED and "blast radius" in (report.reason or "")
-    assert len(world.staging()) == 4
+    assert len(world.staging()) == rows
 
 
 def test_every_deleted_row_is_audited_and_every_run_recorded(world: World) -> None:

@@ -72,7 +72,8 @@ def config_for(manifest_dir: Path, scope: str = STAGING) -> Config:
             "lease_ttl_seconds": LEASE_TTL_S,
             "manifests": [{"glob": f"{manifest_dir}/*.json"}],
             "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
-            "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 2},
+            "limits": {"max_delete_fraction": 1.0},
+            "transfer_queue": {"pacing": {"batch": 2}},
         }
     )
 

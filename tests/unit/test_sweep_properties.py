@@ -55,7 +55,8 @@ class SweepMachine(RuleBasedStateMachine):
                 "grace_seconds": GRACE_S,
                 "manifests": [{"glob": f"{self.dir}/*.json"}],
                 "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
-                "limits": {"fraction_min_rows": 0, "max_delete_fraction": 1.0, "delete_batch": 2},
+                "limits": {"max_delete_fraction": 1.0},
+                "transfer_queue": {"pacing": {"batch": 2}},
             }
         )
         self.admitted: dict[str, frozenset[str]] = {}

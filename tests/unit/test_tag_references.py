@@ -84,10 +84,10 @@ def test_a_partition_emptied_by_its_job_still_exists() -> None:
     [{}, {"g1_g0": {"weight_version": 3}}, {"g1_g0": plan()}],
     ids=["empty-partition", "path-resolves-nowhere", "empty-plans"],
 )
-def test_expect_nonempty_fails_when_the_reference_names_no_row(data_rows: dict[str, Tags]) -> None:
-    expected = ROUTE_PLAN.model_copy(update={"expect_nonempty": True})
+def test_when_empty_abort_fails_when_the_reference_names_no_row(data_rows: dict[str, Tags]) -> None:
+    expected = ROUTE_PLAN.model_copy(update={"when_empty": "abort"})
     store = store_with({DATA: {"seed": None, **data_rows}})
-    with pytest.raises(ReferenceSourceError, match=r"names no row .* expect_nonempty"):
+    with pytest.raises(ReferenceSourceError, match=r"names no row .* when_empty: abort"):
         TagsSource([expected], store).read()
     store.put(DATA, "g2_g0", plan("r1/c1"))
     assert rows_of(TagsSource([expected], store).read()) == staging("r1/c1")

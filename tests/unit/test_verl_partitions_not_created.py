@@ -58,13 +58,13 @@ def test_a_misspelled_owner_partition_still_aborts() -> None:
     store = MemoryRowStore()
     store.put("train", trajectory())
     store.put("val", trajectory())
-    values["owner_references"][1]["created_by_stack"] = False
     report = sweep_with(parse_config(values), store)
     assert report.outcome is Outcome.ABORTED and "'vla'" in (report.reason or "")
 
 
 def test_an_absent_owner_partition_that_would_release_rows_elsewhere_is_refused() -> None:
     values = example()
-    values["owner_references"][0].update(owner_partition="prompts", created_by_stack=True)
+    values["scope"][0]["created_by_stack"] = True  # `train`: its owner reference's owners are elsewhere
+    values["owner_references"][0]["owner_partition"] = "prompts"
     with pytest.raises(ConfigError, match="created_by_stack"):
         parse_config(values)

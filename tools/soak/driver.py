@@ -102,10 +102,7 @@ class Soak:
         config = {
             "namespace": f"soak-{s.seed}-{uuid.uuid4().hex[:6]}",
             "state_url": self.redis.url,
-            "transfer_queue": {
-                "ray_address": ray_address,
-                "index_range_reuse_seconds": s.index_range_reuse_s,
-            },
+            "transfer_queue": {"ray_address": ray_address, "pacing": {"batch": 50}},
             "scope": [{"partition": STAGING, "all_keys": True}],
             "grace_seconds": s.grace_s,
             "allow_short_grace": True,
@@ -114,9 +111,9 @@ class Soak:
             "tag_references": [
                 {"partition": CANONICAL, "key_path": ROUTE_PLAN_KEY_PATH, "target_partition": STAGING}
             ],
-            "limits": {"max_delete_fraction": 1.0, "delete_batch": 50},
-            "schedule": {"interval_seconds": s.interval_s, "misfire_grace_seconds": 5},
-            "sidecar": {"name": f"tq-gc-soak-{uuid.uuid4().hex[:6]}", "ray_namespace": "tq_gc_soak"},
+            "limits": {"max_delete_fraction": 1.0},
+            "schedule": {"interval_seconds": s.interval_s},
+            "sidecar": {"name": f"tq-gc-soak-{uuid.uuid4().hex[:6]}"},
         }
         self.namespace = str(config["namespace"])
         path = self.workdir / "tq-gc.yaml"

@@ -26,9 +26,9 @@ class SoakSettings:
     grace_s: float = 15.0
     lease_ttl_s: float = 5.0  # the shortest tq-gc accepts
     interval_s: float = 1.0
-    # The sidecar's listings reuse an index range this long (sweeps every second): a row put meanwhile
-    # at an index the range lacks is first seen up to this much later.
-    index_range_reuse_s: float = 5.0
+    # How long the sidecar's listings reuse an index range: a row put meanwhile at an index the range
+    # lacks is first seen up to this much later. 0: tq-gc asks at every listing (not a setting).
+    index_range_reuse_s: float = 0.0
     # Renewed every second, so a Redis restart is noticed within one; long enough that a publisher
     # thread stalled on a loaded box does not let it lapse (counted as "lapses" if it does).
     admission_ttl_seconds: float = 10.0

@@ -2,6 +2,7 @@
 
 base.py       the frozen value every section is
 models.py     Config and its sections, and the safety rules that refuse a config
+retired.py    the keys a release renamed or removed, refused with what replaces them
 sources.py    the reference sources' sections: manifests, tag references, owner references
 loading.py    YAML + env + flags -> Config, and the error messages that name each field
 redaction.py  what is shown of a state store URL's secrets
@@ -24,14 +25,12 @@ from tq_gc.config.loading import (
 from tq_gc.config.models import (
     CANONICAL_PARTITION,
     MAX_LEASE_TTL_SECONDS,
-    MEMORY_SCHEME,
     MIN_GRACE_SECONDS,
     MIN_LEASE_TTL_SECONDS,
-    REDIS_SCHEMES,
-    STATE_SCHEMES,
     AdmissionsConfig,
     Config,
     Limits,
+    Pacing,
     Schedule,
     ScopeEntry,
     SidecarConfig,
@@ -46,8 +45,10 @@ from tq_gc.config.sources import (
     ManifestSource,
     OwnerReference,
     TagReference,
+    WhenEmpty,
     compile_key_pattern,
 )
+from tq_gc.state.url import MEMORY_SCHEME, REDIS_SCHEMES, STATE_SCHEMES
 
 __all__ = [
     "CANONICAL_PARTITION",
@@ -67,11 +68,13 @@ __all__ = [
     "Limits",
     "ManifestSource",
     "OwnerReference",
+    "Pacing",
     "Schedule",
     "ScopeEntry",
     "SidecarConfig",
     "TagReference",
     "TransferQueueConfig",
+    "WhenEmpty",
     "as_config",
     "compile_key_pattern",
     "config_schema",

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+WHEN_EMPTY = (
+    "A source that reads as empty: abort (the sweep, always), abort_if_it_had_rows (the default: only "
+    "after it named rows) or accept (the job may really drop every reference)."
+)
+
 DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "Config": {
         "namespace": "Separates jobs sharing one state store (letters, digits, _ . : -).",
         "state_url": "Where tq-gc keeps its state: memory:// (the sidecar's own memory), "
-        "redis://host:6379/0, rediss://..., unix:///path.sock.",
+        "redis://host:6379/0, rediss://..., unix:///path.sock. Its one option of its own: ?wait_replicas=N "
+        "(replicated Redis: a write a failover must not lose returns once N replicas have it).",
         "transfer_queue": "How to reach the job's TransferQueue, and how hard tq-gc may press on it.",
         "scope": "The partitions and keys a sweep may delete; nothing outside them is ever a candidate.",
         "protected_partitions": "Partitions scope may not name unless allow_unsafe_scope (and rollout_data).",
@@ -23,7 +29,7 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "manifests": "Files that name referenced rows (checkpoint manifests, NeMo RL records).",
         "tag_references": "Rows whose tags name other rows, which are referenced while those rows exist.",
         "owner_references": "Rows referenced while an owner row exists (verl's trajectories and prompts).",
-        "limits": "The blast radius of one sweep, and the delete batches' size and pace.",
+        "limits": "The blast radius of one sweep.",
         "schedule": "When the sidecar sweeps: interval_seconds or cron.",
         "sidecar": "The sidecar actor in the job's Ray cluster.",
         "log_format": "text, or json (JSON lines on stderr for log collectors).",
@@ -31,15 +37,17 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     },
     "TransferQueueConfig": {
         "ray_address": "The Ray cluster to join: auto, host:6379 (GCS) or ray://head:10001.",
-        "ray_namespace": "The Ray namespace the job's TransferQueue lives in (default: Ray's).",
-        "request_batch": "The most keys or global indexes one TransferQueue request asks for (<= 20000).",
-        "request_target_ms": "A request slower than this halves the next one's size.",
+        "pacing": "How hard tq-gc may press on the job's TransferQueue controller (one set of defaults).",
+    },
+    "Pacing": {
+        "batch": "The most keys one TransferQueue request asks for, and the most rows one delete batch "
+        "carries (<= 20000; requests adapt between a quarter of this and this).",
         "duty_cycle": "The most of the wall time tq-gc's requests may take while it lists and deletes (1: no "
         "pauses).",
-        "index_range_reuse_seconds": "A swept partition listed again this soon reuses the last listing's "
-        "global indexes (0: ask every time).",
-        "quiet_ms": "Before each request, wait until the controller is idle this long (0: never wait).",
-        "quiet_wait_max_ms": "...or this long at most (at most 10000).",
+        "max_deletes_per_second": "Delete pace, in rows (0: unthrottled); a batch must take under half the "
+        "lease.",
+        "quiet_ms": "Before each request, wait until the controller is idle this long, 250 ms at most (0: "
+        "never wait).",
     },
     "ScopeEntry": {
         "partition": "The partition swept.",
@@ -47,7 +55,7 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "all_keys": "Every key of the partition is in scope (a staging partition).",
         "key_pattern": "A regular expression the whole key must match to be in scope.",
         "created_by_stack": "The stack creates this partition later (verl's val): while absent it is not "
-        "a misspelling (no failed check, no warning).",
+        "a misspelling (no failed check, no warning), and an owner reference of it names nothing.",
     },
     "AdmissionsConfig": {
         "expect_nonempty": "No live admission aborts the sweep (a job whose publishers always hold one).",
@@ -57,18 +65,15 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "format": "native (tq-gc/manifest/v1), json, jsonl or nemo_rl_recovery.",
         "key_path": "Where the keys are in each json or jsonl document (names joined by dots).",
         "partition": "The partition the keys are in (json, jsonl; nemo_rl_recovery has a default).",
-        "expect_nonempty": "A source naming no row fails the sweep.",
-        "max_file_bytes": "A larger file fails the source (default 64 MiB).",
         "marker": "A file the volume carries under the glob's base: its absence fails the source.",
         "mount_point": "The glob's base (or a parent) must be this mount point.",
-        "may_become_empty": "Matching no file after naming rows is no failure.",
+        "when_empty": WHEN_EMPTY,
     },
     "TagReference": {
         "partition": "The partition whose rows' tags name other rows.",
         "key_path": "Where in the tags the named keys are (names joined by dots).",
         "target_partition": "The partition the named rows are in.",
-        "expect_nonempty": "A key path that resolves in no row fails the sweep.",
-        "may_become_empty": "Naming no row after naming some is no failure.",
+        "when_empty": WHEN_EMPTY,
     },
     "OwnerReference": {
         "partition": "The partition whose rows have owners.",
@@ -77,29 +82,19 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "owner_tag": "Instead of key_pattern: the tag holding the owner's key.",
         "owner_partition": "Where the owner rows live (default: partition).",
         "owner_has_tag": "Only an owner row carrying this tag (true) owns.",
-        "expect_nonempty": "A pattern or tag matching no row of a non-empty partition fails the sweep.",
-        "may_become_empty": "Owning no row after owning some is no failure.",
-        "created_by_stack": "The stack creates this partition later: while absent the rule names nothing "
-        "(rows and owners in one partition only).",
+        "when_empty": WHEN_EMPTY,
     },
     "Limits": {
         "max_deletes_per_run": "The most rows one sweep deletes; it stops at the cap (--max-deletes cannot "
         "raise it).",
         "max_delete_fraction": "A sweep that would delete more than this share of the in-scope rows aborts.",
-        "delete_batch": "Rows per delete batch (each re-checked right before it is deleted).",
-        "max_deletes_per_second": "Delete pace (0: unthrottled).",
-        "fraction_min_rows": "Below this many eligible rows the fraction guard stays quiet.",
     },
     "Schedule": {
         "interval_seconds": "Seconds between two sweeps of the sidecar (at most grace_seconds / 2).",
         "cron": "A crontab expression instead of interval_seconds (longest gap <= grace_seconds / 2).",
-        "jitter_seconds": "Up to this many seconds added at random to each start.",
-        "misfire_grace_seconds": "A sweep started this late is still run.",
     },
     "SidecarConfig": {
         "name": "The sidecar actor's name in Ray.",
-        "ray_namespace": "The Ray namespace of the sidecar actor.",
-        "num_cpus": "CPUs Ray reserves for the sidecar.",
         "metrics_port": "Serve Prometheus metrics on this port (0: any free port; unset: off).",
         "execute": "false makes the sidecar's scheduled sweeps dry runs.",
     },

@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from tq_gc.config.models import Config
+from tq_gc.config.retired import retired_keys
 from tq_gc.config.suggest import Loc, unknown_key_message
 from tq_gc.errors import ConfigError
 
@@ -49,6 +50,11 @@ def parse_config(
     data: Mapping[str, Any], origin: str = "config", env_names: Mapping[Loc, str] | None = None
 ) -> Config:
     """`env_names`: the TQGC_ variable that set each field (env_variables), named in its error."""
+    retired = [_error_line(loc, message, env_names or {}) for loc, message in retired_keys(data)]
+    if retired:
+        lines, from_env = zip(*retired, strict=True)
+        where = "TQGC_ environment variables" if all(from_env) else origin
+        raise ConfigError(f"invalid config ({where}):\n" + "\n".join(lines))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -73,14 +79,20 @@ def format_validation_error(
             message = unknown_key_message(loc)
         elif error["type"] == "finite_number":
             message = "must be a finite number, not .inf or .nan"
-        variable = _variable_of(loc, env_names or {})
-        from_env.append(variable is not None)
-        if variable is not None:
-            message += f" (set by the environment variable {variable})"
-        field = ".".join(str(part) for part in loc)
-        # A rule across fields (a model validator) has no field of its own: its message names them.
-        lines.append(f"  {field}: {message}" if field else f"  {message}")
+        line, set_by_env = _error_line(loc, message, env_names or {})
+        lines.append(line)
+        from_env.append(set_by_env)
     return "\n".join(lines), all(from_env)
+
+
+def _error_line(loc: Loc, message: str, env_names: Mapping[Loc, str]) -> tuple[str, bool]:
+    """The error's line, naming the field (and the TQGC_ variable that set it), and whether one did."""
+    variable = _variable_of(loc, env_names)
+    if variable is not None:
+        message += f" (set by the environment variable {variable})"
+    field = ".".join(str(part) for part in loc)
+    # A rule across fields (a model validator) has no field of its own: its message names them.
+    return (f"  {field}: {message}" if field else f"  {message}"), variable is not None
 
 
 def _variable_of(loc: Loc, env_names: Mapping[Loc, str]) -> str | None:
@@ -90,7 +102,8 @@ def _variable_of(loc: Loc, env_names: Mapping[Loc, str]) -> str | None:
 
 
 def env_variables(env: Mapping[str, str]) -> dict[Loc, str]:
-    """Each config variable's field path: TQGC_LIMITS__DELETE_BATCH -> ("limits", "delete_batch")."""
+    """Each config variable's field path: TQGC_LIMITS__MAX_DELETES_PER_RUN -> ("limits",
+    "max_deletes_per_run")."""
     return {_env_path(name): name for name in env if _is_config_variable(name)}
 
 
@@ -103,7 +116,8 @@ def _env_path(name: str) -> tuple[str, ...]:
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
-    """TQGC_LIMITS__DELETE_BATCH=100 -> {"limits": {"delete_batch": 100}}; values parse as YAML."""
+    """TQGC_LIMITS__MAX_DELETES_PER_RUN=100 -> {"limits": {"max_deletes_per_run": 100}}; values parse as
+    YAML."""
     result: dict[str, Any] = {}
     for name, raw in env.items():
         if not _is_config_variable(name):

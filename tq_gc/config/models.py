@@ -4,7 +4,7 @@ and 3; docs/configuration.md, "Checks at load"): every refusal says which field 
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from apscheduler.triggers.cron import CronTrigger
@@ -14,6 +14,7 @@ from tq_gc.config.base import DURATION_WITH_UNIT, Frozen
 from tq_gc.config.redaction import redact_url
 from tq_gc.config.schedule_fit import default_schedule, schedule_gap_problem
 from tq_gc.config.sources import ManifestSource, OwnerReference, TagReference, compile_key_pattern
+from tq_gc.state.url import STATE_SCHEMES, not_a_state_url
 
 MIN_GRACE_SECONDS = 60.0
 
@@ -25,28 +26,26 @@ MAX_LEASE_TTL_SECONDS = 3600.0
 
 # Upper bounds of what tq-gc may ask of the job's TransferQueue controller in one go. The quiet wait runs
 # on the controller's actor thread (tq_gc/stores/transferqueue/quiet.py), so its longest wait is how
-# long the job's own calls to that thread may queue behind it; a request of request_batch keys holds the
+# long the job's own calls to that thread may queue behind it; a request of pacing.batch keys holds the
 # controller's request thread for its whole length (tens of ms at the default 2,000, seconds at a million).
-MAX_QUIET_MS = 5_000.0
-MAX_QUIET_WAIT_MAX_MS = 10_000.0
 MAX_REQUEST_BATCH = 20_000
+# The longest wait for a quiet moment of the controller (quiet_ms at most this).
+QUIET_WAIT_MAX_MS = 250.0
+# transfer_queue.pacing's defaults, the one set of them (the store's own defaults are these).
+DEFAULT_BATCH = 2000
+DEFAULT_DUTY_CYCLE = 0.25
+DEFAULT_QUIET_MS = 20.0
+# A request slower than this halves the next one's size: how long tq-gc may hold the job's controller in
+# one go. 10 ms: windows of ~1,000-2,000 rows at 1M rows, each holding the controller under 10 ms
+# (docs/performance.md, "Cost to the training job").
+REQUEST_TARGET_MS = 10.0
 
 # The canonical samples: protected even when protected_partitions leaves them out.
 CANONICAL_PARTITION = "rollout_data"
 
-# The state-URL schemes, the one list of them: memory:// opens the embedded store, the others Redis
-# (tq_gc.state.open_state).
-MEMORY_SCHEME = "memory"
-REDIS_SCHEMES = ("redis", "rediss", "unix")
-STATE_SCHEMES = (MEMORY_SCHEME, *REDIS_SCHEMES)
-
-
-def not_a_state_url(url: str) -> str:
-    """What to say of a state_url whose scheme names no state store (log-safe)."""
-    return (
-        f"{redact_url(url)!r} is not a state store URL: use memory://, redis://host:6379/0, "
-        "rediss://... or unix:///path/to/redis.sock"
-    )
+# The state URL's schemes and its own options (a query parameter of a Redis state_url,
+# redis://host:6379/0?wait_replicas=1) live in tq_gc/state/url.py, the one parser of it; the options are
+# settings too, counted and documented with the fields (docs/configuration.md).
 
 
 class ScopeEntry(Frozen):
@@ -95,79 +94,55 @@ class ScopeEntry(Frozen):
         return self
 
 
-class TransferQueueConfig(Frozen):
-    ray_address: str = "auto"
-    ray_namespace: str | None = None
-    # The most keys (or global indexes) one request asks for; pacing adapts each request's size
-    # between a quarter of this and this (tq_gc/stores/transferqueue/pacing.py). Not the swept
-    # partitions' key windows (4,096 indexes): those are read on the controller's actor thread, beside
-    # the job's requests (tq_gc/stores/transferqueue/key_windows.py).
-    request_batch: int = Field(default=2000, ge=1)
-    # A request slower than this (a listing's, or on average a delete batch's re-check and clear) halves
-    # the next one's size: how long tq-gc may hold the job's controller, which serves one request at a
-    # time, in one go. 10 ms: windows of ~1,000-2,000 rows at 1M rows, each holding the controller under
-    # 10 ms; delete batches of 2,000 at 100k rows (docs/performance.md, "Cost to the training job").
-    request_target_ms: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
+class Pacing(Frozen):
+    """How hard tq-gc may press on the job's TransferQueue controller, which serves one request at a time:
+    the store reads these, and only these (tq_gc/stores/transferqueue/)."""
+
+    # The most keys (or global indexes) one request asks for, and the most rows one delete batch carries
+    # (each re-checked right before its clear). Pacing adapts each request's size between a quarter of
+    # this and this (tq_gc/stores/transferqueue/pacing.py): a request slower than 10 ms halves the next.
+    batch: int = Field(default=DEFAULT_BATCH, ge=1)
     # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
     # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. A job request then waits behind one of
-    # tq-gc's at most this often. 1 never pauses.
-    duty_cycle: float = Field(default=0.25, gt=0.0, le=1.0, allow_inf_nan=False)
-    # A swept partition listed again within this many seconds reads the keys of the global indexes the
-    # last listing had, without asking the controller for them again (pages of the index space, ~60 of
-    # a few ms each at 1M rows; where the pages do not fit the controller, one copy of the whole index
-    # set holding its GIL: 60-290 ms at 1M rows). Rows put since wait for a later listing (nothing is
-    # deleted earlier, some rows later). 0: ask every time.
-    index_range_reuse_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    # tq-gc's at most this often. 1 never pauses. The one throttle, of listings and deletes alike.
+    duty_cycle: float = Field(default=DEFAULT_DUTY_CYCLE, gt=0.0, le=1.0, allow_inf_nan=False)
     # Before each request (a listing window, a delete batch), wait until the controller's request thread
-    # has served nothing for this long, quiet_wait_max_ms at most: the job's steps come in bursts, and a
+    # has served nothing for this long, QUIET_WAIT_MAX_MS at most: the job's steps come in bursts, and a
     # request made between two of them is over before the next (tq_gc/stores/transferqueue/quiet.py).
-    # Deletes then go in batches of request_batch/4 (at most limits.delete_batch), each a re-check and a
-    # clear short enough for what is left of a quiet moment. 20: above the gaps within a step measured
-    # here (under 10 ms). 0: never wait (and delete batches of limits.delete_batch).
-    quiet_ms: float = Field(default=20.0, ge=0.0, allow_inf_nan=False)
-    quiet_wait_max_ms: float = Field(default=250.0, gt=0.0, allow_inf_nan=False)
+    # Deletes then go in batches of batch/4. 20: above the gaps within a step measured here (under
+    # 10 ms). 0: never wait (and delete batches of `batch`).
+    quiet_ms: float = Field(default=DEFAULT_QUIET_MS, ge=0.0, allow_inf_nan=False)
+    # Deletes only, 0: unthrottled. A job that wants its p99 untouched while tq-gc works through a big
+    # backlog: 500 took a 1M-row job's p99 from 1.2-1.5x to 1.16x at the default schedule
+    # (docs/performance.md), at 1.8M rows an hour.
+    max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
-    @field_validator("request_batch")
+    @field_validator("batch")
     @classmethod
-    def _request_fits_the_controller(cls, request_batch: int) -> int:
-        if request_batch > MAX_REQUEST_BATCH:
+    def _request_fits_the_controller(cls, batch: int) -> int:
+        if batch > MAX_REQUEST_BATCH:
             raise ValueError(
-                f"{request_batch} is above {MAX_REQUEST_BATCH}: one request of that many keys holds the "
-                "job's TransferQueue controller, which serves one request at a time, for seconds. Pacing "
-                "already adapts each request's size below this; keep it near the default 2000"
+                f"{batch} is above {MAX_REQUEST_BATCH}: one request of that many keys holds the job's "
+                "TransferQueue controller, which serves one request at a time, for seconds. Pacing already "
+                "adapts each request's size below this; keep it near the default 2000"
             )
-        return request_batch
+        return batch
 
     @field_validator("quiet_ms")
     @classmethod
     def _quiet_time_can_happen(cls, quiet_ms: float) -> float:
-        if quiet_ms > MAX_QUIET_MS:
+        if quiet_ms > QUIET_WAIT_MAX_MS:
             raise ValueError(
-                f"{quiet_ms:g} ms is above {MAX_QUIET_MS:g} ms: a busy job's controller is never idle that "
-                "long, so every wait would run to quiet_wait_max_ms. The default is 20; 0 never waits"
+                f"{quiet_ms:g} ms is above {QUIET_WAIT_MAX_MS:g} ms, the longest tq-gc waits for a quiet "
+                "controller (the wait runs on the controller's actor thread, and the job's own calls to it "
+                "queue behind it): no wait could find that much quiet. The default is 20; 0 never waits"
             )
         return quiet_ms
 
-    @field_validator("quiet_wait_max_ms")
-    @classmethod
-    def _wait_fits_the_controller(cls, quiet_wait_max_ms: float) -> float:
-        if quiet_wait_max_ms > MAX_QUIET_WAIT_MAX_MS:
-            raise ValueError(
-                f"{quiet_wait_max_ms:g} ms is above {MAX_QUIET_WAIT_MAX_MS:g} ms: the wait runs on the job's "
-                "TransferQueue controller's actor thread, and the job's own calls to it queue behind it. "
-                "The default is 250"
-            )
-        return quiet_wait_max_ms
 
-    @model_validator(mode="after")
-    def _quiet_time_within_the_wait(self) -> TransferQueueConfig:
-        if self.quiet_ms > self.quiet_wait_max_ms:
-            raise ValueError(
-                f"transfer_queue.quiet_ms ({self.quiet_ms:g}) is longer than "
-                f"transfer_queue.quiet_wait_max_ms ({self.quiet_wait_max_ms:g}): no wait could ever find "
-                "that much quiet. Lower quiet_ms or raise quiet_wait_max_ms"
-            )
-        return self
+class TransferQueueConfig(Frozen):
+    ray_address: str = "auto"
+    pacing: Pacing = Pacing()
 
 
 class AdmissionsConfig(Frozen):
@@ -177,21 +152,16 @@ class AdmissionsConfig(Frozen):
 class Limits(Frozen):
     max_deletes_per_run: int = Field(default=100_000, ge=0)
     max_delete_fraction: float = Field(default=0.5, gt=0.0, le=1.0, allow_inf_nan=False)
-    delete_batch: int = Field(default=2000, ge=1)
-    # 0: unthrottled. Beside a job sharing the TransferQueue, deleting is what the job's requests meet
-    # most (each batch holds the controller a few ms): 500 took a 1M-row job's p99 from 1.2-1.5x to
-    # 1.16x at the default schedule (docs/performance.md), at 1.8M rows an hour.
-    max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small
-    # staging partition is legitimately all orphans.
-    fraction_min_rows: int = Field(default=100, ge=0)
+    # Below this many eligible rows the fraction guard stays quiet: at the end of a run a small staging
+    # partition is legitimately all orphans.
+    fraction_min_rows: ClassVar[int] = 100
 
 
 class Schedule(Frozen):
     interval_seconds: float | None = Field(default=60.0, gt=0.0, allow_inf_nan=False)
     cron: str | None = None
-    jitter_seconds: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    misfire_grace_seconds: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
+    # A sweep started this late is still run.
+    misfire_grace_seconds: ClassVar[float] = 30.0
 
     @model_validator(mode="after")
     def _one_trigger(self) -> Schedule:
@@ -237,8 +207,8 @@ class PressureConfig(Frozen):
 
 class SidecarConfig(Frozen):
     name: str = "tq-gc"
-    ray_namespace: str = "tq_gc"
-    num_cpus: float = Field(default=0.1, ge=0.0, allow_inf_nan=False)
+    ray_namespace: ClassVar[str] = "tq_gc"
+    num_cpus: ClassVar[float] = 0.1  # a fraction of a CPU: it fits beside the job
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # The sidecar's scheduled sweeps delete (it is how tq-gc runs in production); false makes them dry
     # runs, to watch what it would reclaim (reports, metrics) before letting it.
@@ -304,7 +274,8 @@ class Config(Frozen):
         partitions = [entry.partition for entry in self.scope]
         if len(partitions) != len(set(partitions)):
             raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
-        _check_batch_fits_lease(self.limits, self.lease_ttl_seconds)
+        _check_batch_fits_lease(self.transfer_queue.pacing, self.lease_ttl_seconds)
+        self._owner_partitions_created_by_stack()
         if "schedule" not in self.model_fields_set:  # none written: one that sweeps twice per grace
             object.__setattr__(self, "schedule", default_schedule(self.grace_seconds))
         if not self.allow_short_grace:
@@ -312,6 +283,14 @@ class Config(Frozen):
             if problem is not None:
                 raise ValueError(problem)
         return self
+
+    def _owner_partitions_created_by_stack(self) -> None:
+        """An owner reference is quiet while its partition is absent when the scope entry of that
+        partition says the stack creates it (the one place that says so)."""
+        later = {entry.partition for entry in self.scope if entry.created_by_stack}
+        for reference in self.owner_references:
+            if reference.partition in later:
+                reference.mark_created_by_stack()
 
     def _no_protected_partition_in_scope(self) -> None:
         for entry in self.scope:
@@ -350,23 +329,24 @@ class Config(Frozen):
         return (self.state_url, self.transfer_queue.ray_address)
 
 
-def _check_batch_fits_lease(limits: Limits, lease_ttl_seconds: float) -> None:
+def _check_batch_fits_lease(pacing: Pacing, lease_ttl_seconds: float) -> None:
     """A throttled delete batch must end well inside the lease, or the lease runs out mid-batch (and a
     rate near zero sleeps for years, wedging the sidecar's scheduler)."""
-    rate = limits.max_deletes_per_second
+    rate = pacing.max_deletes_per_second
     if rate == 0:
         return
-    batch_seconds = limits.delete_batch / rate
+    batch_seconds = pacing.batch / rate
     budget = lease_ttl_seconds / 2
     if batch_seconds < budget:
         return
-    fixes = [f"Raise max_deletes_per_second above {limits.delete_batch / budget:.3g}"]
+    fixes = [f"Raise max_deletes_per_second above {pacing.batch / budget:.3g}"]
     if rate * budget > 1:
-        fixes.append(f"lower delete_batch below {rate * budget:.3g}")
+        fixes.append(f"lower batch below {rate * budget:.3g}")
     if 2 * batch_seconds < MAX_LEASE_TTL_SECONDS:
         fixes.append(f"raise lease_ttl_seconds above {2 * batch_seconds:.3g}")
     raise ValueError(
-        f"limits.delete_batch={limits.delete_batch} at limits.max_deletes_per_second={rate:g} takes "
-        f"{batch_seconds:.3g} s per batch, not under half of lease_ttl_seconds={lease_ttl_seconds:g}: the "
-        f"lease could run out mid-batch. {'; or '.join(fixes)} (0 means unthrottled)"
+        f"transfer_queue.pacing.batch={pacing.batch} at "
+        f"transfer_queue.pacing.max_deletes_per_second={rate:g} takes {batch_seconds:.3g} s per batch, not "
+        f"under half of lease_ttl_seconds={lease_ttl_seconds:g}: the lease could run out mid-batch. "
+        f"{'; or '.join(fixes)} (0 means unthrottled)"
     )

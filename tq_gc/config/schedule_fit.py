@@ -26,12 +26,12 @@ _CRON_SCAN_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def longest_gap_seconds(schedule: Schedule, stop_above_seconds: float = float("inf")) -> float:
-    """The longest time between two sweeps the schedule starts, jitter included. Stops early once a gap
+    """The longest time between two sweeps the schedule starts. Stops early once a gap
     above `stop_above_seconds` is found (the answer is then "too long", whatever the rest)."""
     if schedule.cron is None:
         assert schedule.interval_seconds is not None, "a schedule has an interval or a cron"
-        return schedule.interval_seconds + schedule.jitter_seconds
-    return _longest_cron_gap_seconds(schedule.cron, stop_above_seconds) + schedule.jitter_seconds
+        return schedule.interval_seconds
+    return _longest_cron_gap_seconds(schedule.cron, stop_above_seconds)
 
 
 def _longest_cron_gap_seconds(cron: str, stop_above_seconds: float) -> float:
@@ -71,8 +71,6 @@ def schedule_gap_problem(schedule: Schedule, grace_seconds: float) -> str | None
     if gap_seconds <= limit_seconds:
         return None
     how = f"cron {schedule.cron!r}" if schedule.cron else f"interval_seconds={schedule.interval_seconds:g}"
-    if schedule.jitter_seconds:
-        how += f" + jitter_seconds={schedule.jitter_seconds:g}"
     return (
         f"schedule: sweeps up to {gap_seconds:g} s apart ({how}) cannot reclaim with "
         f"grace_seconds={grace_seconds:g}: grace accrues only while sweeps observe a row, and a pause "

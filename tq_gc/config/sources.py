@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from tq_gc.config.base import Frozen
 from tq_gc.formats.globs import Pattern
@@ -13,6 +14,27 @@ from tq_gc.formats.keypath import split_key_path
 from tq_gc.formats.keytemplate import KeyTemplate
 from tq_gc.formats.manifest_formats import FORMATS, FormatName
 from tq_gc.formats.manifest_formats import NEMO_RL_STAGING_PARTITION as NEMO_RL_STAGING_PARTITION
+
+# What a source reading as empty means: `abort` the sweep whenever it does (a source that always names
+# rows: an empty one is a wrong path or an unmounted volume); `abort_if_it_had_rows` (the default) only
+# when it named rows at the last sweep; `accept` never (the job may really drop every reference).
+WhenEmpty = Literal["abort", "abort_if_it_had_rows", "accept"]
+
+
+class EmptinessRule(Frozen):
+    """The one emptiness setting every file or row source has."""
+
+    when_empty: WhenEmpty = "abort_if_it_had_rows"
+
+    @property
+    def expect_nonempty(self) -> bool:
+        """Reading as empty at any sweep fails the source."""
+        return self.when_empty == "abort"
+
+    @property
+    def may_become_empty(self) -> bool:
+        """Reading as empty after naming rows is no failure."""
+        return self.when_empty == "accept"
 
 
 def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
@@ -23,21 +45,17 @@ def compile_key_pattern(key_pattern: str) -> re.Pattern[str]:
         raise ValueError(f"{key_pattern!r} is not a regular expression ({exc})") from None
 
 
-class ManifestSource(Frozen):
+class ManifestSource(EmptinessRule):
     glob: str = Field(min_length=1)
     format: FormatName = "native"  # formats/manifest_formats.py: what a source of each needs
     key_path: str | None = None
     partition: str | None = None
-    expect_nonempty: bool = False
     # A larger file fails the source: a runaway or wrong file must not exhaust the sweeper's memory.
-    max_file_bytes: int = Field(default=64 * 2**20, gt=0)
+    max_file_bytes: ClassVar[int] = 64 * 2**20
     # What a healthy source looks like: a file the volume carries under the glob's base (an empty mount
     # point lacks it), and the mount point the base must be on (os.path.ismount).
     marker: str | None = Field(default=None, min_length=1)
     mount_point: str | None = Field(default=None, min_length=1)
-    # Off: a source that named rows at the last sweep and now matches no file aborts the sweep (an
-    # unmounted volume reads as no files). On: the job may really remove every manifest.
-    may_become_empty: bool = False
 
     @property
     def source_id(self) -> str:
@@ -91,15 +109,10 @@ class ManifestSource(Frozen):
                 )
 
 
-class TagReference(Frozen):
+class TagReference(EmptinessRule):
     partition: str = Field(min_length=1)
     key_path: str = Field(min_length=1)
     target_partition: str = Field(min_length=1)
-    # A key path that resolves in none of the partition's rows fails the sweep instead of reading as
-    # "references nothing".
-    expect_nonempty: bool = False
-    # Off: a reference that named rows at the last sweep and names none now aborts the sweep.
-    may_become_empty: bool = False
 
     @property
     def source_id(self) -> str:
@@ -113,7 +126,7 @@ class TagReference(Frozen):
         return key_path
 
 
-class OwnerReference(Frozen):
+class OwnerReference(EmptinessRule):
     """Rows of `partition` referenced while their owner row exists in `owner_partition`.
 
     The owner's key comes from the row's key (`key_pattern`, whose named groups fill `owner_key`) or
@@ -128,15 +141,25 @@ class OwnerReference(Frozen):
     # The owner row counts only while this tag is true on it: verl's prompt rows carry is_prompt, and a
     # status put (kv_put creates a missing key) can bring a cleared prompt row back as a row without it.
     owner_has_tag: str | None = Field(default=None, min_length=1)
-    # A pattern (or tag) that matches no row of a non-empty partition fails the sweep instead of
-    # reading as "owns nothing".
-    expect_nonempty: bool = False
-    # Off: a reference whose rows had their owner at the last sweep and none now aborts the sweep.
-    may_become_empty: bool = False
     # The stack creates this partition on its first write (verl's `val` at its first validation): while
     # it does not exist the rule names nothing, instead of failing the sweep as a typo would. Only where
-    # rows and owners share the partition: then its absence leaves no row to keep or to delete.
-    created_by_stack: bool = False
+    # rows and owners share the partition: then its absence leaves no row to keep or to delete. Said once,
+    # on the partition's scope entry (Config marks its owner references).
+    _created_by_stack: bool = PrivateAttr(default=False)
+
+    @property
+    def created_by_stack(self) -> bool:
+        return self._created_by_stack
+
+    def mark_created_by_stack(self) -> None:
+        """The partition's scope entry says the stack creates it: quiet while absent (see above)."""
+        if self.owners_in != self.partition:
+            raise ValueError(
+                f"created_by_stack: the owners of {self.partition!r} are in {self.owners_in!r}, and an "
+                "absent owner partition would leave every row of an existing one unreferenced; it keeps "
+                "an absent partition quiet only where rows and owners share it"
+            )
+        self._created_by_stack = True
 
     @property
     def source_id(self) -> str:
@@ -165,12 +188,6 @@ class OwnerReference(Frozen):
             self._check_owner_key()
         if self.owner_partition is None:
             object.__setattr__(self, "owner_partition", self.partition)
-        if self.created_by_stack and self.owner_partition != self.partition:
-            raise ValueError(
-                f"created_by_stack: the owners of {self.partition!r} are in {self.owner_partition!r}, and an "
-                "absent owner partition would leave every row of an existing one unreferenced; it keeps "
-                "an absent partition quiet only where rows and owners share it"
-            )
         return self
 
     def _check_owner_key(self) -> None:

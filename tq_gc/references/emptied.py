@@ -8,7 +8,7 @@ a job that really released everything, so the state store remembers how many ref
 yielded at the last sweep that read every source, and a source that yielded some then and reads as
 empty now aborts the sweep (cause source_failed, exit 4), naming the source, what to check, and how to
 accept it: `tq-gc sweep --accept-empty SOURCE` for one sweep (which then records it empty), or
-`may_become_empty: true` on the source for good.
+`when_empty: accept` on the source for good.
 
 What reads as empty: a manifest source whose glob matches no file at all (files that are retired or name
 no rows are the publisher saying "release", and are believed); a tag or owner reference that names no
@@ -22,7 +22,7 @@ went missing. A sweeper that recorded a baseline in this process (the sidecar) k
 when the store has none any more, its copy stands in: the unmounted volume still stops the sweep. A
 sweeper with no copy (a CronJob's fresh process) cannot tell, so a store's baseline is trusted to say a
 source became empty only once it is a grace old (the store records when it began): until then a source
-that reads as empty (and is neither `may_become_empty` nor accepted) skips the sweep (cause
+that reads as empty (and is neither `when_empty: accept` nor accepted) skips the sweep (cause
 baseline_rebuilding, exit 3) before any first-seen record moves, so nothing becomes eligible on its
 word. The sweep still records what the sources named, which is how the baseline ages. The cost: a new
 job, whose manifests are empty at first, skips for its first grace, while nothing could be eligible
@@ -143,7 +143,7 @@ def refuse_untrusted_empty(
     yields: Mapping[str, Yield],
     since_ms: int | None,
 ) -> None:
-    """BaselineRebuilding if a source reads as empty, is neither accepted nor `may_become_empty`, and the
+    """BaselineRebuilding if a source reads as empty, is neither accepted nor `when_empty: accept`, and the
     store's baseline (begun at `since_ms`, None: begun by this sweep) is younger than a grace."""
     age_ms = baseline_age_ms(state, since_ms)
     if age_ms >= int(config.grace_seconds * 1000):
@@ -193,7 +193,7 @@ def _explain(source: ConfiguredSource, last_count: int) -> str:
     return (
         f"it named {rows} at the last sweep that read every source {_what_to_check(source)}. Nothing is "
         "deleted while it reads as empty. If it is empty on purpose, accept it for one sweep with "
-        f"`tq-gc sweep --accept-empty '{source.source_id}'`, or set `may_become_empty: true` on the source."
+        f"`tq-gc sweep --accept-empty '{source.source_id}'`, or set `when_empty: accept` on the source."
     )
 
 

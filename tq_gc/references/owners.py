@@ -20,7 +20,7 @@ other rules; a row whose owner is absent is unreferenced, and its grace runs as 
 Owners are looked up in the sweep's own listing of the owner partition (one snapshot, read in the
 tags' slot: see sweep.observe.Observer.read). Fails closed: a partition the row store lacks
 (owned or owner), an owner tag that is not a key string, a match that leaves a group of the template
-unset, and a reference marked `expect_nonempty` whose pattern matches no row of a non-empty partition
+unset, and a reference with `when_empty: abort` whose pattern matches no row of a non-empty partition
 all fail the source. A reference marked `created_by_stack` (its rows and owners in one partition, which
 the stack creates on its first write) names nothing while that partition does not exist.
 """
@@ -174,7 +174,7 @@ class _Rule:
             raise ReferenceSourceError(
                 Source.OWNERS.value,
                 f"{_describe(self.reference)} matches none of the {len(rows)} rows of partition "
-                f"{self.reference.partition!r}, but the reference is expect_nonempty: check the pattern "
+                f"{self.reference.partition!r}, but the reference has when_empty: abort: check the pattern "
                 "against the job's keys",
             )
         return _Found(len(rows), matched, owned)

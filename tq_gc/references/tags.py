@@ -26,7 +26,7 @@ class TagsSource:
     """Every row named by a configured tag reference in the rows of the row store.
 
     Fails closed: a tag partition the row store does not have (renamed, or a typo in the config) is an
-    error, not a partition that references nothing, and so is a reference marked `expect_nonempty`
+    error, not a partition that references nothing, and so is a reference with `when_empty: abort`
     that names no row."""
 
     name: str = Source.TAGS.value
@@ -73,7 +73,7 @@ def _checked_rows(reference: TagReference, tagged_rows: Mapping[str, Tags]) -> l
         raise ReferenceSourceError(
             Source.TAGS.value,
             f"tag path {reference.key_path!r} names no row in the {len(tagged_rows)} rows of partition "
-            f"{reference.partition!r}, but the reference is expect_nonempty: check the key path",
+            f"{reference.partition!r}, but the reference has when_empty: abort: check the key path",
         )
     return rows
 

@@ -7,7 +7,7 @@
 This module is the actor; tq_gc/sidecar/client.py starts, finds and stops it.
 
 Inside the actor an APScheduler 3 BackgroundScheduler runs one job, the sweep, on `schedule`
-(interval with optional jitter, or cron); `sweep_now()` runs one on demand. A lock keeps the two apart:
+(interval or cron); `sweep_now()` runs one on demand. A lock keeps the two apart:
 never two sweeps at once in one sidecar (across sweepers, the state store's lease does that). A sweep
 that raises is logged and counted (`tqgc_sweep_errors_total`), and the schedule goes on.
 
@@ -350,13 +350,9 @@ class SidecarActor:
 
 
 def _trigger(schedule: Schedule) -> IntervalTrigger | CronTrigger:
-    # Jitter spreads the sweeps of many jobs sharing one Redis; APScheduler only ever delays a run.
-    jitter = schedule.jitter_seconds or None
     if schedule.cron is not None:
-        trigger = CronTrigger.from_crontab(schedule.cron, timezone=UTC)
-        trigger.jitter = jitter  # from_crontab takes no jitter argument
-        return trigger
-    return IntervalTrigger(seconds=schedule.interval_seconds, jitter=jitter, timezone=UTC)
+        return CronTrigger.from_crontab(schedule.cron, timezone=UTC)
+    return IntervalTrigger(seconds=schedule.interval_seconds, timezone=UTC)
 
 
 def _node_ip() -> str | None:

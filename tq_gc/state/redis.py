@@ -62,7 +62,7 @@ class RedisState:
     @classmethod
     def from_url(cls, url: str, namespace: str) -> RedisState:
         """A store with its own client; close() closes it. No retries inside: a failure ends the sweep.
-        `?wait_replicas=N[&wait_timeout_ms=T]` makes admissions, fences and audit intents durable on N
+        `?wait_replicas=N` makes admissions, fences and audit intents durable on N
         replicas before they return (Replication)."""
         check_namespace(namespace)  # before opening a client we would otherwise leak
         client, replication = client_from_url(url)

@@ -1,5 +1,5 @@
 """The state URL, parsed in one place: which state store it names (memory://, the embedded one, or Redis
-by redis://, rediss://, unix://) and tq-gc's own options in it (wait_replicas, wait_timeout_ms), which
+by redis://, rediss://, unix://) and tq-gc's own option in it (wait_replicas), which
 redis-py refuses. Light on purpose (urllib only): the trainer kit reads it."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from tq_gc.redaction import redact_url
 MEMORY_SCHEME = "memory"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 STATE_SCHEMES = (MEMORY_SCHEME, *REDIS_SCHEMES)
-# A durable write (an admission, a fence, an audit intent) waits this long for its replicas by default.
+# With a replicated Redis, `?wait_replicas=N`: the writes a failover must not lose (an admission, a fence,
+# an audit intent) return only once N replicas have them (WAIT) within this, or raise.
 WAIT_TIMEOUT_MS = 1_000
 _OPTION_PREFIX = "wait_"
-_OPTIONS = ("wait_replicas", "wait_timeout_ms")
+STATE_URL_OPTIONS = ("wait_replicas",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +82,13 @@ def _split_options(url: str) -> tuple[str, Replication]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     ours = {name: value for name, value in query if name.startswith(_OPTION_PREFIX)}
     rest = urlencode([(name, value) for name, value in query if not name.startswith(_OPTION_PREFIX)])
-    unknown = sorted(set(ours) - set(_OPTIONS))
+    if "wait_timeout_ms" in ours:
+        removed = "state_url option wait_timeout_ms was removed"
+        raise ConfigError(f"{removed}: the wait for replicas is {WAIT_TIMEOUT_MS} ms")
+    unknown = sorted(set(ours) - set(STATE_URL_OPTIONS))
     if unknown:
-        raise ConfigError(f"unknown state_url option {unknown[0]!r}: use {', '.join(_OPTIONS)}")
-    replication = Replication(
-        _whole(ours, "wait_replicas", 0, minimum=0),
-        _whole(ours, "wait_timeout_ms", WAIT_TIMEOUT_MS, minimum=1),
-    )
+        raise ConfigError(f"unknown state_url option {unknown[0]!r}: use {', '.join(STATE_URL_OPTIONS)}")
+    replication = Replication(_whole(ours, "wait_replicas", 0, minimum=0))
     if not ours:
         return url, replication
     return url.split("?", 1)[0] + (f"?{rest}" if rest else ""), replication
@@ -106,6 +107,7 @@ __all__ = [
     "MEMORY_SCHEME",
     "REDIS_SCHEMES",
     "STATE_SCHEMES",
+    "STATE_URL_OPTIONS",
     "Replication",
     "StateUrl",
     "is_memory_url",

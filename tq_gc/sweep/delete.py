@@ -62,11 +62,11 @@ class Deleter:
 
     def delete(self, run: SweepRun) -> None:
         to_delete = run.planned.to_delete
-        limits = self.config.limits
+        pacing = self.config.transfer_queue.pacing
         total = sum(len(keys) for keys in to_delete.values())
         counts = run.report.counts
         started = time.monotonic()
-        for batch in store_batches(self.row_store, to_delete, limits.delete_batch):
+        for batch in store_batches(self.row_store, to_delete, pacing.batch):
             self._stop_if_asked()
             check = self.lease.recheck(run)
             stop_if_fenced(check.fences)
@@ -75,7 +75,7 @@ class Deleter:
             self._delete_batch(run, batch, check)
             if run.progress is not None:
                 run.progress(counts.deleted + counts.recheck_saved, total)
-            throttle_deletes(len(batch.keys), limits.max_deletes_per_second, started)
+            throttle_deletes(len(batch.keys), pacing.max_deletes_per_second, started)
             started = time.monotonic()  # the store's wait for the next batch counts toward its throttle
 
     def _delete_batch(self, run: SweepRun, batch: Batch, check: Recheck) -> None:

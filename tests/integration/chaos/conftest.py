@@ -83,17 +83,16 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             tmp_path / "tq-gc.yaml",
             namespace=namespace,
             state_url=state_url,
-            transfer_queue={"ray_address": ray_cluster.address},
+            transfer_queue={
+                "ray_address": ray_cluster.address,
+                "pacing": {"batch": DELETE_BATCH, "max_deletes_per_second": DELETES_PER_SECOND},
+            },
             scope=[{"partition": tq_partition, "all_keys": True}],
             grace_seconds=grace_s,
             allow_short_grace=True,
             lease_ttl_seconds=lease_ttl_s,
             manifests=[{"glob": f"{manifests}/**/gc-manifest.json"}],
-            limits={
-                "delete_batch": DELETE_BATCH,
-                "max_deletes_per_second": DELETES_PER_SECOND,
-                "max_delete_fraction": 1.0,  # nearly all of the partition is orphans, on purpose
-            },
+            limits={"max_delete_fraction": 1.0},  # nearly all of the partition is orphans, on purpose
         )
         return Job(tq_partition, config, namespace, orphans, admitted, manifested)
 

@@ -56,9 +56,9 @@ def sidecars() -> Iterator[list[Any]]:
 def sidecar_config(job: Job) -> dict[str, Any]:
     values: dict[str, Any] = yaml.safe_load(job.config.read_text())
     values["grace_seconds"] = GRACE_S
-    values["limits"] = {**values["limits"], "max_deletes_per_second": DELETES_PER_SECOND}
-    values["schedule"] = {"interval_seconds": INTERVAL_S, "misfire_grace_seconds": 5}
-    values["sidecar"] = {"name": f"tq-gc-chaos-{uuid.uuid4().hex[:8]}", "ray_namespace": "tq_gc_tests"}
+    values["transfer_queue"]["pacing"]["max_deletes_per_second"] = DELETES_PER_SECOND
+    values["schedule"] = {"interval_seconds": INTERVAL_S}
+    values["sidecar"] = {"name": f"tq-gc-chaos-{uuid.uuid4().hex[:8]}"}
     return values
 
 

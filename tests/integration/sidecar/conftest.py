@@ -40,8 +40,8 @@ def make_config(ray_cluster: Any, tq: Any, tq_partition: str) -> MakeConfig:
             "grace_seconds": GRACE_S,
             "allow_short_grace": True,
             "limits": {"max_delete_fraction": 1.0},
-            "schedule": {"interval_seconds": INTERVAL_S, "misfire_grace_seconds": 5},
-            "sidecar": {"name": f"tq-gc-test-{uuid.uuid4().hex[:8]}", "ray_namespace": "tq_gc_tests"},
+            "schedule": {"interval_seconds": INTERVAL_S},
+            "sidecar": {"name": f"tq-gc-test-{uuid.uuid4().hex[:8]}"},
         }
         for key, value in overrides.items():
             values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value

@@ -52,10 +52,9 @@ def test_a_sidecar_name_taken_by_one_with_another_config_is_refused_clearly(
     first_config = make_config(schedule={"interval_seconds": 3600})
     first = sidecar(first_config)
     call(first, "admit", "held", ROWS, 60_000)
-    # Another job (another tq-gc namespace) in the same Ray cluster, same sidecar name and Ray namespace.
+    # Another job (another tq-gc namespace) in the same Ray cluster, same sidecar name.
     second_config = make_config(
-        schedule={"interval_seconds": 3600},
-        sidecar={"name": first_config.sidecar.name, "ray_namespace": first_config.sidecar.ray_namespace},
+        schedule={"interval_seconds": 3600}, sidecar={"name": first_config.sidecar.name}
     )
     assert second_config.namespace != first_config.namespace
 

@@ -1,7 +1,7 @@
 """Reading a manifest file's bytes, failing the source clearly.
 
-Only regular files of at most the source's `max_file_bytes` are read; a FIFO, socket, device or directory
-that matches fails the source, unopened (opening a FIFO would block the sweep forever).
+Only regular files of at most `ManifestSource.max_file_bytes` (64 MiB) are read; a FIFO, socket, device or
+directory that matches fails the source, unopened (opening a FIFO would block the sweep forever).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def _check_regular_file(path: Path, found: os.stat_result, max_bytes: int) -> No
     if found.st_size > max_bytes:
         raise file_error(
             path,
-            f"is {found.st_size} bytes, over max_file_bytes={max_bytes}: raise the source's limit if "
-            "the job really writes manifests this large",
+            f"is {found.st_size} bytes, over the {max_bytes}-byte limit of a manifest file: a runaway "
+            "or wrong file (split what the job writes)",
         )
 
 

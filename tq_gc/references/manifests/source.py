@@ -150,7 +150,7 @@ def _check_expected(matched: MatchedFiles, found_rows: bool) -> None:
             found = f"matched {len(matched.files)} file(s) holding no rows"
         raise ReferenceSourceError(
             Source.MANIFESTS.value,
-            f"glob {source.glob!r} {found}, but the source is expect_nonempty: check the path and that "
+            f"glob {source.glob!r} {found}, but the source has when_empty: abort: check the path and that "
             "the job writes its manifests there",
         )
 

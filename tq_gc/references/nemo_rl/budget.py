@@ -13,7 +13,7 @@ from typing import Any
 from tq_gc.references.nemo_rl.errors import InventoryError
 
 # Far above what one recovery point of a real job names (each key is a row of the staging partition,
-# and one file is at most max_file_bytes, 64 MiB by default), far below what would exhaust the sweeper.
+# and one file is at most max_file_bytes, 64 MiB), far below what would exhaust the sweeper.
 MAX_KEY_MENTIONS = 4_000_000
 
 

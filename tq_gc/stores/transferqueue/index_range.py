@@ -68,7 +68,7 @@ DEFAULT_INDEX_PAGING = IndexPaging()
 class IndexRanges:
     """A partition's global indexes, ascending: in pages, or in one copy for a partition of at most
     copy_max indexes and wherever the pages do not fit the controller; and kept for `reuse_seconds` on request
-    (transfer_queue.index_range_reuse_seconds). With `quiet`, each page or copy in a quiet moment of the
+    (FixedPacing.index_range_reuse_seconds). With `quiet`, each page or copy in a quiet moment of the
     controller (a page waits inside its own call)."""
 
     def __init__(

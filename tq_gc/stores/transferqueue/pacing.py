@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tq_gc.config.models import QUIET_WAIT_MAX_MS, REQUEST_TARGET_MS
+
 
 @dataclass
 class Pacer:
@@ -68,3 +70,22 @@ def smallest_window(max_window: int) -> int:
     """The fewest rows a paced request carries: a quarter of `max_window` (Pacer.starting_small says
     why not fewer)."""
     return max(1, max_window // 4)
+
+
+@dataclass(frozen=True)
+class FixedPacing:
+    """What a user does not set (tq_gc.config.models: the values and why); tests set their own. `quiet_ms`
+    None: the config's transfer_queue.pacing.quiet_ms."""
+
+    request_target_ms: float = REQUEST_TARGET_MS
+    quiet_wait_max_ms: float = QUIET_WAIT_MAX_MS
+    index_range_reuse_seconds: float = 0.0
+    quiet_ms: float | None = None
+
+    def quiet_seconds(self, configured_ms: float) -> tuple[float, float]:
+        """(how long the controller must be idle, the longest wait for that), in seconds."""
+        quiet_ms = configured_ms if self.quiet_ms is None else self.quiet_ms
+        return quiet_ms / 1000, self.quiet_wait_max_ms / 1000
+
+
+FIXED_PACING = FixedPacing()

@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any
 
 from tq_gc.config import TransferQueueConfig, redact_url
+from tq_gc.config.models import DEFAULT_DUTY_CYCLE, REQUEST_TARGET_MS
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.ray_cluster import join_ray
@@ -71,7 +72,7 @@ from tq_gc.stores.transferqueue.internals import (
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
 from tq_gc.stores.transferqueue.leftovers import audit_leftovers
 from tq_gc.stores.transferqueue.listing import PartitionListing
-from tq_gc.stores.transferqueue.pacing import Pacer, smallest_window
+from tq_gc.stores.transferqueue.pacing import FIXED_PACING, FixedPacing, Pacer, smallest_window
 from tq_gc.stores.transferqueue.quiet import NO_WAIT, QuietMoments, QuietSettings, QuietWait
 from tq_gc.stores.transferqueue.requests import (
     OP_KV_LIST,
@@ -97,8 +98,8 @@ class TransferQueueRowStore(RowStore):
         owns_ray_connection: bool = False,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         controller: Any = None,
-        request_target_ms: float = 10.0,
-        duty_cycle: float = 1.0,
+        request_target_ms: float = REQUEST_TARGET_MS,
+        duty_cycle: float = DEFAULT_DUTY_CYCLE,
         index_range_reuse_seconds: float = 0.0,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
@@ -155,18 +156,19 @@ class TransferQueueRowStore(RowStore):
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
         request_thread_watch: RequestThreadWatch | None = None,
         controller_probe: Probe | None = None,
+        fixed: FixedPacing = FIXED_PACING,
     ) -> TransferQueueRowStore:
-        """Attach to the TQ of the Ray cluster at `config.ray_address`. Never creates a TQ.
+        """Attach to the TQ of the Ray cluster at `config.ray_address`, paced by `config.pacing` (and
+        `fixed`: tests set their own). Never creates a TQ.
 
-        A process already connected to Ray (the sidecar actor, a test) uses that connection and
-        ignores `ray_address`. Raises ConfigError when no Ray cluster answers at the address,
-        TransferQueueNotFound when the cluster has no TQ controller, StoreUnavailable when the
-        controller is there but cannot be reached, ConfigError when it runs another TQ than this
-        process (before any request: attach.py).
+        A process already connected to Ray (the sidecar actor, a test) uses that connection and ignores
+        `ray_address`. Raises ConfigError when no Ray cluster answers at the address, TransferQueueNotFound
+        when the cluster has no TQ controller, StoreUnavailable when the controller is there but cannot
+        be reached, ConfigError when it runs another TQ than this process (before any request).
         """
         import ray
 
-        owns_ray_connection = join_ray(config.ray_address, config.ray_namespace)
+        owns_ray_connection, pacing = join_ray(config.ray_address), config.pacing
         try:
             controller = find_controller(config.ray_address)
             fit = probe_controller(controller, REQUEST_TIMEOUT_SECONDS, controller_probe)
@@ -179,19 +181,17 @@ class TransferQueueRowStore(RowStore):
             raise
         return cls(
             client,
-            request_batch=config.request_batch,
+            request_batch=pacing.batch,
             ray_address=config.ray_address,
             owns_ray_connection=owns_ray_connection,
             request_timeout_seconds=request_timeout_seconds,
             controller=controller,
-            request_target_ms=config.request_target_ms,
-            duty_cycle=config.duty_cycle,
-            index_range_reuse_seconds=config.index_range_reuse_seconds,
+            request_target_ms=fixed.request_target_ms,
+            duty_cycle=pacing.duty_cycle,
+            index_range_reuse_seconds=fixed.index_range_reuse_seconds,
             index_paging=index_paging,
             key_windows=key_windows,
-            quiet=QuietSettings(
-                config.quiet_ms / 1000, config.quiet_wait_max_ms / 1000, request_thread_watch
-            ),
+            quiet=QuietSettings(*fixed.quiet_seconds(pacing.quiet_ms), request_thread_watch),
             controller_fit=fit,
             instance=instance,
         )
@@ -288,8 +288,8 @@ class TransferQueueRowStore(RowStore):
             yield batch
 
     def wait_for_quiet(self) -> QuietWait:
-        """Wait until the controller's request thread has been idle transfer_queue.quiet_ms (at most
-        quiet_wait_max_ms): delete_batches waits so before yielding each batch, so that the batch's
+        """Wait until the controller's request thread has been idle transfer_queue.pacing.quiet_ms (at
+        most 250 ms): delete_batches waits so before yielding each batch, so that the batch's
         requests come between two of the job's bursts without widening the re-check's window.
         The store's listings and identity reads wait so before each of their requests by themselves (an
         index page or key window inside its own call to the controller: QuietMoments.first)."""

@@ -1,0 +1,73 @@
+"""Keys a release renamed or removed: a config that still sets one is refused, and the message names what
+replaces it (or why it went), instead of the unknown-key suggestion (docs/configuration.md, "Renamed and
+removed keys"). A path's `[]` stands for every item of a list section."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from tq_gc.config.suggest import Loc
+
+_WHEN_EMPTY = "when_empty (abort, abort_if_it_had_rows or accept): the two opposite flags became one"
+_PACING_BATCH = (
+    "transfer_queue.pacing.batch: the one batch size, of a TransferQueue request and of a delete batch"
+)
+_FIXED = "removed: tq-gc uses a fixed value"
+
+RETIRED: Mapping[str, str] = {
+    "transfer_queue.request_batch": f"renamed to {_PACING_BATCH}",
+    "transfer_queue.duty_cycle": "renamed to transfer_queue.pacing.duty_cycle",
+    "transfer_queue.quiet_ms": "renamed to transfer_queue.pacing.quiet_ms",
+    "transfer_queue.quiet_wait_max_ms": f"{_FIXED} (250 ms, the longest wait for a quiet controller)",
+    "transfer_queue.request_target_ms": f"{_FIXED} (10 ms, the request time that halves the next one)",
+    "transfer_queue.index_range_reuse_seconds": f"{_FIXED} (0: every listing asks the controller)",
+    "transfer_queue.ray_namespace": "removed: tq-gc finds the TransferQueue controller in TQ's own Ray "
+    "namespace, whatever namespace it joins",
+    "limits.delete_batch": f"moved to {_PACING_BATCH}",
+    "limits.max_deletes_per_second": "moved to transfer_queue.pacing.max_deletes_per_second",
+    "limits.fraction_min_rows": f"{_FIXED} (100: below that many eligible rows the fraction guard is quiet)",
+    "schedule.jitter_seconds": "removed: sweeps start on the schedule, without jitter",
+    "schedule.misfire_grace_seconds": f"{_FIXED} (30 s)",
+    "sidecar.ray_namespace": "removed: the sidecar lives in the Ray namespace tq_gc",
+    "sidecar.num_cpus": f"{_FIXED} (0.1 CPU)",
+    "manifests[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: abort",
+    "manifests[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
+    "accept",
+    "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
+    "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
+    "abort",
+    "tag_references[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
+    "accept",
+    "owner_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
+    "abort",
+    "owner_references[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is "
+    "when_empty: accept",
+    "owner_references[].created_by_stack": "removed: set created_by_stack: true on the partition's scope "
+    "entry, which says it once for the scope and the owner reference",
+}
+
+
+def retired_keys(data: Mapping[str, Any]) -> Iterator[tuple[Loc, str]]:
+    """(where, what replaces it) of every retired key `data` sets."""
+    for path, message in RETIRED.items():
+        for loc in _places(data, path.split(".")):
+            yield loc, message
+
+
+def _places(node: Any, parts: list[str], loc: Loc = ()) -> Iterator[Loc]:
+    if not isinstance(node, Mapping):
+        return
+    part, rest = parts[0], parts[1:]
+    if part.endswith("[]"):
+        items = node.get(part[:-2])
+        if isinstance(items, list | tuple):
+            for index, item in enumerate(items):
+                yield from _places(item, rest, (*loc, part[:-2], index))
+        return
+    if part not in node:
+        return
+    if rest:
+        yield from _places(node[part], rest, (*loc, part))
+    else:
+        yield (*loc, part)
