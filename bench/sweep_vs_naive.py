@@ -162,12 +162,16 @@ def run(args: argparse.Namespace, state_urls: list[str], manifest_dir: Path) -> 
                 file=sys.stderr,
             )
     return [
-        result(by_state[url], times[(url, "tq-gc")], times[(url, "naive")], marks[url]) for url in state_urls
+        result(by_state[url], times[(url, "tq-gc")], times[(url, "naive")], marks[url], heap=not args.no_heap)
+        for url in state_urls
     ]
 
 
-def result(sides: Sides, a_times: list[float], b_times: list[float], marks: list[float]) -> dict[str, Any]:
-    """One state's line: the timed repeats' figures, then each side's peak heap in passes of its own."""
+def result(
+    sides: Sides, a_times: list[float], b_times: list[float], marks: list[float], heap: bool = True
+) -> dict[str, Any]:
+    """One state's line: the timed repeats' figures, then each side's peak heap in passes of its own
+    (unless `heap` is False: at 1M rows they cost two more refills and sweeps a side)."""
     # The last timed sweep's figures: the heap passes below sweep again, slowed by tracemalloc.
     timed_phases, timed_longest = sides.last_phases_ms, sides.last_longest
     timed_requests = sides.last_requests
@@ -176,8 +180,8 @@ def result(sides: Sides, a_times: list[float], b_times: list[float], marks: list
         sides.reset()
         sides.mark()
 
-    heap_a = peak_heap(prepare_tq_gc, sides.tq_gc)
-    heap_b = peak_heap(sides.reset, sides.naive)
+    heap_a = peak_heap(prepare_tq_gc, sides.tq_gc) if heap else 0
+    heap_b = peak_heap(sides.reset, sides.naive) if heap else 0
     data = sides.data
     orphans = data.rows // 2
     ratios = [a / b for a, b in zip(a_times, b_times, strict=True)]
@@ -200,9 +204,15 @@ def result(sides: Sides, a_times: list[float], b_times: list[float], marks: list
         "tq_gc_tq_requests": timed_requests,
         "duty_cycle": sides.config.transfer_queue.pacing.duty_cycle,
         "quiet_ms": sides.config.transfer_queue.pacing.quiet_ms,
-        "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
-        "naive_peak_heap_mib": round(heap_b / 2**20, 1),
-        "heap_bytes_per_listed_row_over_naive": round((heap_a - heap_b) / data.rows, 1),
+        **(
+            {
+                "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
+                "naive_peak_heap_mib": round(heap_b / 2**20, 1),
+                "heap_bytes_per_listed_row_over_naive": round((heap_a - heap_b) / data.rows, 1),
+            }
+            if heap
+            else {}
+        ),
         "interleaved": True,
     }
 
@@ -229,6 +239,9 @@ def main() -> None:
         "--quiet-ms",
         type=float,
         help="transfer_queue.pacing.quiet_ms for tq-gc (default: the config default)",
+    )
+    parser.add_argument(
+        "--no-heap", action="store_true", help="time the sides only, without the peak-heap passes"
     )
     args = parser.parse_args()
 

@@ -12,8 +12,6 @@ recorded: tests replay it through the alert TqGcStorageFullSoon with promtool (o
 from __future__ import annotations
 
 import json
-import logging
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -23,19 +21,24 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from tq_gc.cli.demo_cluster import Narrator, demo_cluster, ray_get, reclaimed_bytes
 from tq_gc.cli.footprint_view import human_bytes
 from tq_gc.config import Config, parse_config
 from tq_gc.footprint import StorageFill
 
 CAPACITY_ROWS = 240
-UNITS = 2
+# One storage unit: the fullest unit is what fails a put, and each unit is a worker process to start
+# (seconds of the demo's minute on a busy 2-core machine).
+UNITS = 1
 BATCH_ROWS = 20
 TRAIN, VAL = "train", "val"
 VERL_EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
 RUN_ID = "capacity-demo"
-# A resume's step with the sidecar racing the leak (minutes in a real job). What holds the fill down is
-# the grace against the step: about GRACE_SECONDS / STEP_SECONDS leaked batches wait out their grace.
-STEP_SECONDS = 0.75
+# A resume's step with the sidecar racing the leak (minutes in a real job). A leaked batch stays about
+# GRACE_SECONDS plus two sweeps (seen first, then deleted; ~0.7 s a sweep on an idle 2-core machine, more
+# on a busy one): at load 15 the store peaked at 160 of its 240 rows. The grace stays above the longest
+# gap between two sweeps on a busy machine (a longer gap restarts every row's grace: docs/safety.md).
+STEP_SECONDS = 0.5
 GRACE_SECONDS = 2.0
 
 
@@ -146,42 +149,15 @@ class VerlShapedLoop:
 class CapacityDemo:
     def __init__(self, console: Console, record: Path | None = None) -> None:
         self.console = console
+        self.say = Narrator(console).say
         self.record = record
-        self.started = time.monotonic()
-
-    def say(self, text: str) -> None:
-        self.console.print(f"[dim]{time.monotonic() - self.started:5.1f}s[/dim]  {text}")
 
     def run(self) -> int:
-        import ray
-
-        with tempfile.TemporaryDirectory(prefix="tq-gc-demo-") as tmp:
-            try:
-                self._start_cluster(Path(tmp) / "ray")
-                return self._play()
-            finally:
-                ray.shutdown()
-                self.say("Ray cluster stopped; nothing left running")
-
-    def _start_cluster(self, ray_dir: Path) -> None:
-        import ray
-        import torch  # noqa: F401  (CPU torch before transfer_queue)
-        import transfer_queue as tq
-
-        self.say(f"a local Ray cluster and a TransferQueue holding {CAPACITY_ROWS} rows ({UNITS} units) ...")
-        ray.init(
-            address="local",
-            _temp_dir=str(ray_dir),
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
-        tq.init(tq_config())
-        self.say("up: the job runs, without tq-gc first")
-        for name in list(logging.root.manager.loggerDict):
-            if name.startswith("transfer_queue"):
-                logging.getLogger(name).setLevel(logging.CRITICAL)
+        # CRITICAL: the failed put the demo shows is logged by TQ as an ERROR, with its traceback.
+        holding = f"{CAPACITY_ROWS} rows, {UNITS} storage units"
+        with demo_cluster(tq_config(), self.say, holding, tq_log_level="CRITICAL"):
+            self.say("up: the job runs, without tq-gc first")
+            return self._play()
 
     def _play(self) -> int:
         from tq_gc.sidecar.client import sidecar_registry, start_sidecar
@@ -235,30 +211,11 @@ class CapacityDemo:
         self.console.print(f"[bold]{verdict}[/bold]: with tq-gc {with_gc.resumes} of {target} resumes")
 
 
-def reclaimed_bytes(metrics_port: int | None) -> int:
-    """tqgc_reclaimed_bytes_total from the sidecar's /metrics (0 without a port)."""
-    import urllib.request
-
-    if not metrics_port:
-        return 0
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("tqgc_reclaimed_bytes_total "):
-                return int(float(line.split()[1]))
-    return 0
-
-
 def failed_put(exc: Exception) -> str:
     """The unit's own words where TQ wrapped them (`Storage capacity exceeded: ...`), else the error."""
     text = str(exc)
     at = text.find("Storage capacity exceeded")
     return text[at:] if at >= 0 else f"{type(exc).__name__}: {text}"
-
-
-def ray_get(ref: Any) -> Any:
-    import ray
-
-    return ray.get(ref, timeout=60)
 
 
 def run_capacity_demo(console: Console | None = None, record: Path | None = None) -> int:

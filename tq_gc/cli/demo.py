@@ -7,10 +7,7 @@ orphans reclaimed once their grace has passed. Cleans up everything it started.
 
 from __future__ import annotations
 
-import logging
-import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tq_gc.cli.capacity_demo import reclaimed_bytes
+from tq_gc.cli.demo_cluster import Narrator, demo_cluster, ray_get, reclaimed_bytes, sidecar_metrics
 from tq_gc.cli.footprint_view import footprint_lines, footprint_summary, human_bytes
 from tq_gc.cli.render import output_console, print_table
 from tq_gc.cli.simulation import CANONICAL, STAGING, Fates, LeakScenario
@@ -68,48 +65,22 @@ def demo_config(manifest_dir: Path, timings: DemoTimings) -> Config:
 class Demo:
     def __init__(self, console: Console, timings: DemoTimings) -> None:
         self.console = console
+        self.narrator = Narrator(console)
+        self.say = self.narrator.say
         self.reclaimed_bytes = 0
         self.footprint: list[str] = []
         self.timings = timings
-        self.started = time.monotonic()
-
-    def say(self, text: str) -> None:
-        self.console.print(f"[dim]{time.monotonic() - self.started:5.1f}s[/dim]  {text}")
 
     def run(self) -> int:
-        import ray
-
-        with tempfile.TemporaryDirectory(prefix="tq-gc-demo-") as tmp:
-            try:
-                self._start_cluster(Path(tmp) / "ray")
-                return self._play(demo_config(Path(tmp), self.timings), Path(tmp))
-            finally:
-                ray.shutdown()  # the local cluster is ours: this stops TQ, the sidecar, every worker
-                self.say("Ray cluster stopped; nothing left running")
-
-    def _start_cluster(self, ray_dir: Path) -> None:
-        import ray
-        import torch  # noqa: F401  (CPU torch must be imported before transfer_queue)
-        import transfer_queue as tq
-
-        self.say("starting a local Ray cluster and a TransferQueue (SimpleStorage, 2 units) ...")
-        ray.init(
-            address="local",
-            _temp_dir=str(ray_dir),  # ours alone: nothing of another cluster on this machine is touched
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
-        tq.init(TQ_CONFIG)
-        _quiet_transfer_queue()
-        self.say("cluster up: this process plays the training job")
+        with demo_cluster(TQ_CONFIG, self.say, "SimpleStorage, 2 units") as tmp:
+            self.say("cluster up: this process plays the training job")
+            return self._play(demo_config(tmp, self.timings), tmp)
 
     def _play(self, config: Config, manifest_dir: Path) -> int:
         from tq_gc.sidecar.client import sidecar_registry, start_sidecar
 
         handle = start_sidecar(config)
-        status = _get(handle.status.remote())
+        status = ray_get(handle.status.remote())
         self.say(
             f"sidecar [bold]{config.sidecar.name}[/bold] started: sweeps every "
             f"{self.timings.interval_seconds:g} s, grace {self.timings.grace_seconds:g} s, "
@@ -129,19 +100,19 @@ class Demo:
         # The sweep that cleared the last orphan counts its deletes in the metrics when it ends, after
         # TQ already shows the rows gone: wait for its report (it holds the bytes left) before reading them.
         self._next_sweep(handle)
-        self.footprint = footprint_lines(footprint_summary(_get(handle.status.remote())["last_reports"]))
+        self.footprint = footprint_lines(footprint_summary(ray_get(handle.status.remote())["last_reports"]))
         self.reclaimed_bytes = reclaimed_bytes(status.get("metrics_port"))
         ok = self._verify(scenario, reclaimed_at)
         self._metrics(status.get("metrics_port"))
-        _get(handle.shutdown.remote())
+        ray_get(handle.shutdown.remote())
         return 0 if ok else 1
 
     def _next_sweep(self, handle: Any) -> None:
         """Wait for the sidecar's next scheduled sweep and say what it saw."""
-        seen = {report["run_id"] for report in _get(handle.status.remote())["last_reports"]}
+        seen = {report["run_id"] for report in ray_get(handle.status.remote())["last_reports"]}
         deadline = time.monotonic() + self.timings.deadline_seconds
         while time.monotonic() < deadline:
-            reports = _get(handle.status.remote())["last_reports"]
+            reports = ray_get(handle.status.remote())["last_reports"]
             fresh = [report for report in reports if report["run_id"] not in seen]
             if fresh:
                 self.say(_sweep_line(fresh[0]))
@@ -158,7 +129,7 @@ class Demo:
             present = set(tq.kv_list(STAGING).get(STAGING, {}))
             for row, how in scenario.fates.orphans.items():
                 if row.key not in present and row not in reclaimed:
-                    reclaimed[row] = time.monotonic() - self.started
+                    reclaimed[row] = time.monotonic() - self.narrator.started
                     self.say(f"[green]reclaimed[/green] {row.key}  ({how})")
         return reclaimed
 
@@ -188,10 +159,9 @@ class Demo:
             self.console.print(line)
 
     def _metrics(self, port: Any) -> None:
-        if not port:
+        text = sidecar_metrics(port)
+        if not text:
             return
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
         lines = [
             line
             for line in text.splitlines()
@@ -224,19 +194,6 @@ def _sweep_line(report: dict[str, Any]) -> str:
         f"[cyan]sweep[/cyan]: {counts['in_scope']} staging rows; protected by {held or 'nothing'}; "
         f"{counts['within_grace']} unreferenced rows waiting out their grace; {counts['deleted']} deleted"
     )
-
-
-def _quiet_transfer_queue() -> None:
-    """TQ's loggers warn about thread counts on every call on a 2-core machine: noise for a demo."""
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("transfer_queue"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _get(ref: Any) -> Any:
-    import ray
-
-    return ray.get(ref, timeout=60)
 
 
 def run_demo(timings: DemoTimings | None = None, console: Console | None = None) -> int:
