@@ -17,44 +17,57 @@ def row_bytes_reader() -> RowBytesReader:
     torch dtype, `shape` one sample's, or `per_sample_shapes[global_index]` for a nested field) and
     `status.field_custom_backend_meta` ({global_index: {field: meta}}, where Mooncake records
     `{"packed_size": n}` for each non-tensor value). A non-tensor value on SimpleStorage has no recorded
-    size and counts nothing. Read-only; a field's per-row size is worked out once a call."""
+    size and counts nothing. Read-only; a field's per-row size is worked out once a call. Every helper
+    is nested: the reader is shipped to the controller by value, which cannot import tq_gc."""
 
     def field_bytes(meta: Any) -> tuple[set[int], int | None, Any, int]:
         """(its rows, the bytes of one row where all have one shape, its per-row shapes, its itemsize)."""
         itemsize = int(getattr(meta.dtype, "itemsize", 0) or 0) if not meta.is_non_tensor else 0
-        fixed = None
-        if itemsize and meta.shape is not None and not meta.is_nested:
-            count = 1
-            for dim in meta.shape:
-                count *= int(dim)
-            fixed = count * itemsize
+        fixed = None if meta.is_nested else shape_bytes(meta.shape, itemsize)
         return meta.global_indexes, fixed, meta.per_sample_shapes, itemsize
 
+    def shape_bytes(shape: Any, itemsize: int) -> int | None:
+        """One nested row's bytes from its recorded shape; None without a shape or a tensor dtype."""
+        if shape is None or not itemsize:
+            return None
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        return count * itemsize
+
+    def packed_sizes(backend: Any, name: str, rows: set[int]) -> dict[int, int]:
+        """The sizes a backend recorded for this field of these rows (Mooncake's `packed_size`)."""
+        packed = {}
+        for index in rows:
+            recorded = backend[index].get(name)
+            if isinstance(recorded, dict) and isinstance(recorded.get("packed_size"), int):
+                packed[index] = recorded["packed_size"]
+        return packed
+
     def read_bytes(status: Any, indexes: Sequence[int]) -> list[int]:
-        fields = [(name, *field_bytes(meta)) for name, meta in list(status.field_metadata.items())]
+        # Set operations in C, not a loop per row and field: inside the job's controller, at 1M rows.
+        wanted = set(indexes)
         backend = status.field_custom_backend_meta
-        sizes = []
-        for index in indexes:
-            total, sized = 0, False
-            packed = backend.get(index)
-            for name, rows, fixed, shapes, itemsize in fields:
-                if index not in rows:
-                    continue
-                if packed is not None:
-                    recorded = packed.get(name)
-                    if isinstance(recorded, dict) and isinstance(recorded.get("packed_size"), int):
-                        total, sized = total + recorded["packed_size"], True
-                        continue
-                if fixed is not None:
-                    total, sized = total + fixed, True
-                elif itemsize:
-                    shape = shapes.get(index)
-                    if shape is not None:
-                        count = 1
-                        for dim in shape:
-                            count *= int(dim)
-                        total, sized = total + count * itemsize, True
-            sizes.append(total if sized else -1)
-        return sizes
+        with_backend_meta = wanted.intersection(backend.keys()) if backend else set()
+        common, everyone_sized = 0, False  # the bytes of fields every wanted row has at one size
+        extra: dict[int, int] = {}
+        sized: set[int] = set()
+        for name, meta in list(status.field_metadata.items()):
+            rows, fixed, shapes, itemsize = field_bytes(meta)
+            present = wanted.intersection(rows)
+            packed = packed_sizes(backend, name, present & with_backend_meta)
+            for index, recorded in packed.items():
+                extra[index] = extra.get(index, 0) + recorded
+            sized.update(packed)
+            if fixed is not None and not packed and len(present) == len(wanted):
+                common, everyone_sized = common + fixed, True
+                continue
+            for index in present.difference(packed):
+                row_bytes = fixed if fixed is not None else shape_bytes(shapes.get(index), itemsize)
+                if row_bytes is not None:
+                    extra[index] = extra.get(index, 0) + row_bytes
+                    sized.add(index)
+        return [common + extra.get(i, 0) if everyone_sized or i in sized else -1 for i in indexes]
 
     return read_bytes
+
