@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,8 @@ PUT_BATCH = 2000
 # on 2 cores, starting the cluster took 138 s and the leak scenario's own work 162 s.
 RAY_TEST_TIMEOUT_SECONDS = 600
 RAY_FIXTURES = frozenset({"ray_cluster", "bare_ray_cluster"})
+# The Ray tests mostly wait: two clusters halve their share of the suite's time on 2 cores.
+RAY_GROUPS = 2
 
 # name -> seconds; printed at the end of the session (see pytest_terminal_summary)
 TIMINGS: dict[str, float] = {}
@@ -64,15 +67,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Every test that needs a Ray cluster (marked `ray`, or using a Ray fixture) gets
-    RAY_TEST_TIMEOUT_SECONDS, unless it names a timeout of its own, and joins the xdist group `ray`:
-    under `-n`, one worker runs them all on one session cluster instead of each starting its own.
+    RAY_TEST_TIMEOUT_SECONDS, unless it names a timeout of its own, and joins one of RAY_GROUPS xdist
+    groups by its file: under `-n`, RAY_GROUPS workers run them, each on its session cluster, instead of
+    every worker starting its own.
     (At collection, before pytest-xdist reads the groups in its pytest_collection_modifyitems.)"""
     uses_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
     needs_ray = uses_ray or item.get_closest_marker("ray") is not None
     if needs_ray and item.get_closest_marker("timeout") is None:
         item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT_SECONDS))
     if needs_ray:
-        item.add_marker(pytest.mark.xdist_group("ray"))
+        item.add_marker(pytest.mark.xdist_group(f"ray-{zlib.crc32(item.path.name.encode()) % RAY_GROUPS}"))
 
 
 @pytest.fixture(scope="session")
