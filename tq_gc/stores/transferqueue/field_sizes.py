@@ -70,4 +70,3 @@ def row_bytes_reader() -> RowBytesReader:
         return [common + extra.get(i, 0) if everyone_sized or i in sized else -1 for i in indexes]
 
     return read_bytes
-
