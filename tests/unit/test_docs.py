@@ -82,3 +82,23 @@ def test_the_readme_numbers_the_rules_as_docs_safety_does() -> None:
     in_brief = [title.rstrip(":").strip() for title in rule_titles(brief)]
     assert len(in_full) == 11, in_full
     assert in_brief == in_full
+
+
+def test_bench_results_holds_only_what_docs_performance_cites_and_every_cited_result_exists() -> None:
+    cited_pattern = re.compile(r"bench/results/[\w.-]+\.jsonl")
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    kept = {f"bench/results/{path.name}" for path in (ROOT / "bench" / "results").glob("*.jsonl")}
+    uncited = sorted(kept - set(cited_pattern.findall(performance)))
+    assert not uncited, f"experiment logs leave bench/results/ (git keeps them): {uncited}"
+    missing = []
+    for path in tracked_text_files():
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        missing += [
+            f"{path.relative_to(ROOT)}: {cited}"
+            for cited in cited_pattern.findall(text)
+            if not (ROOT / cited).is_file()
+        ]
+    assert not missing, f"cites a result file bench/results/ does not have: {missing}"

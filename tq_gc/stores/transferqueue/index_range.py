@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 INDEX_PAGE_SPAN = 16_384
 
 # The most indexes read in one copy rather than in pages. Measured at 100k rows: one copy 12-22 ms; 8
-# pages 22 ms in all, and a sweep 25 ms longer (bench/results/sweep.jsonl).
+# pages 22 ms in all, and a sweep 25 ms longer (docs/performance.md, "Cost to the training job").
 INDEX_COPY_MAX = 131_072
 
 
