@@ -3,7 +3,6 @@ and TransferQueue fixtures (a plugin, support/ray_fixtures.py) for every suite t
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -14,19 +13,17 @@ from tools.testbed.clock import ManualClock
 from tools.testbed.redis_server import RedisServer
 from tq_gc.state import MemoryState, RedisState, StateStore
 
+from support.logger_state import tq_gc_logger_restored
+
 pytest_plugins = ["support.ray_fixtures"]
 
 
 @pytest.fixture(autouse=True)
 def tq_gc_logger_as_found() -> Iterator[None]:
-    """A test that runs the CLI in process routes the `tq_gc` logger to its stderr and stops it
-    propagating (tq_gc.logs.configure_logging): undone after it, so a later test's caplog sees the lines
-    whichever tests ran before it in its process (pytest-xdist mixes the order)."""
-    logger = logging.getLogger("tq_gc")
-    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
-    yield
-    logger.handlers, logger.propagate = handlers, propagate
-    logger.setLevel(level)
+    """Undone after each test, so a later test's caplog sees the lines whichever tests ran before it in
+    its process (pytest-xdist mixes the order)."""
+    with tq_gc_logger_restored():
+        yield
 
 
 @pytest.fixture(scope="session")

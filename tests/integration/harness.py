@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from support.logger_state import tq_gc_logger_restored
 
 # Deadlines for a 2-core machine loaded 10 deep (each ~10 times what it takes unloaded), from which tests
 # derive their grace: grace accrues only over observed time, and a stretch longer than the grace from
@@ -62,14 +63,9 @@ def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
     logger as it found it (the CLI points it at the captured stderr)."""
     from tq_gc.cli import main
 
-    logger = logging.getLogger("tq_gc")
-    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
     capsys.readouterr()
     started = time.monotonic()
-    try:
+    with tq_gc_logger_restored():
         code = main(list(args))
-    finally:
-        logger.handlers, logger.propagate = handlers, propagate
-        logger.setLevel(level)
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err, time.monotonic() - started)
