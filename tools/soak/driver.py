@@ -102,7 +102,7 @@ class Soak:
         config = {
             "namespace": f"soak-{s.seed}-{uuid.uuid4().hex[:6]}",
             "state_url": self.redis.url,
-            "transfer_queue": {"ray_address": ray_address, "pacing": {"batch": 50}},
+            "transfer_queue": {"ray_address": ray_address, "pacing": {"batch": s.batch}},
             "scope": [{"partition": STAGING, "all_keys": True}],
             "grace_seconds": s.grace_s,
             "allow_short_grace": True,
