@@ -94,6 +94,6 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             manifests=[{"glob": f"{manifests}/**/gc-manifest.json"}],
             limits={"max_delete_fraction": 1.0},  # nearly all of the partition is orphans, on purpose
         )
-        return Job(tq_partition, config, namespace, orphans, admitted, manifested)
+        return Job(tq_partition, config, namespace, orphans, admitted, manifested, state_url)
 
     return make

@@ -146,6 +146,7 @@ class Job:
     orphans: set[str]
     admitted: set[str]
     manifested: set[str]
+    state_url: str
 
     @property
     def referenced(self) -> set[str]:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import redis
 from harness import (
     SUBPROCESS_LEASE_WITHIN_S,
     SWEEP_TAIL_WITHIN_S,
@@ -58,10 +60,29 @@ def in_process_dry_run(capsys: Any, job: Job) -> Sweep:
     return lambda: tq_gc_in_process(capsys, *job.dry_run_args())
 
 
-def mark(sweep: Sweep, job: Job, orphans: int) -> float:
-    """The first sweep: every orphan seen for the first time, nothing deleted. Returns when it began
-    (monotonic): its first-seen times, on the store's clock, are later than that."""
-    began = time.monotonic()
+def store_clock_ms(job: Job) -> int:
+    """The state store's clock (Redis TIME), the one grace runs on."""
+    with redis.Redis.from_url(job.state_url) as client:
+        seconds, microseconds = client.time()
+    return int(seconds) * 1000 + int(microseconds) // 1000
+
+
+@dataclass(frozen=True)
+class Marked:
+    """When the marking sweep began, on the monotonic clock (deadlines) and on the store's (grace): its
+    first-seen times, on the store's clock, are later than `store_ms`."""
+
+    monotonic: float
+    store_ms: int
+
+    @classmethod
+    def now(cls, job: Job) -> Marked:
+        return cls(time.monotonic(), store_clock_ms(job))
+
+
+def mark(sweep: Sweep, job: Job, orphans: int) -> Marked:
+    """The first sweep: every orphan seen for the first time, nothing deleted. Returns when it began."""
+    began = Marked.now(job)
     result = sweep()
     assert result.code == 0, result.why()
     counts = result.json()["counts"]
@@ -70,33 +91,42 @@ def mark(sweep: Sweep, job: Job, orphans: int) -> float:
     return began
 
 
-def observe_until_due(observe: Sweep, marked: float, orphans: int, grace_s: float = FAULT_GRACE_S) -> None:
-    """Dry runs every OBSERVE_EVERY_S, after the marking sweep that began at `marked` (monotonic), until
-    one finds every orphan due. The rows stay observed, their grace accrues, and a dry run that ends
-    later than the grace, however slow, deletes nothing: the grace can run out during one. A dry run
-    that ended before a grace had passed since `marked` must find nothing due."""
-    deadline = marked + grace_s + CONVERGE_WITHIN_S
+def observe_until_due(
+    observe: Sweep, job: Job, marked: Marked, orphans: int, grace_s: float = FAULT_GRACE_S
+) -> None:
+    """Dry runs every OBSERVE_EVERY_S, after the marking sweep that began at `marked`, until one finds
+    every orphan due. The rows stay observed, their grace accrues, and a dry run that ends later than the
+    grace, however slow, deletes nothing: the grace can run out during one. A dry run that ended before a
+    grace had passed since `marked` on the store's clock (the clock grace runs on) must find nothing due."""
+    deadline = marked.monotonic + grace_s + CONVERGE_WITHIN_S
     while True:
         time.sleep(OBSERVE_EVERY_S)
         result = observe()
-        ended = time.monotonic()
+        ended, ended_store_ms = time.monotonic(), store_clock_ms(job)
         assert result.code == 0, result.why()
         report = result.json()
         assert report["outcome"] == "dry_run", report
         counts = report["counts"]
-        if ended < marked + grace_s:
-            assert counts["eligible"] == 0, f"due before its grace: {counts}"
+        if ended_store_ms - marked.store_ms < grace_s * 1000:
+            assert counts["eligible"] == 0, (
+                f"due before its grace ({grace_s:g} s): {counts}; the dry run ended "
+                f"{(ended_store_ms - marked.store_ms) / 1000:.3f} s after the marking sweep began on the "
+                f"store's clock, {ended - marked.monotonic:.3f} s on the monotonic clock; it ran from "
+                f"{report['started_at']} to {report['finished_at']}"
+            )
         elif counts["eligible"] == orphans:
             return
         if ended > deadline:
-            raise AssertionError(f"the orphans are not due {ended - marked:.0f} s after marking: {counts}")
+            raise AssertionError(
+                f"the orphans are not due {ended - marked.monotonic:.0f} s after marking: {counts}"
+            )
 
 
 def mark_and_observe(capsys: Any, job: Job, orphans: int, grace_s: float = FAULT_GRACE_S) -> None:
     """Mark, then keep the rows observed until the orphans are due: a sweep started right after this,
     in a process of its own, takes its lease within a grace of the last observation and deletes them."""
     marked = mark(in_process_sweep(capsys, job), job, orphans)
-    observe_until_due(in_process_dry_run(capsys, job), marked, orphans, grace_s)
+    observe_until_due(in_process_dry_run(capsys, job), job, marked, orphans, grace_s)
 
 
 def lease_holder(capsys: Any, job: Job) -> Any:

@@ -32,6 +32,7 @@ from .helpers import (
 from .properties import (
     FAULT_GRACE_S,
     SUBPROCESS_LEASE_TTL_S,
+    Marked,
     assert_audit_names_every_removed_row,
     assert_referenced_intact,
     in_process_dry_run,
@@ -61,7 +62,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     sweep = in_process_sweep(capsys, job)
 
     # 1. First sight: every orphan starts its grace, nothing is deleted; then keep them observed.
-    marked = time.monotonic()
+    marked = Marked.now(job)
     mark = sweep()
     assert mark.code == 0, mark.why()
     counts = mark.json()["counts"]
@@ -74,7 +75,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
         "owners": 0,
     }, counts
     assert keys_in(tq, job.partition) == job.all_keys
-    observe_until_due(in_process_dry_run(capsys, job), marked, ORPHANS)
+    observe_until_due(in_process_dry_run(capsys, job), job, marked, ORPHANS)
 
     # 2. The deleting sweep, SIGKILLed well into its delete phase.
     victim = processes.start(*job.sweep_args())

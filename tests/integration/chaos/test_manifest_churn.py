@@ -116,7 +116,7 @@ def test_manifests_rewritten_truncated_and_removed_while_sweeps_run(
     churn.start()
     codes = Counter[int]()
     try:
-        while time.monotonic() < marked + FAULT_GRACE_S + CHURN_PAST_GRACE_S:
+        while time.monotonic() < marked.monotonic + FAULT_GRACE_S + CHURN_PAST_GRACE_S:
             result = sweep()
             codes[result.code] += 1
             assert result.code in (0, 4), result.why()
