@@ -10,6 +10,9 @@ machine during the run falls on every side alike):
       re-check, admission and fence re-read, delete, audit), with every row's first sighting done by an
       earlier sweep (that marking sweep is timed too, and reported apart);
   (b) naive: list the partition, subtract the referenced set, kv_clear the rest in batches of 2000;
+  (c) with --unsized: tq-gc's sweep without reading the rows' sizes and the storage units' fill (its
+      listing's controller-side reader asks for keys only, its row store reports no fill): the sweep as
+      it was before bytes and headroom, from the same code, so that their cost is measured in one run;
 and prints per state the median of the per-repeat ratios a/b (each state's a over its own b), rows
 deleted per second, and each side's peak Python heap (tracemalloc,
 in a separate untimed pass per side), then a line of ratios. Only ratios from one run mean anything on a
@@ -50,7 +53,12 @@ class Sides:
     """Both contestants over one attached row store and one state store."""
 
     def __init__(
-        self, data: DataSet, state_url: str, duty_cycle: float | None, quiet_ms: float | None
+        self,
+        data: DataSet,
+        state_url: str,
+        duty_cycle: float | None,
+        quiet_ms: float | None,
+        unsized: bool = False,
     ) -> None:
         from tq_gc.publish.registry import AdmissionRegistry
         from tq_gc.state import open_state
@@ -62,6 +70,7 @@ class Sides:
         self.config = config_for(data, state_url, transfer_queue={"pacing": pacing})
         self.state = open_state(state_url, "bench")
         self.rows = attach_transfer_queue(self.config)
+        self.unsized_rows = attach_unsized(self.config) if unsized else None
         self.registry = AdmissionRegistry(self.state)
 
         self._published = False
@@ -94,9 +103,16 @@ class Sides:
         shift_first_seen(self.state, PARTITION, int(self.config.grace_seconds * 1000) + 1000)
 
     def tq_gc(self) -> int:
+        return self._sweep(self.rows)
+
+    def tq_gc_unsized(self) -> int:
+        assert self.unsized_rows is not None
+        return self._sweep(self.unsized_rows)
+
+    def _sweep(self, rows: Any) -> int:
         from tq_gc.sweep import Collector
 
-        report = Collector(self.config, self.state, self.rows, holder="bench").sweep(dry_run=False)
+        report = Collector(self.config, self.state, rows, holder="bench").sweep(dry_run=False)
         assert report.outcome.value == "completed", report.to_dict()
         self.last_phases_ms = report.phases_ms
         self.last_longest = report.to_dict()["longest_tq_request"]
@@ -108,6 +124,32 @@ class Sides:
 
     def naive(self) -> int:
         return naive_clear(self.data, self.registry)
+
+
+def attach_unsized(config: Any) -> Any:
+    """A second row store on the same TQ that reads no sizes and no storage fill (side c)."""
+    from tq_gc.stores.transferqueue import TransferQueueRowStore
+    from tq_gc.stores.transferqueue.key_windows import KeyWindows
+
+    class UnsizedRowStore(TransferQueueRowStore):
+        def storage_fill(self) -> Any:  # no fill: the sweep reads none
+            return None
+
+    return UnsizedRowStore.attach(config.transfer_queue, key_windows=KeyWindows(reader=keys_only_reader()))
+
+
+def keys_only_reader() -> Any:
+    """The listing's controller-side reader (internals.keys_reader) without the sizes. Nested, so that
+    Ray ships it to the controller by value."""
+
+    def read_keys(controller: Any, partition: str, indexes: Any) -> tuple[list[str | None], None]:
+        status = controller.partitions.get(partition)
+        if status is None:
+            return [None] * len(indexes), None
+        owners = status.revert_keys_mapping
+        return [owners.get(index) for index in indexes], None
+
+    return read_keys
 
 
 def _rounded(phases: dict[str, float]) -> dict[str, int]:
@@ -140,8 +182,9 @@ def run(args: argparse.Namespace, state_urls: list[str], manifest_dir: Path) -> 
     one repeat to the next, so that a drift of the machine between the start and the end of the run
     falls on every side alike. Each state's ratio per repeat is its tq-gc over its naive side."""
     data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
-    by_state = {url: Sides(data, url, args.duty_cycle, args.quiet_ms) for url in state_urls}
-    runs = [(url, side) for url in state_urls for side in ("tq-gc", "naive")]
+    by_state = {url: Sides(data, url, args.duty_cycle, args.quiet_ms, args.unsized) for url in state_urls}
+    names = ("tq-gc", "naive", *(("unsized",) if args.unsized else ()))
+    runs = [(url, side) for url in state_urls for side in names]
     times: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
     marks: dict[str, list[float]] = {url: [] for url in state_urls}
     for repeat in range(args.repeats):
@@ -151,20 +194,43 @@ def run(args: argparse.Namespace, state_urls: list[str], manifest_dir: Path) -> 
             sides.reset()
             if side == "tq-gc":
                 marks[url].append(sides.mark())
-            seconds, deleted = timed(sides.tq_gc if side == "tq-gc" else sides.naive)
+            elif side == "unsized":
+                sides.mark()
+            sweep = {"tq-gc": sides.tq_gc, "naive": sides.naive, "unsized": sides.tq_gc_unsized}[side]
+            seconds, deleted = timed(sweep)
             assert deleted == data.rows // 2, (url, side, deleted)
             times[(url, side)].append(seconds)
         for url in state_urls:
             a, b = times[(url, "tq-gc")][-1], times[(url, "naive")][-1]
+            c = f", unsized {times[(url, 'unsized')][-1]:.3f} s" if args.unsized else ""
             print(
-                f"  repeat {repeat + 1}, {_state_name(url)}: tq-gc {a:.3f} s, naive {b:.3f} s, ratio "
+                f"  repeat {repeat + 1}, {_state_name(url)}: tq-gc {a:.3f} s, naive {b:.3f} s{c}, ratio "
                 f"{a / b:.2f}; tq-gc phases (ms) {_rounded(by_state[url].last_phases_ms)}",
                 file=sys.stderr,
             )
-    return [
-        result(by_state[url], times[(url, "tq-gc")], times[(url, "naive")], marks[url], heap=not args.no_heap)
-        for url in state_urls
-    ]
+    results = []
+    for url in state_urls:
+        line = result(
+            by_state[url], times[(url, "tq-gc")], times[(url, "naive")], marks[url], heap=not args.no_heap
+        )
+        if args.unsized:
+            sides_times = (times[(url, "tq-gc")], times[(url, "naive")], times[(url, "unsized")])
+            line.update(unsized_figures(*sides_times))
+        results.append(line)
+    return results
+
+
+def unsized_figures(sized: list[float], naive: list[float], unsized: list[float]) -> dict[str, Any]:
+    """Side c against a and b, per repeat: what reading sizes and fill costs the sweep."""
+    over_naive = [c / b for c, b in zip(unsized, naive, strict=True)]
+    sized_over_unsized = [a / c for a, c in zip(sized, unsized, strict=True)]
+    return {
+        "unsized_median_s": round(statistics.median(unsized), 3),
+        "unsized_median_ratio": round(statistics.median(over_naive), 3),
+        "unsized_ratios": [round(ratio, 3) for ratio in over_naive],
+        "sized_over_unsized_median": round(statistics.median(sized_over_unsized), 3),
+        "sized_over_unsized": [round(ratio, 3) for ratio in sized_over_unsized],
+    }
 
 
 def result(
@@ -241,6 +307,11 @@ def main() -> None:
         help="transfer_queue.pacing.quiet_ms for tq-gc (default: the config default)",
     )
     parser.add_argument(
+        "--unsized",
+        action="store_true",
+        help="a third side: the sweep without reading sizes and storage fill (before bytes and headroom)",
+    )
+    parser.add_argument(
         "--no-heap", action="store_true", help="time the sides only, without the peak-heap passes"
     )
     args = parser.parse_args()
@@ -270,6 +341,11 @@ def ratio_line(results: list[dict[str, Any]], load_before: dict[str, Any]) -> di
     return {
         "rows": results[0]["rows"] if results else 0,
         "ratio_tq_gc_over_naive": {r["state"]: r["median_ratio"] for r in results},
+        **(
+            {"ratio_unsized_over_naive": {r["state"]: r["unsized_median_ratio"] for r in results}}
+            if results and "unsized_median_ratio" in results[0]
+            else {}
+        ),
         "machine_load_before": load_before,
         "machine_load_after": machine_load(),
     }
