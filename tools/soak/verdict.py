@@ -27,10 +27,19 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        """Nothing referenced lost, nothing overdue, and some rows deleted while references moved:
-        without deletes during the chaos, "nothing lost" would not have been put to the test."""
-        tested = self.tally.deleted_in_chaos > 0
-        return not self.lost and not self.overdue and tested and not self.errors
+        return not self.failures()
+
+    def failures(self) -> list[str]:
+        """Why the soak failed, if it did: something referenced lost, something overdue, or no rows
+        deleted while references moved (without deletes during the chaos, "nothing lost" would not have
+        been put to the test), or the soak's own errors."""
+        reasons = [
+            *(["referenced rows deleted"] if self.lost else []),
+            *(["orphans overdue"] if self.overdue else []),
+            *(["no row deleted while the chaos ran"] if self.tally.deleted_in_chaos == 0 else []),
+            *(["the soak's own errors"] if self.errors else []),
+        ]
+        return reasons
 
     def line(self) -> str:
         outcomes, named = self.tally.outcomes, ("completed", "skipped", "aborted")
@@ -45,4 +54,5 @@ class Verdict:
             f"grace+2 intervals left, sweeps: {main}{extra} (rows deleted={self.tally.rows_deleted()}, "
             f"during chaos={self.tally.deleted_in_chaos}, orphans reclaimed={self.reclaimed}, "
             f"minutes={self.settings.minutes:g}, seed={self.settings.seed}){errors}"
+            + ("" if self.passed else f"; FAIL: {', '.join(self.failures())}")
         )
