@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tq_gc.cli.demo_cluster import Narrator, demo_cluster, ray_get, reclaimed_by
 from tq_gc.cli.footprint_view import human_bytes
 from tq_gc.config import Config, parse_config
 from tq_gc.footprint import StorageFill
+from tq_gc.sweep.clocks import utc_now_iso
 
 CAPACITY_ROWS = 240
 # One storage unit: the fullest unit is what fails a put, and each unit is a worker process to start
@@ -34,12 +36,14 @@ BATCH_ROWS = 20
 TRAIN, VAL = "train", "val"
 VERL_EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
 RUN_ID = "capacity-demo"
-# A resume's step with the sidecar racing the leak (minutes in a real job). A leaked batch stays about
-# GRACE_SECONDS plus two sweeps (seen first, then deleted; ~0.7 s a sweep on an idle 2-core machine, more
-# on a busy one): at load 15 the store peaked at 160 of its 240 rows. The grace stays above the longest
-# gap between two sweeps on a busy machine (a longer gap restarts every row's grace: docs/safety.md).
-STEP_SECONDS = 0.5
-GRACE_SECONDS = 2.0
+# A resume's step with the sidecar racing the leak lasts until the sidecar has completed a sweep that
+# began during it, however long that takes. A real step lasts minutes, many sweeps: the demo compresses
+# time and keeps that order on a busy machine, where a step of fixed seconds had the leak outrun sweeps
+# (a suite run at load 10: 12 of 36 resumes). A leaked batch stays about GRACE_SECONDS plus two sweeps
+# (seen first, then deleted): a few steps. The grace stays above the longest gap between two sweeps on a
+# busy machine (a longer gap restarts every row's grace: docs/safety.md).
+GRACE_SECONDS = 3.0
+SWEEP_WAIT_SECONDS = 120.0
 
 
 @dataclass
@@ -80,15 +84,16 @@ def tq_config() -> dict[str, Any]:
 
 class VerlShapedLoop:
     """The job: groups of trajectories `{uid}_0_{i}` under prompt rows `{uid}` in `train`, a prompt row in
-    `val`, and a presence admission like the trainer integration's (with `registry`). Each step takes
-    `step_seconds`: without tq-gc nothing races the leak, so the steps need not take any time."""
+    `val`, and a presence admission like the trainer integration's (with `registry`). Each step lasts
+    until `step(began)` returns, `began` the resume's start (UTC ISO): without tq-gc nothing races the
+    leak, so the steps need not take any time."""
 
-    def __init__(self, registry: Any | None, step_seconds: float = 0.0) -> None:
+    def __init__(self, registry: Any | None, step: Callable[[str], None] | None = None) -> None:
         import transfer_queue as tq
 
         self.tq = tq
         self.registry = registry
-        self.step_seconds = step_seconds
+        self.step = step
         tq.kv_batch_put(keys=[str(uuid.uuid4())], partition_id=VAL, tags=[{"is_prompt": True}])
 
     def trajectories(self, rows: int) -> list[str]:
@@ -108,14 +113,15 @@ class VerlShapedLoop:
 
     def resume(self, number: int) -> None:
         """The restored trained batch (held by nothing), then one step: sampled, admitted, used, cleared."""
+        began = utc_now_iso()
         self.put(self.trajectories(BATCH_ROWS))
         batch = self.trajectories(BATCH_ROWS)
         step = f"verl/{RUN_ID}/step-{number}"
         if self.registry is not None:
             self.registry.admit(step, {TRAIN: batch}, ttl_seconds=600)
         self.put(batch)
-        if self.step_seconds:
-            time.sleep(self.step_seconds)
+        if self.step is not None:
+            self.step(began)
         self.tq.kv_clear(batch, TRAIN)
         if self.registry is not None:
             self.registry.release(step)
@@ -172,7 +178,7 @@ class CapacityDemo:
         self._first_sweep(handle)  # the job starts with its sidecar attached, as deploy/ray runs them
         target = 3 * (alone.resumes + 1)
         self.say(f"with the sidecar at verl.yaml (grace {config.grace_seconds:g} s): {target} resumes")
-        with_gc = VerlShapedLoop(registry, STEP_SECONDS).run(most_resumes=target)
+        with_gc = VerlShapedLoop(registry, lambda began: self._sweep_since(handle, began)).run(target)
         with_gc.reclaimed_bytes = reclaimed_bytes(ray_get(handle.status.remote()).get("metrics_port"))
         ray_get(handle.shutdown.remote())
         ok = with_gc.failure is None and with_gc.resumes == target and alone.failure is not None
@@ -183,13 +189,18 @@ class CapacityDemo:
             )
         return 0 if ok else 1
 
-    def _first_sweep(self, handle: Any, deadline_seconds: float = 120.0) -> None:
+    def _first_sweep(self, handle: Any) -> None:
+        self._sweep_since(handle, "")
+
+    def _sweep_since(self, handle: Any, began: str, deadline_seconds: float = SWEEP_WAIT_SECONDS) -> None:
+        """Until the sidecar has completed a sweep that began at or after `began` (UTC ISO, as reports
+        have it; "": any)."""
         deadline = time.monotonic() + deadline_seconds
         while time.monotonic() < deadline:
             reports = ray_get(handle.status.remote())["last_reports"]
-            if any(report["outcome"] == "completed" for report in reports):
+            if any(r["outcome"] == "completed" and r["started_at"] >= began for r in reports):
                 return
-            time.sleep(0.2)
+            time.sleep(0.1)
         raise RuntimeError(f"the sidecar completed no sweep in {deadline_seconds:g} s")
 
     def _summary(self, alone: Leg, with_gc: Leg, target: int) -> None:
