@@ -31,7 +31,7 @@ class Backend:
 @pytest.fixture(params=["memory", pytest.param("transferqueue", marks=pytest.mark.ray)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "memory":
-        memory = MemoryRowStore()
+        memory = MemoryRowStore(delete_batch_rows=3)  # small, as the TQ store's below
 
         def put_memory(partition: str, keys: Sequence[str], tags: Sequence[Mapping[str, Any]]) -> None:
             for key, row_tags in zip(keys, tags, strict=True):
@@ -156,3 +156,16 @@ def test_a_deleted_key_can_be_written_again(backend: Backend) -> None:
 
     assert backend.store.list_rows(backend.partition) == {"a": {"attempt": 2}}
     assert backend.store.identities(backend.partition, ["a"])["a"].tags_digest == tags_digest({"attempt": 2})
+
+
+def test_delete_batches_cover_the_keys_in_the_plans_order_each_in_one_batch(backend: Backend) -> None:
+    """However a store sizes and paces its delete batches, they are the plan's keys, each once, in the
+    plan's order: the sweep re-checks and clears each batch as it comes (sweep/delete.py)."""
+    keys = [f"k{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1)]  # not sorted: the plan's order is kept
+    backend.write(keys)
+
+    batches = list(backend.store.delete_batches(backend.partition, keys))
+
+    assert all(batches), batches
+    assert [key for batch in batches for key in batch] == keys
+    assert len(batches) > 1, "a batch smaller than the plan: the keys cross batch boundaries here"

@@ -138,7 +138,7 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
         calls_by_waits = len(controller_functions) - calls_before_waits
         if first == "waits":
             listed = store.list_keys(tq_partition)
-        delete_batches = [len(b) for b in store.delete_batches(tq_partition, list(listed), 100)]
+        delete_batches = [len(b) for b in store.delete_batches(tq_partition, list(listed))]
 
     assert not any(wait.found for wait in waits)
     assert calls_by_waits == (1 if first == "waits" else 0)  # the first finds out, then no more
@@ -153,16 +153,14 @@ def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
     ray_cluster: Any, tq: Any, tq_partition: str, quiet_ms: float, rows: int
 ) -> None:
     """The store's delete batches: request_batch/4 rows while requests wait for quiet moments (a re-check
-    and clear that fit in what is left of one), else request_batch; never more than the sweep's limit."""
+    and clear that fit in what is left of one), else request_batch."""
     config = TransferQueueConfig(
         ray_address=ray_cluster.address, pacing=Pacing(batch=2000, quiet_ms=quiet_ms)
     )
     keys = [f"k{i}" for i in range(2 * rows + 1)]
     with TransferQueueRowStore.attach(config) as store:
-        sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys, 5000)]
-        capped = [len(batch) for batch in store.delete_batches(tq_partition, keys, rows // 2)]
+        sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys)]
     assert sizes == [rows, rows, 1]
-    assert capped == [rows // 2] * 4 + [1]
 
 
 def test_while_requests_wait_for_quiet_moments_even_a_small_partition_is_read_in_pages(

@@ -99,7 +99,7 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
         waits = [store.wait_for_quiet() for _ in range(2)]
         requests = store.take_request_stats()
         said = store.describe()["TransferQueue controller functions"]
-        delete_batches = [len(b) for b in store.delete_batches(tq_partition, sorted(listed), 100)]
+        delete_batches = [len(b) for b in store.delete_batches(tq_partition, sorted(listed))]
     after = MISFITS_FOUND.counts()
 
     assert set(listed) == {f"k{i}" for i in range(9)}

@@ -237,9 +237,7 @@ class SlowClearWorld(World):
     """A world whose clear blocks until the test lets it finish, recording what happens when."""
 
     def __init__(self, tmp_path: Path) -> None:
-        super().__init__(
-            tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": 1}}
-        )
+        super().__init__(tmp_path, delete_batch_rows=1, limits={"max_delete_fraction": 1.0})
         self.events: list[str] = []
         self.clearing = threading.Event()
         self.finish_clear = threading.Event()

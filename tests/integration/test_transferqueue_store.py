@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -792,3 +793,39 @@ def test_delete_batches_shrink_when_the_re_check_and_clear_are_slow_and_stay_ful
         assert store.delete_if_unchanged(tq_partition, expected) == set(keys)
         assert len(store.take_request_stats()["clear_samples"]) == clears
     assert tq.kv_list(tq_partition).get(tq_partition, {}) == {}
+
+
+@pytest.mark.parametrize("max_deletes_per_second", [0.0, 1e-3])
+def test_the_store_throttles_its_delete_batches_to_the_configs_rate_before_yielding_each(
+    ray_cluster: Any, tq: Any, tq_partition: str, max_deletes_per_second: float
+) -> None:
+    """transfer_queue.pacing.max_deletes_per_second is the store's: the first batch goes at once, the
+    next waits what the first needs (2 rows at 0.001 a second: 2,000 s), and that wait ends early only
+    when the store is asked to stop, by Interrupted, before the batch is yielded. Unthrottled, the next
+    batch comes at once."""
+    pacing = Pacing(batch=2, quiet_ms=0, max_deletes_per_second=max_deletes_per_second)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=pacing)
+    outcome: list[object] = []
+    with TransferQueueRowStore.attach(config) as store:
+        batches = store.delete_batches(tq_partition, ["a", "b", "c", "d"])
+        assert next(batches) == ["a", "b"]
+
+        def next_batch() -> None:
+            try:
+                outcome.append(next(batches))
+            except Interrupted as exc:
+                outcome.append(exc)
+
+        asking = threading.Thread(target=next_batch)
+        asking.start()
+        asking.join(timeout=30 if max_deletes_per_second == 0 else 2)
+        yielded_before_asked_to_stop = list(outcome)
+        store.interrupt()
+        asking.join(timeout=60)
+
+    assert not asking.is_alive(), "the throttle's wait did not end when the store was asked to stop"
+    if max_deletes_per_second == 0:
+        assert yielded_before_asked_to_stop == [["c", "d"]]
+    else:
+        assert yielded_before_asked_to_stop == []
+        assert len(outcome) == 1 and isinstance(outcome[0], Interrupted), outcome

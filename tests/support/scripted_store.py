@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from tq_gc.state.memory import MemoryState
-from tq_gc.stores.base import RowStore
+from tq_gc.stores.base import DELETE_BATCH_ROWS, RowStore
 from tq_gc.stores.memory import MemoryRowStore
 
 Action = Callable[[], None]
@@ -194,8 +194,8 @@ class ScriptedRowStore(Script, MemoryRowStore):
 
     _label = "rows"
 
-    def __init__(self, timeline: Timeline | None = None) -> None:
-        MemoryRowStore.__init__(self)
+    def __init__(self, timeline: Timeline | None = None, delete_batch_rows: int = DELETE_BATCH_ROWS) -> None:
+        MemoryRowStore.__init__(self, delete_batch_rows)
         self._init_script(timeline)
         self._script([*sorted(RowStore.__abstractmethods__), "list_keys"])
 

@@ -11,6 +11,7 @@ from tq_gc.config import Config, parse_config
 from tq_gc.publish.manifest import write_manifest
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
+from tq_gc.stores.base import DELETE_BATCH_ROWS
 from tq_gc.sweep import Collector
 
 from support.baseline import with_old_baseline
@@ -22,12 +23,13 @@ GRACE_S = 60
 
 
 class World:
-    def __init__(self, tmp_path: Path, **config: Any) -> None:
+    def __init__(self, tmp_path: Path, delete_batch_rows: int = DELETE_BATCH_ROWS, **config: Any) -> None:
+        """`delete_batch_rows`: the row store's delete batches; `config`: the config's values."""
         self.tmp_path = tmp_path
         self.clock = ManualClock()
         self.state = ScriptedState("job-42", clock_ms=self.clock)
         with_old_baseline(self.state)  # a job swept for a while: its empty sources are judged, not skipped
-        self.rows = ScriptedRowStore()
+        self.rows = ScriptedRowStore(delete_batch_rows=delete_batch_rows)
         self.registry = AdmissionRegistry(self.state)
         values: dict[str, Any] = {
             "namespace": "job-42",

@@ -115,17 +115,10 @@ TQ_WORDS = re.compile(
 )
 
 
-# Not yet the store's: the delete step sizes and throttles its batches from transfer_queue.pacing (the
-# store should own both, behind RowStore.delete_batches).
-ALLOWED = {"delete.py": {"transfer_queue.pacing"}}
-
-
 def test_the_generic_row_store_layer_names_no_transfer_queue_error_nor_setting() -> None:
     """The generic layer knows a RowStore's face only: no TQ error, no TQ tuning, no TQ call."""
     named = {
-        str(path.relative_to(PACKAGE)): sorted(
-            set(TQ_WORDS.findall(path.read_text())) - ALLOWED.get(path.name, set())
-        )
+        str(path.relative_to(PACKAGE)): sorted(set(TQ_WORDS.findall(path.read_text())))
         for path in modules_under(*GENERIC_PACKAGES, *GENERIC_STORE_MODULES)
     }
     assert not {module: words for module, words in named.items() if words}

@@ -35,10 +35,15 @@ class Job:
     def last_sweep_at(self) -> float | None:
         return self.sweeps[-1] if self.sweeps else None
 
-    def watch(self, **config: float) -> PressureWatch:
-        settings = PressureConfig(**{"headroom_below": 0.2, "interval_seconds": 30.0, **config})
+    def watch(self, interval_seconds: float = 30.0) -> PressureWatch:
         return PressureWatch(
-            settings, self.fill, self.sweep, self.last_sweep_at, self.changes.append, lambda: self.now
+            PressureConfig(headroom_below=0.2),
+            self.fill,
+            self.sweep,
+            self.last_sweep_at,
+            self.changes.append,
+            lambda: self.now,
+            interval_seconds=interval_seconds,
         )
 
 

@@ -26,7 +26,7 @@ def world(tmp_path: Path) -> World:
 
 def three_batches_eligible(tmp_path: Path) -> World:
     """Six orphans past their grace, deleted two per batch."""
-    world = World(tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": 2}})
+    world = World(tmp_path, delete_batch_rows=2, limits={"max_delete_fraction": 1.0})
     for i in range(6):
         world.rows.put(STAGING, f"r{i}/c")
     world.sweep()

@@ -59,6 +59,7 @@ SOURCES = ("admission", "manifest", "tag")
 GRACE_S = 60
 LEASE_TTL_S = 30
 FOREVER_S = 10**8  # admissions and fences that never expire on their own: the model does not age them
+DELETE_BATCH_ROWS = 2  # small delete batches: the sweep re-checks before each, a move may come between
 RECHECK = "recheck"  # the state call that opens every delete batch
 BASE_TAG_ROW = "g-base"  # the tag partition always exists: a missing one fails its source closed
 
@@ -73,7 +74,6 @@ def config_for(manifest_dir: Path, scope: str = STAGING) -> Config:
             "manifests": [{"glob": f"{manifest_dir}/*.json"}],
             "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
             "limits": {"max_delete_fraction": 1.0},
-            "transfer_queue": {"pacing": {"batch": 2}},
         }
     )
 
@@ -224,7 +224,7 @@ class World:
         self.clock = ManualClock()
         self.state = ScriptedState("moves", clock_ms=self.clock, timeline=self.timeline)
         with_old_baseline(self.state)
-        self.rows = ScriptedRowStore(self.timeline)
+        self.rows = ScriptedRowStore(self.timeline, delete_batch_rows=DELETE_BATCH_ROWS)
         self.publishers = Publishers(AdmissionRegistry(self.state), self.rows, manifest_dir)
         self.config = config_for(manifest_dir)
 
@@ -489,7 +489,7 @@ class MovesMachine(RuleBasedStateMachine):
         self.timeline = Timeline()
         self.clock = ManualClock()
         self.state = ScriptedState("moves", clock_ms=self.clock, timeline=self.timeline)
-        self.rows = ScriptedRowStore(self.timeline)
+        self.rows = ScriptedRowStore(self.timeline, delete_batch_rows=DELETE_BATCH_ROWS)
         self.pub = Publishers(AdmissionRegistry(self.state), self.rows, self.dir)
         self.config = config_for(self.dir)
         self.other_config = config_for(self.dir, scope=SCRATCH)

@@ -47,7 +47,7 @@ class SweepMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp())
         self.clock = ManualClock()
         self.state = ScriptedState("prop", clock_ms=self.clock)
-        self.rows = ScriptedRowStore()
+        self.rows = ScriptedRowStore(delete_batch_rows=2)
         self.registry = AdmissionRegistry(self.state)
         self.config = parse_config(
             {
@@ -56,7 +56,6 @@ class SweepMachine(RuleBasedStateMachine):
                 "manifests": [{"glob": f"{self.dir}/*.json"}],
                 "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
                 "limits": {"max_delete_fraction": 1.0},
-                "transfer_queue": {"pacing": {"batch": 2}},
             }
         )
         self.admitted: dict[str, frozenset[str]] = {}

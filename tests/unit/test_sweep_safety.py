@@ -208,7 +208,7 @@ def test_an_unforeseen_exception_ends_aborted_never_completed(world: World, erro
 
 
 def test_a_sweep_stopped_part_way_says_how_many_rows_it_deleted(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": 2}})
+    world = World(tmp_path, delete_batch_rows=2, limits={"max_delete_fraction": 1.0})
     for i in range(6):
         world.rows.put(STAGING, f"r{i}/c")
     world.sweep()
@@ -222,7 +222,7 @@ def test_a_sweep_stopped_part_way_says_how_many_rows_it_deleted(tmp_path: Path) 
 
 
 def test_stop_ends_the_sweep_between_two_batches(tmp_path: Path) -> None:
-    world = World(tmp_path, limits={"max_delete_fraction": 1.0}, transfer_queue={"pacing": {"batch": 2}})
+    world = World(tmp_path, delete_batch_rows=2, limits={"max_delete_fraction": 1.0})
     for i in range(6):
         world.rows.put(STAGING, f"r{i}/c")
     world.sweep()

@@ -67,7 +67,6 @@ def verl_config(example: Path = VERL_EXAMPLE, grace_seconds: float = GRACE_SECON
         allow_short_grace=True,
         schedule={"interval_seconds": 0.5},
         sidecar={"name": "tq-gc-capacity-demo", "metrics_port": 0},
-        pressure={**values.get("pressure", {}), "interval_seconds": 0.5, "check_seconds": 0.5},
     )
     return parse_config(values, origin=str(example))
 
@@ -167,12 +166,15 @@ class CapacityDemo:
 
     def _play(self) -> int:
         from tq_gc.sidecar.client import sidecar_registry, start_sidecar
+        from tq_gc.sidecar.pressure import PressureTiming
 
         alone = VerlShapedLoop(None).run(most_resumes=CAPACITY_ROWS)
         self.say(f"without tq-gc: {alone.resumes} resumes, then [red]{alone.failure}[/red]")
         VerlShapedLoop(None).wipe()
         config = verl_config()
-        handle = start_sidecar(config)
+        handle = start_sidecar(
+            config, pressure_timing=PressureTiming(interval_seconds=0.5, check_seconds=0.5)
+        )
         registry = sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
         registry.admit(f"verl/{RUN_ID}/trainer", {}, ttl_seconds=600)  # the integration's presence
         self._first_sweep(handle)  # the job starts with its sidecar attached, as deploy/ray runs them

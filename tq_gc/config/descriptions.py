@@ -100,10 +100,9 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     },
     "PressureConfig": {
         "headroom_below": "Below this free fraction of the fullest storage unit, the sidecar sweeps at once "
-        "and then every interval_seconds, and reports warn (unset: off). Never shortens a grace.",
+        "and then every 30 s while it stays below (the fill is read every 15 s), and reports warn (unset: "
+        "off). Never shortens a grace.",
         "audit_leftovers": "Each sweep also looks for storage cells no partition owns (reads every unit's "
         "keys: O(rows)), reported in storage.leftovers.",
-        "interval_seconds": "How often the sidecar sweeps while the storage is under pressure.",
-        "check_seconds": "How often the sidecar reads the storage units' fill between sweeps.",
     },
 }

@@ -195,14 +195,19 @@ class PressureConfig(Frozen):
     capacity free (the fullest storage unit binds), the sidecar sweeps at once and then every
     `interval_seconds` until it has not, and each sweep's report warns. It never shortens a grace or
     weakens a check: it reclaims what is already eligible, sooner. `check_seconds`: how often the
-    sidecar reads the storage units between sweeps. None (the default): off."""
+    sidecar reads the storage units between sweeps. headroom_below None (the default): off."""
 
     headroom_below: float | None = Field(default=None, gt=0.0, lt=1.0, allow_inf_nan=False)
     # Each sweep also audits the storage units for cells no partition owns (O(rows): reads every unit's
     # key set and the controller's index sets), into the report's storage.leftovers.
     audit_leftovers: bool = False
-    interval_seconds: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
-    check_seconds: float = Field(default=15.0, gt=0.0, allow_inf_nan=False)
+    # Fixed, not settings: under pressure the sidecar sweeps every 30 s, half the default schedule's 60 s,
+    # while a sweep of 1M rows (its listing alone ~3 s, docs/performance.md) still ends well inside one
+    # interval; sooner would mostly add listings of rows not yet due. The fill is read every 15 s, half
+    # that, so pressure is seen within half an interval of coming: each read is one GET_METRICS per
+    # storage unit, a few milliseconds of its worker thread (sidecar/pressure.py).
+    interval_seconds: ClassVar[float] = 30.0
+    check_seconds: ClassVar[float] = 15.0
 
 
 class SidecarConfig(Frozen):

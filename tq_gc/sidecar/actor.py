@@ -53,7 +53,7 @@ from tq_gc.logs import RecentLines, configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.report import Cause, SweepReport
-from tq_gc.sidecar.pressure import PressureWatch
+from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming, PressureWatch
 from tq_gc.state.base import AdmissionRows
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
@@ -72,10 +72,17 @@ PRESSURE_JOB_ID = "pressure"
 class SidecarActor:
     """The actor's body: `start_sidecar` applies `ray.remote` to it with the config's resource ask."""
 
-    def __init__(self, config: Config, row_store_factory: RowStoreFactory | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        row_store_factory: RowStoreFactory | None = None,
+        pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
+    ) -> None:
+        """`pressure_timing`: the fixed values, unless a test sets its own."""
         self._log_lines = RecentLines()  # what `tq-gc serve` streams (log_lines)
         configure_logging("INFO", config.log_format, config.secret_urls(), self._log_lines)
         self._config = config
+        self._pressure_timing = pressure_timing
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
         self._reports: deque[dict[str, Any]] = deque(maxlen=REPORTS_KEPT)
@@ -110,9 +117,9 @@ class SidecarActor:
         self._watch_pressure()
 
     def _watch_pressure(self) -> None:
-        """With pressure.headroom_below set, check the storage's headroom every pressure.check_seconds, in
-        the scheduler's one worker thread (so never beside a sweep): pressure.py."""
-        pressure = self._config.pressure
+        """With pressure.headroom_below set, check the storage's headroom every check_seconds of the
+        pressure timing, in the scheduler's one worker thread (so never beside a sweep): pressure.py."""
+        pressure, timing = self._config.pressure, self._pressure_timing
         if pressure.headroom_below is None:
             return
         watch = PressureWatch(
@@ -121,10 +128,11 @@ class SidecarActor:
             self._scheduled_sweep,
             lambda: self._last_sweep_at,
             self._metrics.footprint.observe_pressure,
+            interval_seconds=timing.interval_seconds,
         )
         self._scheduler.add_job(
             watch.check,
-            IntervalTrigger(seconds=pressure.check_seconds, timezone=UTC),
+            IntervalTrigger(seconds=timing.check_seconds, timezone=UTC),
             id=PRESSURE_JOB_ID,
             max_instances=1,
             coalesce=True,
@@ -345,7 +353,8 @@ class SidecarActor:
         pressure = self._config.pressure
         under = ""
         if pressure.headroom_below is not None:
-            under = f"; every {pressure.interval_seconds:g} s while headroom < {pressure.headroom_below:.0%}"
+            every_s = self._pressure_timing.interval_seconds
+            under = f"; every {every_s:g} s while headroom < {pressure.headroom_below:.0%}"
         return f"{every}, {mode}, grace {self._config.grace_seconds:g} s{under}"
 
 

@@ -20,6 +20,7 @@ from tq_gc.errors import StoreUnavailable, TqGcError
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.ray_cluster import join_ray
 from tq_gc.sidecar.actor import SidecarActor
+from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming
 from tq_gc.state.base import AdmissionRows, AdmissionStore
 from tq_gc.wiring import RowStoreFactory
 
@@ -33,7 +34,11 @@ READY_TIMEOUT_SECONDS = 120.0
 CALL_TIMEOUT_SECONDS = 30.0
 
 
-def start_sidecar(config: ConfigLike, row_store_factory: RowStoreFactory | None = None) -> Any:
+def start_sidecar(
+    config: ConfigLike,
+    row_store_factory: RowStoreFactory | None = None,
+    pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
+) -> Any:
     """Start the sidecar actor in this Ray cluster, or return the one already running under
     `config.sidecar.name` in `config.sidecar.ray_namespace` if it was started with this same config (a
     retry, another driver of the same job). One running there with another config (another job, a
@@ -45,6 +50,7 @@ def start_sidecar(config: ConfigLike, row_store_factory: RowStoreFactory | None 
     attaches to the job's TQ at its first sweep: until the TQ exists, sweeps end aborted with the reason.
     `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
     a module-level function importable in Ray's workers, or a functools.partial of one.
+    `pressure_timing`: the fixed values, unless a test or a demo sets its own.
     """
     config = as_config(config)
     if not ray.is_initialized():
@@ -61,7 +67,7 @@ def start_sidecar(config: ConfigLike, row_store_factory: RowStoreFactory | None 
             lifetime=None,  # owned by this driver, dies with the job (see the module docstring)
             max_restarts=0,
         )
-        .remote(config, row_store_factory)
+        .remote(config, row_store_factory, pressure_timing)
     )
     try:
         ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)

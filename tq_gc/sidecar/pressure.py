@@ -1,10 +1,10 @@
 """Pressure mode: while the job's TransferQueue storage has less headroom than `pressure.headroom_below`,
-the sidecar sweeps at once and then every `pressure.interval_seconds`, until it has not.
+the sidecar sweeps at once and then every 30 s (PressureTiming), until it has not.
 
 It only makes sweeps come sooner: each is the same sweep as a scheduled one (same graces, same
 references, same re-checks and limits), so it reclaims what is already eligible and nothing else. The
-sidecar calls `check()` every `pressure.check_seconds` (a read of the storage units' GET_METRICS: a few
-milliseconds of each unit's worker thread); the sweep's own report carries the warning.
+sidecar calls `check()` every 15 s (a read of the storage units' GET_METRICS: a few milliseconds of
+each unit's worker thread); the sweep's own report carries the warning.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tq_gc.config.models import PressureConfig
 from tq_gc.footprint import StorageFill
@@ -20,10 +21,27 @@ from tq_gc.sweep.fill import pressure_warning
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PressureTiming:
+    """How often the sidecar sweeps under pressure, and reads the storage's fill to know: fixed values
+    (PressureConfig's, with their reasons), not settings; a test sets its own in Python."""
+
+    interval_seconds: float = PressureConfig.interval_seconds
+    check_seconds: float = PressureConfig.check_seconds
+
+    def __post_init__(self) -> None:
+        if not (self.interval_seconds > 0 and self.check_seconds > 0):
+            raise ValueError(f"both must be positive, got {self.interval_seconds}, {self.check_seconds}")
+
+
+FIXED_PRESSURE_TIMING = PressureTiming()
+
+
 class PressureWatch:
     """Decides, at each check, whether to sweep now. `read_fill` reads the storage now (None: nothing
     bounded, or not attached yet); `sweep` runs one sweep; `last_sweep_at` is when the last sweep of any
-    kind started (time.monotonic(), None: never); `on_change(under)` is told when pressure starts or ends."""
+    kind started (time.monotonic(), None: never); `on_change(under)` is told when pressure starts or ends;
+    under pressure it sweeps every `interval_seconds`."""
 
     def __init__(
         self,
@@ -33,8 +51,10 @@ class PressureWatch:
         last_sweep_at: Callable[[], float | None],
         on_change: Callable[[bool], None] = lambda under: None,
         clock: Callable[[], float] = time.monotonic,
+        interval_seconds: float = PressureConfig.interval_seconds,
     ) -> None:
         self._config = config
+        self._interval_seconds = interval_seconds
         self._read_fill = read_fill
         self._sweep = sweep
         self._last_sweep_at = last_sweep_at
@@ -60,11 +80,11 @@ class PressureWatch:
         if not self.under_pressure:
             self.under_pressure = True
             self._on_change(True)
-            log.warning("%s; sweeping now, then every %g s", warning, self._config.interval_seconds)
+            log.warning("%s; sweeping now, then every %g s", warning, self._interval_seconds)
             self._sweep()
             return True
         last = self._last_sweep_at()
-        if last is None or self._clock() - last >= self._config.interval_seconds:
+        if last is None or self._clock() - last >= self._interval_seconds:
             self._sweep()
             return True
         return False

@@ -27,6 +27,10 @@ from tq_gc.rows import Identity, Tags
 if TYPE_CHECKING:
     from tq_gc.stores.claims import StoreClaim
 
+# The most rows of a delete batch of a store that does not size its own (RowStore.delete_batches): as
+# many as the TransferQueue store's requests carry by default.
+DELETE_BATCH_ROWS = 2000
+
 
 class RowStore(ABC):
     @abstractmethod
@@ -79,14 +83,14 @@ class RowStore(ABC):
         have any (the default)."""
         return None
 
-    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
-        """The batches in which a sweep deletes `keys` of `partition` (the plan's order kept), at most
-        `most_rows` each: the store alone decides a batch's size, and yields each batch when it is ready
-        for it. The sweep re-checks admissions and fences, then clears the batch in one
-        delete_if_unchanged call, before it asks for the next: so whatever the store waits for before
-        yielding comes before the re-check, never between the re-check and the clear.
-        Default: batches of `most_rows`, at once."""
-        return _slices(keys, most_rows)
+    def delete_batches(self, partition: str, keys: Sequence[str]) -> Iterator[list[str]]:
+        """The batches in which a sweep deletes `keys` of `partition` (the plan's order kept): the store
+        alone sizes each batch and paces them, and yields each batch when it is ready for it. The sweep
+        re-checks admissions and fences, then clears the batch in one delete_if_unchanged call, before
+        it asks for the next: so whatever the store waits for before yielding (a throttle, a quiet
+        moment) comes before the re-check, never between the re-check and the clear.
+        Default: batches of DELETE_BATCH_ROWS, at once."""
+        return batches_of(keys, DELETE_BATCH_ROWS)
 
     def ensure_attached(self) -> None:
         """Attach to the rows' store now if not attached (the sweep times this apart from its listing),
@@ -156,6 +160,7 @@ class _ProtocolStore(RowStore):
         return set(self._store.delete_if_unchanged(partition, expected))
 
 
-def _slices(keys: Sequence[str], size: int) -> Iterator[list[str]]:
+def batches_of(keys: Sequence[str], size: int) -> Iterator[list[str]]:
+    """`keys` in order, in batches of `size` (the last one smaller)."""
     for start in range(0, len(keys), size):
         yield list(keys[start : start + size])

@@ -109,8 +109,8 @@ class DeferredRowStore(RowStore):
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self._attached().identities(partition, keys)
 
-    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
-        return self._attached().delete_batches(partition, keys, most_rows)
+    def delete_batches(self, partition: str, keys: Sequence[str]) -> Iterator[list[str]]:
+        return self._attached().delete_batches(partition, keys)
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self._attached().delete_if_unchanged(partition, expected)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.rows import Identity, Tags, tags_digest
-from tq_gc.stores.base import RowStore
+from tq_gc.stores.base import DELETE_BATCH_ROWS, RowStore, batches_of
 
 
 @dataclass(slots=True)
@@ -23,7 +23,11 @@ class MemoryRowStore(RowStore):
     """Rows in a dict, with TQ's rules (a new write, a new global index). Subclass it to slip a writer
     into a sweep (override a method, call the base's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delete_batch_rows: int = DELETE_BATCH_ROWS) -> None:
+        """`delete_batch_rows`: the most rows of each of delete_batches' batches."""
+        if delete_batch_rows < 1:
+            raise ValueError(f"delete_batch_rows must be 1 or more, got {delete_batch_rows}")
+        self._delete_batch_rows = delete_batch_rows
         self._partitions: dict[str, dict[str, _Row]] = {}
         self._next_index = itertools.count()
         self._lock = threading.Lock()
@@ -79,6 +83,10 @@ class MemoryRowStore(RowStore):
             for key in doomed:
                 del rows[key]
             return doomed
+
+    def delete_batches(self, partition: str, keys: Sequence[str]) -> Iterator[list[str]]:
+        """Batches of delete_batch_rows (the constructor's), at once."""
+        return batches_of(keys, self._delete_batch_rows)
 
     def delete(self, partition: str, keys: Sequence[str]) -> None:
         """Delete unconditionally, as the job's own finalizer does (tests use it; the collector never)."""

@@ -70,7 +70,7 @@ class Collector:
         self.lease = SweepLease(config, state, self.holder)
         self.observer = Observer(config, state, row_store)
         self.recorder = Recorder(config, state, row_store)
-        self.deleter = Deleter(config, state, row_store, self.lease, self._stop_if_asked)
+        self.deleter = Deleter(state, row_store, self.lease, self._stop_if_asked)
 
     def sweep(
         self,

@@ -3,11 +3,9 @@ failure stops the deletes with nothing more cleared; a row that changed under us
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from tq_gc.config import Config
 from tq_gc.errors import FenceEpochMoved
 from tq_gc.first_seen import audit_intent, first_seen_identities
 from tq_gc.footprint import bytes_of_keys
@@ -23,24 +21,13 @@ class Batch:
     keys: tuple[str, ...]
 
 
-def store_batches(
-    row_store: RowStore, to_delete: Mapping[str, Sequence[str]], most_rows: int
-) -> Iterator[Batch]:
+def store_batches(row_store: RowStore, to_delete: Mapping[str, Sequence[str]]) -> Iterator[Batch]:
     """The plan's deletes in the row store's batches, one partition each, in the plan's order: the store
-    sizes each (`most_rows` at most), and waits for its quiet moment before it yields one, so before the
+    sizes and paces them, and waits (its throttle, its quiet moment) before it yields one, so before the
     batch's re-check, never between the re-check and the clear."""
     for partition, keys in to_delete.items():
-        for keys_batch in row_store.delete_batches(partition, keys, most_rows):
+        for keys_batch in row_store.delete_batches(partition, keys):
             yield Batch(partition, tuple(keys_batch))
-
-
-def throttle_deletes(deleted: int, max_per_second: float, started: float) -> None:
-    """Sleep until `deleted` rows since `started` (time.monotonic()) keep to `max_per_second` (0: no cap)."""
-    if max_per_second <= 0:
-        return
-    wait = deleted / max_per_second - (time.monotonic() - started)
-    if wait > 0:
-        time.sleep(wait)
 
 
 class Deleter:
@@ -48,13 +35,11 @@ class Deleter:
 
     def __init__(
         self,
-        config: Config,
         state: StateStore,
         row_store: RowStore,
         lease: SweepLease,
         stop_if_asked: Callable[[], None],
     ) -> None:
-        self.config = config
         self.state = state
         self.row_store = row_store
         self.lease = lease
@@ -62,11 +47,9 @@ class Deleter:
 
     def delete(self, run: SweepRun) -> None:
         to_delete = run.planned.to_delete
-        pacing = self.config.transfer_queue.pacing
         total = sum(len(keys) for keys in to_delete.values())
         counts = run.report.counts
-        started = time.monotonic()
-        for batch in store_batches(self.row_store, to_delete, pacing.batch):
+        for batch in store_batches(self.row_store, to_delete):
             self._stop_if_asked()
             check = self.lease.recheck(run)
             stop_if_fenced(check.fences)
@@ -75,8 +58,6 @@ class Deleter:
             self._delete_batch(run, batch, check)
             if run.progress is not None:
                 run.progress(counts.deleted + counts.recheck_saved, total)
-            throttle_deletes(len(batch.keys), pacing.max_deletes_per_second, started)
-            started = time.monotonic()  # the store's wait for the next batch counts toward its throttle
 
     def _delete_batch(self, run: SweepRun, batch: Batch, check: Recheck) -> None:
         """Re-check, write the intent, clear, confirm. Fences and admissions were read as late as we can

@@ -16,6 +16,7 @@ import ray.cloudpickle
 
 from tq_gc.config import Config, parse_config
 from tq_gc.sidecar.client import start_sidecar, stop_sidecar
+from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming
 from tq_gc.wiring import RowStoreFactory
 
 from . import remote_side
@@ -52,13 +53,17 @@ def make_config(ray_cluster: Any, tq: Any, tq_partition: str) -> MakeConfig:
 
 @pytest.fixture
 def sidecar(record_timing: RecordTiming) -> Iterator[StartSidecar]:
-    """sidecar(config, row_store_factory=None) -> handle; every sidecar started is shut down and
-    killed at the end of the test, whatever happened."""
+    """sidecar(config, row_store_factory=None, pressure_timing=the fixed one) -> handle; every sidecar
+    started is shut down and killed at the end of the test, whatever happened."""
     handles: list[Any] = []
 
-    def start(config: Config, row_store_factory: RowStoreFactory | None = None) -> Any:
+    def start(
+        config: Config,
+        row_store_factory: RowStoreFactory | None = None,
+        pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
+    ) -> Any:
         started = time.monotonic()
-        handle = start_sidecar(config, row_store_factory)
+        handle = start_sidecar(config, row_store_factory, pressure_timing)
         record_timing("start_sidecar (actor up, TQ attached)", time.monotonic() - started)
         handles.append(handle)
         return handle

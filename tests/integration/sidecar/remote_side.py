@@ -43,8 +43,8 @@ class Wrapped(RowStore):
     def identities(self, partition: str, keys: Sequence[str]) -> dict[str, Identity]:
         return self.inner.identities(partition, keys)
 
-    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
-        return self.inner.delete_batches(partition, keys, most_rows)
+    def delete_batches(self, partition: str, keys: Sequence[str]) -> Iterator[list[str]]:
+        return self.inner.delete_batches(partition, keys)
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         return self.inner.delete_if_unchanged(partition, expected)

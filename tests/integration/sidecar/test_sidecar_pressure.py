@@ -13,6 +13,7 @@ import pytest
 import ray
 from harness import keys_in
 
+from tq_gc.sidecar.pressure import PressureTiming
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.leftovers import storage_units
 
@@ -64,10 +65,10 @@ def test_low_headroom_makes_the_sidecar_sweep_at_once_and_it_keeps_every_grace(
             config = make_config(
                 grace_seconds=PRESSURE_GRACE_S,
                 schedule={"interval_seconds": 3600},  # no scheduled sweep during the test
-                pressure={"headroom_below": threshold, "interval_seconds": 0.5, "check_seconds": 0.5},
+                pressure={"headroom_below": threshold},
                 sidecar={"metrics_port": 0},
             )
-            handle = sidecar(config)
+            handle = sidecar(config, pressure_timing=PressureTiming(interval_seconds=0.5, check_seconds=0.5))
             port = call(handle, "status")["metrics_port"]
 
             wait_until("the sidecar sweeps under pressure", lambda: reports(handle))

@@ -61,6 +61,7 @@ from tq_gc.stores.transferqueue.clearing import (
 )
 from tq_gc.stores.transferqueue.controller_fit import ControllerFit, fit_since, skip_misfits
 from tq_gc.stores.transferqueue.controller_function import ControllerFunction
+from tq_gc.stores.transferqueue.delete_batches import DeleteBatches
 from tq_gc.stores.transferqueue.index_range import DEFAULT_INDEX_PAGING, IndexPaging, IndexRanges
 from tq_gc.stores.transferqueue.internals import (
     INDEX_PAGES,
@@ -72,7 +73,7 @@ from tq_gc.stores.transferqueue.internals import (
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
 from tq_gc.stores.transferqueue.leftovers import audit_leftovers
 from tq_gc.stores.transferqueue.listing import PartitionListing
-from tq_gc.stores.transferqueue.pacing import FIXED_PACING, FixedPacing, Pacer, smallest_window
+from tq_gc.stores.transferqueue.pacing import FIXED_PACING, FixedPacing, Pacer
 from tq_gc.stores.transferqueue.quiet import NO_WAIT, QuietMoments, QuietSettings, QuietWait
 from tq_gc.stores.transferqueue.requests import (
     OP_KV_LIST,
@@ -106,6 +107,7 @@ class TransferQueueRowStore(RowStore):
         quiet: QuietSettings | None = None,
         controller_fit: ControllerFit | None = None,
         instance: str | None = None,
+        max_deletes_per_second: float = 0.0,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -113,7 +115,8 @@ class TransferQueueRowStore(RowStore):
         `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller. With
         `controller_fit` (what the probe at attach found), a function run on the controller that does
         not fit it is never tried: TQ's own call from the start. `instance` (controller_instance() at
-        attach) tells ensure_attached() whether the job's controller is still that one."""
+        attach) tells ensure_attached() whether the job's controller is still that one.
+        `max_deletes_per_second` (0: no cap) throttles delete_batches."""
         self._client = client
         self._controller = controller
         self._instance = instance
@@ -139,6 +142,13 @@ class TransferQueueRowStore(RowStore):
             self.wait_for_quiet,
             self._pacer,
             self._sleep_unless_interrupted,
+        )
+        self._delete_batches = DeleteBatches(
+            request_batch,
+            max_deletes_per_second,
+            self._quiet,
+            self._sleep_unless_interrupted,
+            self.wait_for_quiet,
         )
         self._fit = controller_fit
         if controller_fit is not None:
@@ -194,6 +204,7 @@ class TransferQueueRowStore(RowStore):
             quiet=QuietSettings(*fixed.quiet_seconds(pacing.quiet_ms), request_thread_watch),
             controller_fit=fit,
             instance=instance,
+            max_deletes_per_second=pacing.max_deletes_per_second,
         )
 
     # ---- RowStore ----
@@ -277,15 +288,13 @@ class TransferQueueRowStore(RowStore):
         for done in range(0, len(unique), size):
             clear_keys(self._requests, partition, unique[done : done + size], done, len(unique))
 
-    def delete_batches(self, partition: str, keys: Sequence[str], most_rows: int) -> Iterator[list[str]]:
-        """Batches of at most `most_rows`, and of `_rows_per_delete()`: each one re-check and clear of
-        delete_if_unchanged, so that the clear follows its own re-check. Before yielding each, the wait
-        for a quiet moment (wait_for_quiet), which so comes before the sweep's re-check, never between it
-        and the clear; before the first, the check that the controller is still the one attached to."""
+    def delete_batches(self, partition: str, keys: Sequence[str]) -> Iterator[list[str]]:
+        """Batches each one re-check and clear of delete_if_unchanged, each yielded after the delete
+        throttle's wait and a quiet moment's: both so come before the sweep's re-check, never between it
+        and the clear (delete_batches.py). First, the check that the controller is still the one attached
+        to."""
         self.ensure_attached()
-        for batch in super().delete_batches(partition, keys, min(most_rows, self._rows_per_delete())):
-            self.wait_for_quiet()
-            yield batch
+        yield from self._delete_batches(keys)
 
     def wait_for_quiet(self) -> QuietWait:
         """Wait until the controller's request thread has been idle transfer_queue.pacing.quiet_ms (at
@@ -294,15 +303,6 @@ class TransferQueueRowStore(RowStore):
         The store's listings and identity reads wait so before each of their requests by themselves (an
         index page or key window inside its own call to the controller: QuietMoments.first)."""
         return NO_WAIT if self._quiet is None else self._quiet.wait()
-
-    def _rows_per_delete(self) -> int:
-        """The most rows a batch of delete_batches carries:
-        while requests wait for quiet moments, request_batch/4, so that its re-check and clear fit in
-        what is left of one (500 rows: ~2 + 3 ms held at 1M rows; 2,000: ~4 + 7 ms, measured
-        alone); else request_batch."""
-        if self._quiet is not None and self._quiet.fits:
-            return smallest_window(self._request_batch)
-        return self._request_batch
 
     def describe(self) -> dict[str, str]:
         """For `tq-gc check`: the controller's TQ, and which of the functions tq-gc runs inside it fit it
