@@ -43,6 +43,8 @@ RUN_ID = "capacity-demo"
 # (seen first, then deleted): a few steps. The grace stays above the longest gap between two sweeps on a
 # busy machine (a longer gap restarts every row's grace: docs/safety.md).
 GRACE_SECONDS = 3.0
+# Each step waits for a sweep: the interval is most of a step on an idle machine.
+SWEEP_INTERVAL_SECONDS = 0.25
 SWEEP_WAIT_SECONDS = 120.0
 
 
@@ -65,7 +67,7 @@ def verl_config(example: Path = VERL_EXAMPLE, grace_seconds: float = GRACE_SECON
         state_url="memory://",
         grace_seconds=grace_seconds,
         allow_short_grace=True,
-        schedule={"interval_seconds": 0.5},
+        schedule={"interval_seconds": SWEEP_INTERVAL_SECONDS},
         sidecar={"name": "tq-gc-capacity-demo", "metrics_port": 0},
     )
     return parse_config(values, origin=str(example))
