@@ -3,9 +3,10 @@
     scripts/bench                       # 100k staging rows, half orphans, 10k admissions, 4 manifests
     scripts/bench sweep --rows 1000000 --repeats 2 --duty-cycle 1 --quiet-ms 0
 
-Each repeat refills the same data set before each side of each state (memory://, and a Redis of its
-own), and times them all, in an order that rotates from one repeat to the next (so a drift of the
-machine during the run falls on every side alike):
+Each state (memory://, then a Redis of its own) in turn: each repeat refills the same data set before
+each side and times them all, in an order that rotates from one repeat to the next (so a drift of the
+machine during the run falls on every side alike). tq-gc's collectors are made once a state and kept,
+as a sidecar keeps its own (their claim on the TQ, a Ray actor, is made at the first sweep):
   (a) tq-gc: the deleting sweep (lease, fence, list, references, plan, per-batch lease renewal, identity
       re-check, admission and fence re-read, delete, audit), with every row's first sighting done by an
       earlier sweep (that marking sweep is timed too, and reported apart);
@@ -74,6 +75,7 @@ class Sides:
         self.registry = AdmissionRegistry(self.state)
 
         self._published = False
+        self._collectors: dict[int, Any] = {}
 
     def reset(self) -> None:
         """The data set's rows, all of them and only them, and its references (published once: neither
@@ -89,10 +91,9 @@ class Sides:
             self._published = True
 
     def mark(self) -> float:
-        from tq_gc.sweep import Collector
 
         started = time.perf_counter()
-        report = Collector(self.config, self.state, self.rows, holder="bench").sweep(dry_run=False)
+        report = self._collector(self.rows).sweep(dry_run=False)
         assert report.counts.within_grace == self.data.rows // 2, report.to_dict()
         self._let_grace_pass()
         return time.perf_counter() - started
@@ -102,6 +103,22 @@ class Sides:
         clock instead would leave a gap in observation longer than the grace: the records would go)."""
         shift_first_seen(self.state, PARTITION, int(self.config.grace_seconds * 1000) + 1000)
 
+    def _collector(self, rows: Any) -> Any:
+        """The collector of `rows`, made once and kept, as a sidecar keeps its own: its claim on the TQ
+        (a Ray actor made at the first sweep, ~0.4 s) lasts until close(), not one sweep."""
+        from tq_gc.sweep import Collector
+
+        if id(rows) not in self._collectors:
+            self._collectors[id(rows)] = Collector(self.config, self.state, rows, holder="bench")
+        return self._collectors[id(rows)]
+
+    def close(self) -> None:
+        """End the collectors' claims: the next state's sides sweep the same TQ (a claim left held would
+        make them skip with tq_claimed, as it should)."""
+        for collector in self._collectors.values():
+            collector.close()
+        self._collectors.clear()
+
     def tq_gc(self) -> int:
         return self._sweep(self.rows)
 
@@ -110,9 +127,8 @@ class Sides:
         return self._sweep(self.unsized_rows)
 
     def _sweep(self, rows: Any) -> int:
-        from tq_gc.sweep import Collector
 
-        report = Collector(self.config, self.state, rows, holder="bench").sweep(dry_run=False)
+        report = self._collector(rows).sweep(dry_run=False)
         assert report.outcome.value == "completed", report.to_dict()
         self.last_phases_ms = report.phases_ms
         self.last_longest = report.to_dict()["longest_tq_request"]
@@ -178,46 +194,44 @@ def peak_heap(prepare: Callable[[], Any], fn: Callable[[], int]) -> int:
 
 
 def run(args: argparse.Namespace, state_urls: list[str], manifest_dir: Path) -> list[dict[str, Any]]:
-    """Every state's tq-gc and naive sides, all timed within each repeat in an order that rotates from
-    one repeat to the next, so that a drift of the machine between the start and the end of the run
-    falls on every side alike. Each state's ratio per repeat is its tq-gc over its naive side."""
+    """Each state in turn (their collectors each claim the TQ for their own state store), its sides all
+    timed within each repeat in an order that rotates from one repeat to the next, so that a drift of the
+    machine during the run falls on every side alike. Each repeat's ratio is its tq-gc over its naive."""
     data = DataSet(args.rows, args.admissions, args.manifests, manifest_dir)
-    by_state = {url: Sides(data, url, args.duty_cycle, args.quiet_ms, args.unsized) for url in state_urls}
-    names = ("tq-gc", "naive", *(("unsized",) if args.unsized else ()))
-    runs = [(url, side) for url in state_urls for side in names]
-    times: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
-    marks: dict[str, list[float]] = {url: [] for url in state_urls}
-    for repeat in range(args.repeats):
-        shift = repeat % len(runs)
-        for url, side in runs[shift:] + runs[:shift]:
-            sides = by_state[url]
-            sides.reset()
-            if side == "tq-gc":
-                marks[url].append(sides.mark())
-            elif side == "unsized":
-                sides.mark()
-            sweep = {"tq-gc": sides.tq_gc, "naive": sides.naive, "unsized": sides.tq_gc_unsized}[side]
-            seconds, deleted = timed(sweep)
-            assert deleted == data.rows // 2, (url, side, deleted)
-            times[(url, side)].append(seconds)
-        for url in state_urls:
-            a, b = times[(url, "tq-gc")][-1], times[(url, "naive")][-1]
-            c = f", unsized {times[(url, 'unsized')][-1]:.3f} s" if args.unsized else ""
+    return [run_state(args, data, url) for url in state_urls]
+
+
+def run_state(args: argparse.Namespace, data: DataSet, url: str) -> dict[str, Any]:
+    sides = Sides(data, url, args.duty_cycle, args.quiet_ms, args.unsized)
+    try:
+        names = ["tq-gc", "naive", *(["unsized"] if args.unsized else [])]
+        sweeps = {"tq-gc": sides.tq_gc, "naive": sides.naive, "unsized": sides.tq_gc_unsized}
+        times: dict[str, list[float]] = {name: [] for name in names}
+        marks: list[float] = []
+        for repeat in range(args.repeats):
+            shift = repeat % len(names)
+            for side in names[shift:] + names[:shift]:
+                sides.reset()
+                if side == "tq-gc":
+                    marks.append(sides.mark())
+                elif side == "unsized":
+                    sides.mark()
+                seconds, deleted = timed(sweeps[side])
+                assert deleted == data.rows // 2, (url, side, deleted)
+                times[side].append(seconds)
+            a, b = times["tq-gc"][-1], times["naive"][-1]
+            c = f", unsized {times['unsized'][-1]:.3f} s" if args.unsized else ""
             print(
                 f"  repeat {repeat + 1}, {_state_name(url)}: tq-gc {a:.3f} s, naive {b:.3f} s{c}, ratio "
-                f"{a / b:.2f}; tq-gc phases (ms) {_rounded(by_state[url].last_phases_ms)}",
+                f"{a / b:.2f}; tq-gc phases (ms) {_rounded(sides.last_phases_ms)}",
                 file=sys.stderr,
             )
-    results = []
-    for url in state_urls:
-        line = result(
-            by_state[url], times[(url, "tq-gc")], times[(url, "naive")], marks[url], heap=not args.no_heap
-        )
+        line = result(sides, times["tq-gc"], times["naive"], marks, heap=not args.no_heap)
         if args.unsized:
-            sides_times = (times[(url, "tq-gc")], times[(url, "naive")], times[(url, "unsized")])
-            line.update(unsized_figures(*sides_times))
-        results.append(line)
-    return results
+            line.update(unsized_figures(times["tq-gc"], times["naive"], times["unsized"]))
+        return line
+    finally:
+        sides.close()
 
 
 def unsized_figures(sized: list[float], naive: list[float], unsized: list[float]) -> dict[str, Any]:

@@ -18,22 +18,15 @@ def row_bytes_reader() -> RowBytesReader:
     `status.field_custom_backend_meta` ({global_index: {field: meta}}, where Mooncake records
     `{"packed_size": n}` for each non-tensor value). A non-tensor value on SimpleStorage has no recorded
     size and counts nothing. Read-only; a field's per-row size is worked out once a call. Every helper
-    is nested: the reader is shipped to the controller by value, which cannot import tq_gc."""
+    is nested (or a closure's): the reader is shipped to the controller by value, which cannot import
+    tq_gc."""
+    shape_bytes = _shape_bytes()
 
     def field_bytes(meta: Any) -> tuple[set[int], int | None, Any, int]:
         """(its rows, the bytes of one row where all have one shape, its per-row shapes, its itemsize)."""
         itemsize = int(getattr(meta.dtype, "itemsize", 0) or 0) if not meta.is_non_tensor else 0
         fixed = None if meta.is_nested else shape_bytes(meta.shape, itemsize)
         return meta.global_indexes, fixed, meta.per_sample_shapes, itemsize
-
-    def shape_bytes(shape: Any, itemsize: int) -> int | None:
-        """One nested row's bytes from its recorded shape; None without a shape or a tensor dtype."""
-        if shape is None or not itemsize:
-            return None
-        count = 1
-        for dim in shape:
-            count *= int(dim)
-        return count * itemsize
 
     def packed_sizes(backend: Any, name: str, rows: set[int]) -> dict[int, int]:
         """The sizes a backend recorded for this field of these rows (Mooncake's `packed_size`)."""
@@ -50,23 +43,37 @@ def row_bytes_reader() -> RowBytesReader:
         backend = status.field_custom_backend_meta
         with_backend_meta = wanted.intersection(backend.keys()) if backend else set()
         common, everyone_sized = 0, False  # the bytes of fields every wanted row has at one size
-        extra: dict[int, int] = {}
-        sized: set[int] = set()
+        extra: dict[int, int] = {}  # {index: bytes} of every row sized apart (the others: common)
         for name, meta in list(status.field_metadata.items()):
             rows, fixed, shapes, itemsize = field_bytes(meta)
-            present = wanted.intersection(rows)
-            packed = packed_sizes(backend, name, present & with_backend_meta)
+            packed = packed_sizes(backend, name, with_backend_meta.intersection(rows))
+            if fixed is not None and not packed and wanted.issubset(rows):
+                common, everyone_sized = common + fixed, True  # the usual field: no set built
+                continue
             for index, recorded in packed.items():
                 extra[index] = extra.get(index, 0) + recorded
-            sized.update(packed)
-            if fixed is not None and not packed and len(present) == len(wanted):
-                common, everyone_sized = common + fixed, True
-                continue
-            for index in present.difference(packed):
+            for index in wanted.intersection(rows).difference(packed):
                 row_bytes = fixed if fixed is not None else shape_bytes(shapes.get(index), itemsize)
                 if row_bytes is not None:
                     extra[index] = extra.get(index, 0) + row_bytes
-                    sized.add(index)
-        return [common + extra.get(i, 0) if everyone_sized or i in sized else -1 for i in indexes]
+        rest = common if everyone_sized else -1  # the bytes of a row not in extra
+        if not extra:
+            return [rest] * len(indexes)  # the usual window: no loop per row
+        return [common + extra[i] if i in extra else rest for i in indexes]
 
     return read_bytes
+
+
+def _shape_bytes() -> Callable[[Any, int], int | None]:
+    """shape_bytes(shape, itemsize): a row's bytes from its recorded shape; None without a shape or a
+    tensor dtype. Made by a function so that it too is shipped by value."""
+
+    def shape_bytes(shape: Any, itemsize: int) -> int | None:
+        if shape is None or not itemsize:
+            return None
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        return count * itemsize
+
+    return shape_bytes

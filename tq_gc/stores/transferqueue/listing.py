@@ -119,7 +119,8 @@ class PartitionListing:
             owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True, sizes=sizes)
             pacer.adapt(seconds)  # (then paused)
             keys.update((key, index) for index, key in owners.items())
-        self._sizes[partition] = {key: size for key, size in sizes.items() if keys.get(key) is not None}
+        sizes.pop(None, None)  # type: ignore[call-overload]  # an index without a row (fast path below)
+        self._sizes[partition] = sizes  # its keys are the windows' keys, all of them in `keys`
         return keys
 
     def _index_windows(
@@ -161,9 +162,7 @@ class PartitionListing:
         else:
             keys, row_bytes, seconds = read
             if sizes is not None and row_bytes is not None:
-                sizes.update(
-                    (key, size) for key, size in zip(keys, row_bytes, strict=True) if key and size >= 0
-                )
+                add_sizes(sizes, keys, row_bytes)
         self._sleep(pacer.pause_after(seconds))
         return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
 
@@ -189,3 +188,13 @@ class PartitionListing:
                 if listed is not None:
                     listed.add(index, key)
         return time.perf_counter() - started
+
+
+def add_sizes(sizes: dict[str, int], keys: list[str | None], row_bytes: list[int]) -> None:
+    """Each key's bytes into `sizes`, but where unknown (-1); a None key may be added (the caller drops
+    it). At C speed when every size is known, the usual window: a filter per row cost a 100k-row listing
+    ~10 ms more."""
+    if -1 in row_bytes:
+        sizes.update((key, size) for key, size in zip(keys, row_bytes, strict=True) if key and size >= 0)
+    else:
+        sizes.update(zip(keys, row_bytes, strict=True))  # type: ignore[arg-type]
