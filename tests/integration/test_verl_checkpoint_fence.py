@@ -15,7 +15,6 @@ import pytest
 from test_verl_replay_buffer import GRACE_S, INTERVAL_S, Sidecar, example_config, keys
 
 from tools.testbed.verl_job import VerlShapedTrainer
-from tq_gc.config import TransferQueueConfig
 from tq_gc.integrations.verl import TqGcTrainerMixin
 from tq_gc.publish.client import GcClient
 from tq_gc.report import Outcome
@@ -73,7 +72,7 @@ def test_no_delete_batch_runs_while_verl_saves_its_checkpoint(
     config = example_config(
         ray_cluster.address, tq_partition, val_partition, batch=1, max_delete_fraction=1.0
     )
-    with RecordedStore.attach(TransferQueueConfig(ray_address=ray_cluster.address)) as store:
+    with RecordedStore.attach(config.transfer_queue) as store:  # batches of one row: the store sizes them
         store.timeline = timeline
         sidecar = Sidecar(config, store)
         sweep_over = threading.Event()
