@@ -55,11 +55,12 @@ def bytes_of(buckets: Mapping[Decision, Mapping[str, Iterable[str]]], sizes: Siz
         for decision in decisions:
             for partition, keys in buckets.get(decision, {}).items():
                 rows = keys if isinstance(keys, (set, frozenset)) else set(keys)
-                known = sizes.get(partition, {})
-                sized = len(known.keys() & rows)  # at C speed: a loop per row was 10-20 ms at 100k rows
-                found.sized_rows += sized
-                found.unsized_rows += len(rows) - sized
-                summed += bytes_of_keys(known, rows)
+                # One lookup a row, at C speed (a loop per row was 10-20 ms at 100k rows): None where unsized
+                found_sizes = list(map(sizes.get(partition, {}).get, rows))
+                unsized = found_sizes.count(None)
+                found.sized_rows += len(found_sizes) - unsized
+                found.unsized_rows += unsized
+                summed += sum(filter(None, found_sizes))
         return summed
 
     found.eligible = total((Decision.DELETE, Decision.KEEP_OVER_CAP))

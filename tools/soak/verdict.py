@@ -33,13 +33,13 @@ class Verdict:
         """Why the soak failed, if it did: something referenced lost, something overdue, or no rows
         deleted while references moved (without deletes during the chaos, "nothing lost" would not have
         been put to the test), or the soak's own errors."""
-        reasons = [
-            *(["referenced rows deleted"] if self.lost else []),
-            *(["orphans overdue"] if self.overdue else []),
-            *(["no row deleted while the chaos ran"] if self.tally.deleted_in_chaos == 0 else []),
-            *(["the soak's own errors"] if self.errors else []),
+        checks = [
+            (bool(self.lost), "referenced rows deleted"),
+            (bool(self.overdue), "orphans overdue"),
+            (self.tally.deleted_in_chaos == 0, "no row deleted while the chaos ran"),
+            (bool(self.errors), "the soak's own errors"),
         ]
-        return reasons
+        return [reason for failed, reason in checks if failed]
 
     def line(self) -> str:
         outcomes, named = self.tally.outcomes, ("completed", "skipped", "aborted")
