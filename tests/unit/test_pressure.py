@@ -9,7 +9,7 @@ import pytest
 
 from tq_gc.config.models import PressureConfig
 from tq_gc.errors import StoreUnavailable
-from tq_gc.footprint import StorageFill, UnitFill
+from tq_gc.footprint import Leftovers, StorageFill, UnitFill
 from tq_gc.report import WarningKind
 from tq_gc.sidecar.pressure import PressureWatch
 
@@ -114,3 +114,43 @@ def test_a_pressure_sweep_keeps_the_grace(tmp_path: Path) -> None:
 def test_pressure_config_refuses_a_threshold_outside_0_1() -> None:
     with pytest.raises(ValueError, match="headroom_below"):
         PressureConfig(headroom_below=1.5)
+
+
+class Audited(ScriptedRowStore):
+    """A storage unit of 10 rows holding `active_keys`, with one leftover cell; counts the audits."""
+
+    def __init__(self, active_keys: int) -> None:
+        super().__init__()
+        self.active_keys = active_keys
+        self.audits = 0
+
+    def storage_fill(self) -> StorageFill:
+        return StorageFill((UnitFill("u0", 10, self.active_keys),))
+
+    def storage_leftovers(self) -> Leftovers:
+        self.audits += 1
+        return Leftovers(1, 64, {"u0": 1}, (7,), 0, "no clear by index")
+
+
+@pytest.mark.parametrize(
+    ("headroom_below", "active_keys", "audited"),
+    [
+        (0.5, 9, True),  # 10% headroom, below 50%: under pressure
+        (0.5, 2, False),  # 80% headroom: no pressure
+        (None, 9, False),  # no threshold set: never under pressure
+    ],
+)
+def test_a_sweep_audits_the_leftovers_only_while_the_storage_is_under_pressure(
+    tmp_path: Path, headroom_below: float | None, active_keys: int, audited: bool
+) -> None:
+    world = World(tmp_path, pressure={"headroom_below": headroom_below})
+    world.rows = store = Audited(active_keys)
+    world.rows.put("rollout_data", "sample-0", {})
+
+    report = world.sweep()
+
+    assert report.storage is not None
+    assert (report.storage.leftovers is not None) is audited
+    assert store.audits == int(audited)
+    if audited:
+        assert report.to_dict()["storage"]["leftovers"]["cells"] == 1

@@ -101,8 +101,7 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "PressureConfig": {
         "headroom_below": "Below this free fraction of the fullest storage unit, the sidecar sweeps at once "
         "and then every 30 s while it stays below (the fill is read every 15 s), and reports warn (unset: "
-        "off). Never shortens a grace.",
-        "audit_leftovers": "Each sweep also looks for storage cells no partition owns (reads every unit's "
-        "keys: O(rows)), reported in storage.leftovers.",
+        "off). Never shortens a grace. Under pressure each sweep also audits the storage for cells no row "
+        "owns (O(rows)), reported in storage.leftovers.",
     },
 }

@@ -197,10 +197,10 @@ class PressureConfig(Frozen):
     weakens a check: it reclaims what is already eligible, sooner. `check_seconds`: how often the
     sidecar reads the storage units between sweeps. headroom_below None (the default): off."""
 
+    # Under pressure each sweep also audits the storage units for cells no partition owns (O(rows): reads
+    # every unit's key set and the controller's index sets), into the report's storage.leftovers: when
+    # they matter, and never otherwise (tq_gc/sweep/fill.py).
     headroom_below: float | None = Field(default=None, gt=0.0, lt=1.0, allow_inf_nan=False)
-    # Each sweep also audits the storage units for cells no partition owns (O(rows): reads every unit's
-    # key set and the controller's index sets), into the report's storage.leftovers.
-    audit_leftovers: bool = False
     # Fixed, not settings: under pressure the sidecar sweeps every 30 s, half the default schedule's 60 s,
     # while a sweep of 1M rows (its listing alone ~3 s, docs/performance.md) still ends well inside one
     # interval; sooner would mostly add listings of rows not yet due. The fill is read every 15 s, half

@@ -33,6 +33,8 @@ RETIRED: Mapping[str, str] = {
     "sidecar.num_cpus": f"{_FIXED} (0.1 CPU)",
     "pressure.interval_seconds": f"{_FIXED} (30 s between the sweeps under storage pressure)",
     "pressure.check_seconds": f"{_FIXED} (15 s between two reads of the storage's fill)",
+    "pressure.audit_leftovers": "removed: each sweep audits the storage's leftovers while the storage is "
+    "under pressure (headroom below pressure.headroom_below), and never otherwise",
     "manifests[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: abort",
     "manifests[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
     "accept",

@@ -15,20 +15,21 @@ log = logging.getLogger(__name__)
 
 def read_storage_fill(row_store: RowStore, config: Config, report: SweepReport) -> None:
     """Put the storage's fill into the report, and a warning if its headroom is below the configured
-    pressure threshold. A fill that cannot be read is only logged: the sweep's outcome stands."""
+    pressure threshold. Under pressure (and only then: the audit is O(rows)) the report carries the
+    storage's leftovers too, cells no row owns, which count against the capacity. A fill or an audit
+    that cannot be read is only logged: the sweep's outcome stands."""
     try:
         fill = row_store.storage_fill()
     except Exception as exc:
         log.warning("could not read the storage units' fill: %s: %s", type(exc).__name__, exc)
         return
-    if fill is not None and config.pressure.audit_leftovers:
-        fill = replace(fill, leftovers=_leftovers(row_store))
-    report.storage = fill
     if fill is None:
         return
     warning = pressure_warning(fill, config.pressure.headroom_below)
     if warning is not None:
+        fill = replace(fill, leftovers=_leftovers(row_store))
         warn(report, WarningKind.STORAGE_PRESSURE, warning)
+    report.storage = fill
 
 
 def _leftovers(row_store: RowStore) -> Leftovers | None:
