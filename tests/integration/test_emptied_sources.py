@@ -30,7 +30,8 @@ from support.world import DATA, STAGING, World
 HELD, ORPHAN = "held/c1", "orphan/c1"
 ROUTE_PLAN = {"route_assembly_plan": {"cleanup_staging_keys": [HELD]}}
 TAG_SOURCE = "tag_references:rollout_data:route_assembly_plan.cleanup_staging_keys:rollout_staging"
-OWNER_SOURCE = "owner_references:rollout_staging:owner_tag=group"
+OWNED = r"(?P<group>[^/]+)/c\d+"  # HELD's owner is the row `held`
+OWNER_SOURCE = f"owner_references:rollout_staging:{OWNED}"
 
 
 @pytest.fixture
@@ -169,18 +170,18 @@ def test_a_tag_reference_that_accepts_being_empty_releases_its_rows(tmp_path: Pa
     assert world.sweep().counts.deleted == 1
 
 
-def owned_world(tmp_path: Path, **reference: Any) -> World:
-    owner = {"partition": STAGING, "owner_tag": "group", "owner_partition": DATA} | reference
-    world = World(tmp_path, owner_references=[owner])
-    world.rows.put(DATA, "g1", {})
-    world.rows.put(STAGING, HELD, {"group": "g1"})
+def owned_world(tmp_path: Path, **owner: Any) -> World:
+    entry = {"partition": STAGING, "key_pattern": OWNED, "owner": {"key": "{group}"} | owner}
+    world = World(tmp_path, scope=[entry])
+    world.rows.put(STAGING, "held", {})
+    world.rows.put(STAGING, HELD, {})
     assert world.sweep().counts.referenced["owners"] == 1
     return world
 
 
 def test_owners_that_all_vanish_stop_the_sweep(tmp_path: Path) -> None:
     world = owned_world(tmp_path)
-    world.rows.delete(DATA, ["g1"])
+    world.rows.delete(STAGING, ["held"])
     world.age()
     assert_stopped_by(world.sweep(), OWNER_SOURCE)
     assert world.staging() == {HELD}
@@ -188,7 +189,7 @@ def test_owners_that_all_vanish_stop_the_sweep(tmp_path: Path) -> None:
 
 def test_an_owner_reference_that_accepts_being_empty_releases_its_rows(tmp_path: Path) -> None:
     world = owned_world(tmp_path, when_empty="accept")
-    world.rows.delete(DATA, ["g1"])
+    world.rows.delete(STAGING, ["held"])
     world.sweep()
     world.age()
     assert world.sweep().counts.deleted == 1

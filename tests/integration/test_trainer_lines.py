@@ -91,7 +91,7 @@ def verl_config_file(tmp_path: Path, ray_address: str, train: str) -> Path:
     """deploy/examples/verl.yaml as shipped (memory:// state), with this test's partition, cluster and a
     sidecar name of its own."""
     values: dict[str, Any] = yaml.safe_load(VERL_EXAMPLE.read_text())
-    for entry in [*values["scope"], *values["owner_references"]]:
+    for entry in values["scope"]:
         entry["partition"] = {"train": train, "val": f"{train}-val"}[entry["partition"]]
     values.update(
         transfer_queue={"ray_address": ray_address},

@@ -48,7 +48,7 @@ def example_config(ray_address: str, train: str, val: str, batch: int | None = N
     transfer_queue.pacing.batch)."""
     values: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     renamed = {"train": train, "val": val}
-    for entry in [*values["scope"], *values["owner_references"]]:
+    for entry in values["scope"]:
         entry["partition"] = renamed[entry["partition"]]
     values["transfer_queue"] = {"ray_address": ray_address}
     if batch is not None:

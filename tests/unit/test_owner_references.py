@@ -14,7 +14,7 @@ import yaml
 
 from tools.testbed.clock import ManualClock
 from tq_gc.cli import main
-from tq_gc.config import OwnerReference, ScopeEntry, load_config, parse_config, plan_policy
+from tq_gc.config import Owner, OwnerReference, ScopeEntry, load_config, parse_config, plan_policy
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
@@ -29,7 +29,7 @@ from support.baseline import with_old_baseline
 
 TRAIN, VAL = "train", "val"
 VERL_PATTERN = r"^(?P<uid>[^_]+)_[^_]+_\d+$"
-VERL = OwnerReference(partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}")
+VERL = OwnerReference(partition=TRAIN, key_pattern=VERL_PATTERN, owner=Owner(key="{uid}"))
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "verl.yaml"
 GRACE_S = 60
 
@@ -58,79 +58,86 @@ def read(references: list[OwnerReference], store: MemoryRowStore) -> set[RowId]:
     return rows_of(OwnersSource(references, store).read())
 
 
-def parse_owner(**entry: Any) -> OwnerReference:
-    return parse_config({"owner_references": [entry]}).owner_references[0]
+def parse_owner(key_pattern: str = VERL_PATTERN, **owner: Any) -> OwnerReference:
+    """The owner rule of a scope entry of TRAIN with `key_pattern` and `owner`."""
+    entry = {"partition": TRAIN, "key_pattern": key_pattern, "owner": owner}
+    [reference] = parse_config({"scope": [entry]}).owner_references
+    return reference
 
 
 # -- config ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("entry", "message"),
+    ("owner", "message"),
     [
         (
-            {"key_pattern": "(?P<uid>.+", "owner_key": "{uid}"},
-            r"owner_references.0.key_pattern: .* not a regular expression",
+            {"key": "{gid}"},
+            r"scope.0: owner.key: '\{gid\}' names 'gid', not a named group .* \(its groups: uid\)",
         ),
-        (
-            {"key_pattern": VERL_PATTERN, "owner_key": "{gid}"},
-            r"owner_key: '\{gid\}' names 'gid', not a named group .* \(its groups: uid\)",
-        ),
-        ({"key_pattern": VERL_PATTERN}, "owner_key: key_pattern needs a template"),
-        ({"key_pattern": VERL_PATTERN, "owner_key": "prompts"}, "owner_key: 'prompts' uses no group"),
-        ({"key_pattern": VERL_PATTERN, "owner_key": "{uid"}, r"owner_key: '\{uid' is not a key template"),
-        (
-            {"key_pattern": VERL_PATTERN, "owner_key": "{uid!r}"},
-            r"owner_key: field \{uid!r\} .* is not a group name",
-        ),
-        (
-            {"key_pattern": VERL_PATTERN, "owner_key": "{uid[0]}"},
-            r"owner_key: field \{uid\[0\]\} .* is not a group name",
-        ),
-        ({"key_pattern": VERL_PATTERN, "owner_key": "{}"}, r"owner_key: field \{\} .* is not a group name"),
-        ({"owner_key": "{uid}"}, "needs exactly one of `key_pattern` .* or `owner_tag`"),
-        ({}, "needs exactly one of `key_pattern` .* or `owner_tag`"),
-        ({"key_pattern": VERL_PATTERN, "owner_key": "{uid}", "owner_tag": "uid"}, "needs exactly one of"),
-        ({"owner_tag": "uid", "owner_key": "{uid}"}, "owner_key: only a key_pattern fills a template"),
-        ({"owner_tag": ""}, "owner_references.0.owner_tag"),
-        ({"owner_tag": "uid", "owner_partition": ""}, "owner_references.0.owner_partition"),
-        (
-            {"owner_tag": "uid", "when_empty": "abort", "owner": "x"},
-            "owner_references.0.owner: unknown key",
-        ),
+        ({}, r"scope.0.owner.key: Field required"),
+        ({"key": "prompts"}, "owner.key: 'prompts' uses no group"),
+        ({"key": "{uid"}, r"scope.0.owner.key: '\{uid' is not a key template"),
+        ({"key": "{uid!r}"}, r"scope.0.owner.key: field \{uid!r\} .* is not a group name"),
+        ({"key": "{uid[0]}"}, r"scope.0.owner.key: field \{uid\[0\]\} .* is not a group name"),
+        ({"key": "{}"}, r"scope.0.owner.key: field \{\} .* is not a group name"),
+        ({"key": "{uid}", "has_tag": ""}, "scope.0.owner.has_tag"),
+        ({"key": "{uid}", "when_empty": "never"}, "scope.0.owner.when_empty"),
+        ({"key": "{uid}", "owner_tag": "uid"}, "scope.0.owner.owner_tag: unknown key"),
+        ({"key": "{uid}", "owner_partition": "prompts"}, "scope.0.owner.owner_partition: unknown key"),
     ],
     ids=[
-        "regex-does-not-compile",
         "template-names-an-unknown-group",
-        "pattern-without-template",
+        "no-template",
         "template-without-group",
         "template-unbalanced",
         "template-conversion",
         "template-index",
         "template-positional",
-        "neither-pattern-nor-tag",
-        "nothing",
-        "both-pattern-and-tag",
-        "tag-with-template",
         "empty-tag",
-        "empty-owner-partition",
-        "unknown-key",
+        "unknown-when-empty",
+        "owner-tag-is-gone",
+        "owner-partition-is-gone",
     ],
 )
-def test_config_refuses_a_malformed_owner_reference_naming_the_field(
-    entry: dict[str, Any], message: str
-) -> None:
+def test_config_refuses_a_malformed_owner_naming_the_field(owner: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        parse_owner(partition=TRAIN, **entry)
+        parse_owner(**owner)
 
 
-def test_config_defaults_the_owner_partition_to_the_partition() -> None:
-    assert parse_owner(partition=TRAIN, owner_tag="uid").owner_partition == TRAIN
-    assert (
-        parse_owner(partition=TRAIN, owner_tag="uid", owner_partition="prompts").owner_partition == "prompts"
+@pytest.mark.parametrize("way", [{"prefixes": ["u1_"]}, {"all_keys": True}])
+def test_an_owner_needs_the_scope_entrys_key_pattern(way: dict[str, Any]) -> None:
+    """The owner's key is a template over the key pattern's named groups: an entry of prefixes or of
+    all keys has none to fill it."""
+    entry = {"partition": TRAIN, **way, "owner": {"key": "{uid}"}}
+    with pytest.raises(ConfigError, match=r"scope.0: owner: .*key_pattern"):
+        parse_config({"scope": [entry]})
+
+
+def test_an_owner_reference_is_its_scope_entrys_owner_rule() -> None:
+    """One per scope entry with an owner, in scope order; the entry's partition, key pattern and
+    created_by_stack are the rule's, and its source id is the one owner_references had."""
+    pattern = {"key_pattern": VERL_PATTERN}
+    config = parse_config(
+        {
+            "scope": [
+                {"partition": "staging", "all_keys": True},
+                {"partition": VAL, **pattern, "created_by_stack": True, "owner": {"key": "{uid}"}},
+                {"partition": TRAIN, **pattern, "owner": {"key": "{uid}", "has_tag": "is_prompt"}},
+            ]
+        }
     )
-    literal_braces = parse_owner(partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{{p}}/{uid}")
-    assert literal_braces.owner_key == "{{p}}/{uid}"
+    val, train = config.owner_references
+    assert (val.partition, val.created_by_stack, val.owner_has_tag) == (VAL, True, None)
+    assert (train.partition, train.created_by_stack, train.owner_has_tag) == (TRAIN, False, "is_prompt")
+    assert train.source_id == f"owner_references:{TRAIN}:{VERL_PATTERN}"
+    assert (train.when_empty, train.owner_key) == ("abort_if_it_had_rows", "{uid}")
+    assert parse_owner(key="{{p}}/{uid}").owner_key == "{{p}}/{uid}"
+
+
+def test_an_owner_rules_emptiness_setting_is_its_owners() -> None:
+    assert parse_owner(key="{uid}", when_empty="abort").expect_nonempty
+    assert parse_owner(key="{uid}", when_empty="accept").may_become_empty
 
 
 @pytest.mark.parametrize("pattern", [".*", "(x)?", "a*", "|x", "^$", "(?s).*"])
@@ -192,34 +199,9 @@ def test_rows_matching_no_pattern_are_left_to_the_other_rules() -> None:
     assert [(s.rows, s.matched, s.owned, s.orphaned) for s in summary] == [(4, 1, 1, 0)]
 
 
-def test_owner_may_live_in_another_partition() -> None:
-    reference = OwnerReference(
-        partition="gym_staging",
-        key_pattern=r"(?P<group>[^/]+)/g\d+/.+",
-        owner_key="{group}_g0",
-        owner_partition=VAL,
-    )
-    store = store_with({"gym_staging": {"g1/g0/call1": {}, "g2/g0/call1": {}}, VAL: {"g1_g0": {}, "g2": {}}})
-    assert read([reference], store) == owned("g1/g0/call1", partition="gym_staging")
-
-
-def test_owner_from_a_tag() -> None:
-    reference = OwnerReference(partition=TRAIN, owner_tag="uid")
-    store = store_with(
-        {TRAIN: {"u1": prompt(), "t1": {"uid": "u1"}, "t2": {"uid": "u9"}, "t3": {"seq_len": 3}, "t4": None}}
-    )
-    assert read([reference], store) == owned("t1")
-
-
-def test_an_owner_tag_that_is_not_a_key_fails_the_source() -> None:
-    store = store_with({TRAIN: {"u1": prompt(), "t1": {"uid": 17}}})
-    with pytest.raises(ReferenceSourceError, match=r"row train/t1: tag 'uid' is int 17, not the owner's key"):
-        read([OwnerReference(partition=TRAIN, owner_tag="uid")], store)
-
-
 def test_a_match_leaving_a_template_group_unset_fails_the_source() -> None:
     reference = OwnerReference(
-        partition=TRAIN, key_pattern=r"(?P<uid>[^_]+)_\d+(_(?P<sub>\d+))?", owner_key="{uid}/{sub}"
+        partition=TRAIN, key_pattern=r"(?P<uid>[^_]+)_\d+(_(?P<sub>\d+))?", owner=Owner(key="{uid}/{sub}")
     )
     store = store_with({TRAIN: {"u1/7": {}, "u1_0_7": {}}})
     assert read([reference], store) == owned("u1_0_7")
@@ -228,37 +210,18 @@ def test_a_match_leaving_a_template_group_unset_fails_the_source() -> None:
         read([reference], store)
 
 
-@pytest.mark.parametrize(
-    ("reference", "missing"),
-    [
-        (VERL, TRAIN),
-        (
-            OwnerReference(
-                partition="traj", key_pattern=VERL_PATTERN, owner_key="{uid}", owner_partition=TRAIN
-            ),
-            TRAIN,
-        ),
-        (
-            OwnerReference(
-                partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}", owner_partition="traj"
-            ),
-            TRAIN,
-        ),
-    ],
-    ids=["same-partition", "owner-partition", "owned-partition"],
-)
-def test_a_partition_the_store_lacks_fails_the_source(reference: OwnerReference, missing: str) -> None:
+def test_a_partition_the_store_lacks_fails_the_source() -> None:
     """A typo or a rename must not read as "no owner exists" (every trajectory an orphan)."""
     store = store_with({"traj": {"u1_0_0": trajectory()}, "trian": {"u1": prompt()}})
     with pytest.raises(
-        ReferenceSourceError, match=rf"partition '{missing}' \(owner_references .*\) does not exist"
+        ReferenceSourceError, match=r"partition 'train' \(the owner rule of its scope entry\) does not exist"
     ) as caught:
-        read([reference], store)
+        read([VERL], store)
     assert caught.value.source == "owners"
 
 
 def test_when_empty_abort_fails_when_the_pattern_matches_no_row_of_a_non_empty_partition() -> None:
-    expected = VERL.model_copy(update={"when_empty": "abort"})
+    expected = OwnerReference(TRAIN, VERL_PATTERN, Owner(key="{uid}", when_empty="abort"))
     store = store_with({TRAIN: {"u1": prompt(), "u1-0-0": trajectory()}})  # a layout the pattern misses
     with pytest.raises(
         ReferenceSourceError, match=r"key_pattern .* matches none of the 2 rows .* when_empty: abort"
@@ -298,18 +261,15 @@ class Verl:
         self.clock = ManualClock()
         self.state = with_old_baseline(MemoryState("verl", clock_ms=self.clock))
         self.rows = MemoryRowStore()
-        trajectories = r"[^_]+_[^_]+_\d+"
+        # not when_empty: abort: a partition holding only prompt rows (groups whose trajectories are not
+        # written yet) is a state verl is in at every step
+        owned_trajectories = {"key_pattern": VERL_PATTERN, "owner": {"key": "{uid}"}}
         self.config = parse_config(
             {
                 "namespace": "verl",
-                "scope": [{"partition": p, "key_pattern": trajectories} for p in (TRAIN, VAL)],
+                "scope": [{"partition": p, **owned_trajectories} for p in (TRAIN, VAL)],
                 "grace_seconds": GRACE_S,
                 "schedule": {"interval_seconds": GRACE_S / 2},  # sweeps twice per grace
-                # not when_empty: abort: a partition holding only prompt rows (groups whose trajectories
-                # are not written yet) is a state verl is in at every step
-                "owner_references": [
-                    {"partition": p, "key_pattern": VERL_PATTERN, "owner_key": "{uid}"} for p in (TRAIN, VAL)
-                ],
                 "limits": {"max_delete_fraction": 1.0},
                 **extra,
             }
@@ -441,9 +401,7 @@ def test_the_verl_example_scopes_trajectories_and_padding_never_prompt_rows() ->
 def test_an_owner_without_the_required_tag_owns_nothing() -> None:
     """verl: a status put (kv_put creates a missing key) after a group's prompt row was cleared brings the
     key `{uid}` back as a row tagged only {status}: not a prompt row, so it must not pin the group."""
-    reference = OwnerReference(
-        partition=TRAIN, key_pattern=VERL_PATTERN, owner_key="{uid}", owner_has_tag="is_prompt"
-    )
+    reference = OwnerReference(TRAIN, VERL_PATTERN, Owner(key="{uid}", has_tag="is_prompt"))
     store = store_with(
         {
             TRAIN: {

@@ -1,7 +1,7 @@
 """A verl partition the stack has not created yet is not a typo: deploy/examples/verl.yaml marks `val`
 `created_by_stack`, so a job resumed from a checkpoint taken before its first validation
-(`trainer.val_before_train=False`) sweeps `train` while `val` does not exist. A misspelled partition, or an
-absent owner partition that would release the rows of a partition that exists, still fails closed."""
+(`trainer.val_before_train=False`) sweeps `train` while `val` does not exist, and the owner rule of that
+scope entry names nothing meanwhile. A misspelled partition with an owner rule still fails closed."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tq_gc.config import Config, parse_config
-from tq_gc.errors import ConfigError
 from tq_gc.integrations.verl import BatchHolder
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.registry import AdmissionRegistry
@@ -52,19 +50,19 @@ def test_the_shipped_config_sweeps_train_before_val_exists() -> None:
     assert report.counts.in_scope == 1
 
 
-def test_a_misspelled_owner_partition_still_aborts() -> None:
+def test_a_misspelled_partition_with_an_owner_rule_still_aborts() -> None:
     values = example()
-    values["owner_references"][1]["partition"] = "vla"
+    values["scope"][0]["partition"] = "trian"  # train's entry: not created_by_stack
     store = MemoryRowStore()
     store.put("train", trajectory())
     store.put("val", trajectory())
     report = sweep_with(parse_config(values), store)
-    assert report.outcome is Outcome.ABORTED and "'vla'" in (report.reason or "")
+    assert report.outcome is Outcome.ABORTED and "'trian'" in (report.reason or "")
 
 
-def test_an_absent_owner_partition_that_would_release_rows_elsewhere_is_refused() -> None:
-    values = example()
-    values["scope"][0]["created_by_stack"] = True  # `train`: its owner reference's owners are elsewhere
-    values["owner_references"][0]["owner_partition"] = "prompts"
-    with pytest.raises(ConfigError, match="created_by_stack"):
-        parse_config(values)
+def test_the_created_by_stack_entry_says_it_for_its_owner_rule_too() -> None:
+    config = parse_config(example())
+    assert [(rule.partition, rule.created_by_stack) for rule in config.owner_references] == [
+        ("train", False),
+        ("val", True),
+    ]

@@ -266,10 +266,9 @@ def _probe_owners(reference: OwnerReference, rows: RowStore) -> Callable[[], str
         if reference.created_by_stack and reference.partition not in rows.partitions():
             return f"{reference.partition} not created yet (created_by_stack): names nothing until it is"
         [found] = OwnersSource([reference], rows).describe()
-        owners = "" if found.owner_partition == found.partition else f" in {found.owner_partition}"
         return (
             f"{found.rows} rows in {found.partition}, {found.matched} with an owner key: {found.owned} owner "
-            f"present{owners} (kept), {found.orphaned} owner absent (unreferenced)"
+            f"present (kept), {found.orphaned} owner absent (unreferenced)"
         )
 
     return probe

@@ -3,7 +3,7 @@
 base.py       the frozen value every section is
 models.py     Config and its sections, and the safety rules that refuse a config
 retired.py    the keys a release renamed or removed, refused with what replaces them
-sources.py    the reference sources' sections: manifests, tag references, owner references
+sources.py    the reference sources' sections: manifests, tag references, a scope entry's owner rule
 loading.py    YAML + env + flags -> Config, and the error messages that name each field
 redaction.py  what is shown of a state store URL's secrets
 schedule_fit.py  whether a schedule sweeps often enough to reclaim anything
@@ -43,6 +43,7 @@ from tq_gc.config.schema import config_schema
 from tq_gc.config.sources import (
     NEMO_RL_STAGING_PARTITION,
     ManifestSource,
+    Owner,
     OwnerReference,
     TagReference,
     WhenEmpty,
@@ -67,6 +68,7 @@ __all__ = [
     "ConfigLike",
     "Limits",
     "ManifestSource",
+    "Owner",
     "OwnerReference",
     "Pacing",
     "Schedule",

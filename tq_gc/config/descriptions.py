@@ -28,7 +28,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "admissions": "The admission registry as a reference source.",
         "manifests": "Files that name referenced rows (checkpoint manifests, NeMo RL records).",
         "tag_references": "Rows whose tags name other rows, which are referenced while those rows exist.",
-        "owner_references": "Rows referenced while an owner row exists (verl's trajectories and prompts).",
         "limits": "The blast radius of one sweep.",
         "schedule": "When the sidecar sweeps: interval_seconds or cron.",
         "sidecar": "The sidecar actor in the job's Ray cluster.",
@@ -55,7 +54,9 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "all_keys": "Every key of the partition is in scope (a staging partition).",
         "key_pattern": "A regular expression the whole key must match to be in scope.",
         "created_by_stack": "The stack creates this partition later (verl's val): while absent it is not "
-        "a misspelling (no failed check, no warning), and an owner reference of it names nothing.",
+        "a misspelling (no failed check, no warning), and the entry's owner rule names nothing.",
+        "owner": "Rows in scope are referenced while their owner row exists in this partition (verl's "
+        "trajectories while their prompt row); needs key_pattern.",
     },
     "AdmissionsConfig": {
         "expect_nonempty": "No live admission aborts the sweep (a job whose publishers always hold one).",
@@ -75,13 +76,9 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "target_partition": "The partition the named rows are in.",
         "when_empty": WHEN_EMPTY,
     },
-    "OwnerReference": {
-        "partition": "The partition whose rows have owners.",
-        "key_pattern": "A regular expression on the row's key; its named groups fill owner_key.",
-        "owner_key": "The owner's key, a template of key_pattern's groups, such as '{uid}'.",
-        "owner_tag": "Instead of key_pattern: the tag holding the owner's key.",
-        "owner_partition": "Where the owner rows live (default: partition).",
-        "owner_has_tag": "Only an owner row carrying this tag (true) owns.",
+    "Owner": {
+        "key": "The owner row's key, a template of the entry's key_pattern's named groups, such as '{uid}'.",
+        "has_tag": "Only an owner row carrying this tag (true) owns (verl: is_prompt).",
         "when_empty": WHEN_EMPTY,
     },
     "Limits": {

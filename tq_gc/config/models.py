@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from tq_gc.config.base import DURATION_WITH_UNIT, Frozen
 from tq_gc.config.redaction import redact_url
 from tq_gc.config.schedule_fit import default_schedule, schedule_gap_problem
-from tq_gc.config.sources import ManifestSource, OwnerReference, TagReference, compile_key_pattern
+from tq_gc.config.sources import ManifestSource, Owner, OwnerReference, TagReference, compile_key_pattern
 from tq_gc.state.url import STATE_SCHEMES, not_a_state_url
 
 MIN_GRACE_SECONDS = 60.0
@@ -57,8 +57,13 @@ class ScopeEntry(Frozen):
     # prompt rows `{uid}`).
     key_pattern: str | None = None
     # The stack creates this partition on its first write (verl's `val` at its first validation): while
-    # it does not exist, that is the stack's normal state, not a misspelled partition.
+    # it does not exist, that is the stack's normal state, not a misspelled partition (and the owner rule
+    # names nothing: no row to keep or to delete).
     created_by_stack: bool = False
+    # Rows in scope are referenced while their owner row exists in this partition (verl's trajectories
+    # `{uid}_{session}_{index}` while their prompt row `{uid}`): a key template over key_pattern's groups.
+    # Only rows in scope matter to it: a row out of scope is never deleted.
+    owner: Owner | None = None
 
     @field_validator("prefixes")
     @classmethod
@@ -91,7 +96,16 @@ class ScopeEntry(Frozen):
                 f"scope entry for partition {self.partition!r} needs exactly one of non-empty "
                 "`prefixes`, `all_keys: true` or `key_pattern`"
             )
+        if self.owner is not None:
+            self.owner.check_key_fits(self.key_pattern)
         return self
+
+    @property
+    def owner_reference(self) -> OwnerReference | None:
+        """The entry's owner rule as the owners source reads it, or None without an owner."""
+        if self.owner is None or self.key_pattern is None:
+            return None
+        return OwnerReference(self.partition, self.key_pattern, self.owner, self.created_by_stack)
 
 
 class Pacing(Frozen):
@@ -233,7 +247,6 @@ class Config(Frozen):
     admissions: AdmissionsConfig = AdmissionsConfig()
     manifests: tuple[ManifestSource, ...] = ()
     tag_references: tuple[TagReference, ...] = ()
-    owner_references: tuple[OwnerReference, ...] = ()
     limits: Limits = Limits()
     schedule: Schedule = Schedule()
     sidecar: SidecarConfig = SidecarConfig()
@@ -280,7 +293,6 @@ class Config(Frozen):
         if len(partitions) != len(set(partitions)):
             raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
         _check_batch_fits_lease(self.transfer_queue.pacing, self.lease_ttl_seconds)
-        self._owner_partitions_created_by_stack()
         if "schedule" not in self.model_fields_set:  # none written: one that sweeps twice per grace
             object.__setattr__(self, "schedule", default_schedule(self.grace_seconds))
         if not self.allow_short_grace:
@@ -288,14 +300,6 @@ class Config(Frozen):
             if problem is not None:
                 raise ValueError(problem)
         return self
-
-    def _owner_partitions_created_by_stack(self) -> None:
-        """An owner reference is quiet while its partition is absent when the scope entry of that
-        partition says the stack creates it (the one place that says so)."""
-        later = {entry.partition for entry in self.scope if entry.created_by_stack}
-        for reference in self.owner_references:
-            if reference.partition in later:
-                reference.mark_created_by_stack()
 
     def _no_protected_partition_in_scope(self) -> None:
         for entry in self.scope:
@@ -311,6 +315,12 @@ class Config(Frozen):
                 "change there as fatal. Remove it from scope, or set allow_unsafe_scope: true if you "
                 "really mean it"
             )
+
+    @property
+    def owner_references(self) -> tuple[OwnerReference, ...]:
+        """The owner rules of the scope entries that have one, in scope order."""
+        rules = (entry.owner_reference for entry in self.scope)
+        return tuple(rule for rule in rules if rule is not None)
 
     @property
     def protected(self) -> frozenset[str]:

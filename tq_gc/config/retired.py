@@ -43,12 +43,11 @@ RETIRED: Mapping[str, str] = {
     "abort",
     "tag_references[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
     "accept",
-    "owner_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
-    "abort",
-    "owner_references[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is "
-    "when_empty: accept",
-    "owner_references[].created_by_stack": "removed: set created_by_stack: true on the partition's scope "
-    "entry, which says it once for the scope and the owner reference",
+    "owner_references": "owner_references was replaced by scope[].owner: on the scope entry of the "
+    "partition, with its key_pattern, write owner: {key: '{uid}', has_tag: is_prompt, when_empty: accept} "
+    "(owner_key is owner.key, owner_has_tag is has_tag). owner_tag and owner_partition are gone (no "
+    "stack's layout and no shipped config used them): the owner rows are in the entry's partition, and "
+    "the owner's key comes from the key template",
 }
 
 

@@ -1,12 +1,14 @@
-"""Config of the reference sources read from files and rows: manifests, tag references, owner references."""
+"""Config of the reference sources read from files and rows: manifests, tag references, and a scope
+entry's owner rule (and the owner reference the owners source reads from it)."""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tq_gc.config.base import Frozen
 from tq_gc.formats.globs import Pattern
@@ -126,91 +128,79 @@ class TagReference(EmptinessRule):
         return key_path
 
 
-class OwnerReference(EmptinessRule):
-    """Rows of `partition` referenced while their owner row exists in `owner_partition`.
+class Owner(EmptinessRule):
+    """A scope entry's owner rule: a row in scope is referenced while its owner row exists in the same
+    partition (Kubernetes' ownerReferences). `key` is a template over the entry's key_pattern's named
+    groups (`{uid}`), checked against the pattern by the entry (ScopeEntry)."""
 
-    The owner's key comes from the row's key (`key_pattern`, whose named groups fill `owner_key`) or
-    from one of its tags (`owner_tag`). A row the pattern does not match, or without the tag, is left
-    to the other rules."""
-
-    partition: str = Field(min_length=1)
-    key_pattern: str | None = None
-    owner_key: str | None = None
-    owner_tag: str | None = Field(default=None, min_length=1)
-    owner_partition: str | None = Field(default=None, min_length=1)
+    key: str
     # The owner row counts only while this tag is true on it: verl's prompt rows carry is_prompt, and a
     # status put (kv_put creates a missing key) can bring a cleared prompt row back as a row without it.
-    owner_has_tag: str | None = Field(default=None, min_length=1)
-    # The stack creates this partition on its first write (verl's `val` at its first validation): while
-    # it does not exist the rule names nothing, instead of failing the sweep as a typo would. Only where
-    # rows and owners share the partition: then its absence leaves no row to keep or to delete. Said once,
-    # on the partition's scope entry (Config marks its owner references).
-    _created_by_stack: bool = PrivateAttr(default=False)
+    has_tag: str | None = Field(default=None, min_length=1)
 
-    @property
-    def created_by_stack(self) -> bool:
-        return self._created_by_stack
-
-    def mark_created_by_stack(self) -> None:
-        """The partition's scope entry says the stack creates it: quiet while absent (see above)."""
-        if self.owners_in != self.partition:
-            raise ValueError(
-                f"created_by_stack: the owners of {self.partition!r} are in {self.owners_in!r}, and an "
-                "absent owner partition would leave every row of an existing one unreferenced; it keeps "
-                "an absent partition quiet only where rows and owners share it"
-            )
-        self._created_by_stack = True
-
-    @property
-    def source_id(self) -> str:
-        """How sweeps, the state store and `--accept-empty` name this source."""
-        rule = f"owner_tag={self.owner_tag}" if self.owner_tag is not None else self.key_pattern
-        return f"owner_references:{self.partition}:{rule}"
-
-    @field_validator("key_pattern")
+    @field_validator("key")
     @classmethod
-    def _compiles(cls, key_pattern: str | None) -> str | None:
-        if key_pattern is not None:
-            compile_key_pattern(key_pattern)
-        return key_pattern
+    def _key_is_a_template(cls, key: str) -> str:
+        KeyTemplate.parse(key)  # a malformed template would abort every sweep later: refuse it now
+        return key
 
-    @model_validator(mode="after")
-    def _one_way_to_the_owner(self) -> OwnerReference:
-        if (self.key_pattern is None) == (self.owner_tag is None):
+    def check_key_fits(self, key_pattern: str | None) -> None:
+        """ValueError unless `key` names only (and at least one of) `key_pattern`'s named groups."""
+        if key_pattern is None:
             raise ValueError(
-                f"owner reference for partition {self.partition!r} needs exactly one of `key_pattern` "
-                "(with `owner_key`) or `owner_tag`"
+                "owner: the owner's key is a template over the entry's key_pattern's named groups, such as "
+                "'{uid}' of '^(?P<uid>[^_]+)_\\d+$': give the entry a key_pattern (prefixes and all_keys "
+                "have no groups to fill it)"
             )
-        if self.owner_tag is not None:
-            if self.owner_key is not None:
-                raise ValueError("owner_key: only a key_pattern fills a template; with owner_tag drop it")
-        else:
-            self._check_owner_key()
-        if self.owner_partition is None:
-            object.__setattr__(self, "owner_partition", self.partition)
-        return self
-
-    def _check_owner_key(self) -> None:
-        if self.owner_key is None:
-            raise ValueError("owner_key: key_pattern needs a template for the owner's key, such as '{uid}'")
-        try:
-            template = KeyTemplate.parse(self.owner_key)
-        except ValueError as exc:
-            raise ValueError(f"owner_key: {exc}") from None
-        named = compile_key_pattern(self.key_pattern or "").groupindex
+        template = KeyTemplate.parse(self.key)
+        named = compile_key_pattern(key_pattern).groupindex
         unknown = [group for group in template.groups if group not in named]
         if unknown:
             raise ValueError(
-                f"owner_key: {self.owner_key!r} names {', '.join(map(repr, unknown))}, not a named group "
-                f"of key_pattern {self.key_pattern!r} (its groups: {', '.join(named) or 'none'})"
+                f"owner.key: {self.key!r} names {', '.join(map(repr, unknown))}, not a named group of "
+                f"key_pattern {key_pattern!r} (its groups: {', '.join(named) or 'none'})"
             )
         if not template.groups:
             raise ValueError(
-                f"owner_key: {self.owner_key!r} uses no group of key_pattern, so every row would have "
-                "the same owner: write a template such as '{uid}'"
+                f"owner.key: {self.key!r} uses no group of key_pattern, so every row would have the same "
+                "owner: write a template such as '{uid}'"
             )
 
+
+@dataclass(frozen=True, slots=True)
+class OwnerReference:
+    """One scope entry's owner rule as the owners source reads it (Config.owner_references): the rows of
+    `partition` matching `key_pattern` are referenced while their owner row, keyed by `owner.key`, exists
+    in that partition. `created_by_stack` is the entry's: while the stack has not created the partition
+    there is no row to keep or to delete, and the rule names nothing."""
+
+    partition: str
+    key_pattern: str
+    owner: Owner
+    created_by_stack: bool = False
+
     @property
-    def owners_in(self) -> str:
-        """The partition the owner rows live in (the validator fills in the default)."""
-        return self.owner_partition or self.partition
+    def source_id(self) -> str:
+        """How sweeps, the state store and `--accept-empty` name this source (as when owner rules were a
+        section of their own: an existing state store's records still apply)."""
+        return f"owner_references:{self.partition}:{self.key_pattern}"
+
+    @property
+    def owner_key(self) -> str:
+        return self.owner.key
+
+    @property
+    def owner_has_tag(self) -> str | None:
+        return self.owner.has_tag
+
+    @property
+    def when_empty(self) -> WhenEmpty:
+        return self.owner.when_empty
+
+    @property
+    def expect_nonempty(self) -> bool:
+        return self.owner.expect_nonempty
+
+    @property
+    def may_become_empty(self) -> bool:
+        return self.owner.may_become_empty

@@ -3,26 +3,25 @@
 verl keeps one prompt row per group, keyed `{uid}`, beside the group's trajectory rows keyed
 `{uid}_{session_id}_{index}`, until its replay buffer samples the group: then the prompt row goes at
 once and the trajectories stay in the trainer's hands for the whole step, held by the trainer
-integration's admissions (tq_gc.integrations.verl), not by this rule. With
+integration's admissions (tq_gc.integrations.verl), not by this rule. With the scope entry
 
-    owner_references:
+    scope:
       - partition: train
         key_pattern: '^(?P<uid>[^_]+)_[^_]+_\\d+$'
-        owner_key: '{uid}'
-        owner_has_tag: is_prompt
+        owner: {key: '{uid}', has_tag: is_prompt}
 
 a trajectory is referenced while `train` holds the row `{uid}` tagged is_prompt. The owner's key comes
-from the row's key (a pattern the whole key must match, whose named groups fill the `owner_key` template)
-or from a tag (`owner_tag`: the tag's value is the owner's key); `owner_has_tag` makes an owner row count
-only while that tag is true on it. A row the pattern does not match, or without the tag, is left to the
-other rules; a row whose owner is absent is unreferenced, and its grace runs as always.
+from the row's key (the entry's pattern, which the whole key must match, whose named groups fill the
+`owner.key` template); `has_tag` makes an owner row count only while that tag is true on it. A row the
+pattern does not match is out of scope, never deleted; a row whose owner is absent is unreferenced, and
+its grace runs as always.
 
-Owners are looked up in the sweep's own listing of the owner partition (one snapshot, read in the
-tags' slot: see sweep.observe.Observer.read). Fails closed: a partition the row store lacks
-(owned or owner), an owner tag that is not a key string, a match that leaves a group of the template
-unset, and a reference with `when_empty: abort` whose pattern matches no row of a non-empty partition
-all fail the source. A reference marked `created_by_stack` (its rows and owners in one partition, which
-the stack creates on its first write) names nothing while that partition does not exist.
+Owners are looked up in the sweep's own listing of the partition (one snapshot, read in the tags' slot:
+see sweep.observe.Observer.read). Fails closed: a partition the row store lacks, a match that leaves a
+group of the template unset, and a rule with `when_empty: abort` whose pattern matches no row of a
+non-empty partition all fail the source. The rule of an entry marked `created_by_stack` (the stack
+creates the partition on its first write) names nothing while the partition does not exist: there is no
+row to keep or to delete.
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ class OwnerSummary:
     and of those, how many have their owner (kept) and how many do not (unreferenced)."""
 
     partition: str
-    owner_partition: str
     rows: int
     matched: int
     owned: int
@@ -71,10 +69,9 @@ class OwnersSource:
 
     @property
     def partitions(self) -> list[str]:
-        """The partitions this source reads (owned and owner ones): a collector that lists them anyway
-        can pass its listing."""
-        named = [(rule.reference.partition, rule.reference.owners_in) for rule in self._rules]
-        return list(dict.fromkeys(partition for pair in named for partition in pair))
+        """The partitions this source reads (rows and owners share each): a collector that lists them
+        anyway can pass its listing."""
+        return list(dict.fromkeys(rule.reference.partition for rule in self._rules))
 
     def read(self, listed: Listing | None = None, existing: Collection[str] | None = None) -> KeysByPartition:
         """{partition: keys} of the rows whose owner exists. `listed` ({partition: {key: tags}}) replaces
@@ -92,13 +89,7 @@ class OwnersSource:
     ) -> list[OwnerSummary]:
         """What each reference finds now, in config order (raises ReferenceSourceError like read)."""
         return [
-            OwnerSummary(
-                rule.reference.partition,
-                rule.reference.owners_in,
-                found.rows,
-                found.matched,
-                len(found.owned),
-            )
+            OwnerSummary(rule.reference.partition, found.rows, found.matched, len(found.owned))
             for rule, found in self._matched(listed, existing)
         ]
 
@@ -111,24 +102,19 @@ class OwnersSource:
         known = self._listed.existing(existing)
         for rule in self._rules:
             reference = rule.reference
-            if reference.created_by_stack and reference.partition not in known:
-                yield rule, _NOT_CREATED  # rows and owners share it (config): no row to keep or delete
-                continue
-            for role, partition in (
-                ("partition", reference.partition),
-                ("owner_partition", reference.owners_in),
-            ):
-                if partition not in known:
-                    raise ReferenceSourceError(
-                        Source.OWNERS.value,
-                        f"partition {partition!r} (owner_references {role}) does not exist in the row "
-                        "store: a typo, a renamed partition, or a job that has not written it yet (mark "
-                        "the entry created_by_stack: true if the stack creates it later). Nothing is "
-                        "deleted until it exists",
-                    )
+            if reference.partition not in known:
+                if reference.created_by_stack:
+                    yield rule, _NOT_CREATED  # rows and owners share it: no row to keep or delete
+                    continue
+                raise ReferenceSourceError(
+                    Source.OWNERS.value,
+                    f"partition {reference.partition!r} (the owner rule of its scope entry) does not exist "
+                    "in the row store: a typo, a renamed partition, or a job that has not written it yet "
+                    "(mark the entry created_by_stack: true if the stack creates it later). Nothing is "
+                    "deleted until it exists",
+                )
             rows = self._listed.rows(reference.partition, listed)
-            owners = self._listed.rows(reference.owners_in, listed)
-            yield rule, rule.find(rows, owners)
+            yield rule, rule.find(rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,42 +132,39 @@ class _Rule:
     """One owner reference, compiled: how to find a row's owner key."""
 
     reference: OwnerReference
-    owner_of: Callable[[str, Tags | None], str | None]
+    owner_of: Callable[[str], str | None]
 
     @classmethod
     def of(cls, reference: OwnerReference) -> _Rule:
-        if reference.owner_tag is not None:
-            return cls(reference, _by_tag(reference, reference.owner_tag))
-        assert reference.key_pattern is not None and reference.owner_key is not None, "config validated"
         template = KeyTemplate.parse(reference.owner_key)
         return cls(
             reference, _by_key(reference, compile_key_pattern(reference.key_pattern).fullmatch, template)
         )
 
-    def find(self, rows: Mapping[str, Tags], owners: Mapping[str, Tags]) -> _Found:
-        """The keys of `rows` whose owner is a key of `owners`, and how many rows have an owner key."""
+    def find(self, rows: Mapping[str, Tags]) -> _Found:
+        """The keys of `rows` whose owner is a key of `rows` too, and how many rows have an owner key."""
         owned: list[str] = []
         matched = 0
         counts = _counts_as_owner(self.reference.owner_has_tag)
-        for key, tags in rows.items():
-            owner = self.owner_of(key, tags)
+        for key in rows:
+            owner = self.owner_of(key)
             if owner is None:
                 continue
             matched += 1
-            if owner in owners and counts(owners[owner]):
+            if owner in rows and counts(rows[owner]):
                 owned.append(key)
         if self.reference.expect_nonempty and rows and not matched:
             raise ReferenceSourceError(
                 Source.OWNERS.value,
-                f"{_describe(self.reference)} matches none of the {len(rows)} rows of partition "
-                f"{self.reference.partition!r}, but the reference has when_empty: abort: check the pattern "
-                "against the job's keys",
+                f"key_pattern {self.reference.key_pattern!r} matches none of the {len(rows)} rows of "
+                f"partition {self.reference.partition!r}, but the owner has when_empty: abort: check the "
+                "pattern against the job's keys",
             )
         return _Found(len(rows), matched, owned)
 
 
 def _counts_as_owner(required_tag: str | None) -> Callable[[Tags | None], bool]:
-    """Whether an owner row with these tags counts (owner_has_tag)."""
+    """Whether an owner row with these tags counts (owner.has_tag)."""
     if required_tag is None:
         return lambda _tags: True
     return lambda tags: bool(tags and tags.get(required_tag))
@@ -189,11 +172,11 @@ def _counts_as_owner(required_tag: str | None) -> Callable[[Tags | None], bool]:
 
 def _by_key(
     reference: OwnerReference, fullmatch: Callable[[str], re.Match[str] | None], template: KeyTemplate
-) -> Callable[[str, Tags | None], str | None]:
+) -> Callable[[str], str | None]:
     # `{uid}` alone, the common case: the group itself, without rendering (a sweep does this per row)
     whole = template.pieces[0][1] if len(template.pieces) == 1 and not template.pieces[0][0] else None
 
-    def owner_of(key: str, _tags: Tags | None) -> str | None:
+    def owner_of(key: str) -> str | None:
         match = fullmatch(key)
         if match is None:
             return None
@@ -202,28 +185,8 @@ def _by_key(
             raise ReferenceSourceError(
                 Source.OWNERS.value,
                 f"row {reference.partition}/{key} matches key_pattern {reference.key_pattern!r} but leaves a "
-                f"group of owner_key {reference.owner_key!r} unset: make the group required",
+                f"group of owner.key {reference.owner_key!r} unset: make the group required",
             )
         return owner
 
     return owner_of
-
-
-def _by_tag(reference: OwnerReference, tag: str) -> Callable[[str, Tags | None], str | None]:
-    def owner_of(key: str, tags: Tags | None) -> str | None:
-        owner = tags.get(tag) if tags else None
-        if owner is None or isinstance(owner, str):
-            return owner
-        raise ReferenceSourceError(
-            Source.OWNERS.value,
-            f"row {reference.partition}/{key}: tag {tag!r} is {type(owner).__name__} {owner!r}, not the "
-            "owner's key (a string)",
-        )
-
-    return owner_of
-
-
-def _describe(reference: OwnerReference) -> str:
-    if reference.owner_tag is not None:
-        return f"owner_tag {reference.owner_tag!r}"
-    return f"key_pattern {reference.key_pattern!r}"
