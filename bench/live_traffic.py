@@ -347,7 +347,6 @@ class Bench:
             "duty_cycle": self.args.duty_cycle,
             "batch": self.args.batch,
             "quiet_ms": self.args.quiet_ms,
-            "max_deletes_per_second": self.args.max_deletes_per_second,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -545,16 +544,14 @@ def main() -> None:
         "the run's noise floor, baseline_spread)",
     )
     parser.add_argument(
-        "--duty-cycle", type=float, help="transfer_queue.pacing.duty_cycle (default: the config's)"
+        "--duty-cycle",
+        type=float,
+        help="transfer_queue.pacing.duty_cycle, the one throttle of listings and deletes (default: the "
+        "config's)",
     )
     parser.add_argument("--batch", type=int, help="transfer_queue.pacing.batch")
     parser.add_argument(
         "--quiet-ms", type=float, help="transfer_queue.pacing.quiet_ms (0: no wait for quiet)"
-    )
-    parser.add_argument(
-        "--max-deletes-per-second",
-        type=float,
-        help="transfer_queue.pacing.max_deletes_per_second (default: unthrottled)",
     )
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"

@@ -141,7 +141,7 @@ def test_a_failed_push_after_an_aborted_sweep_exits_4(cli: Cli, not_a_gateway: s
             "protected",
         ),
         ({"lease_ttl_seconds": float("inf")}, "lease_ttl_seconds"),
-        ({"transfer_queue": {"pacing": {"max_deletes_per_second": 1e-9}}}, "pacing.max_deletes_per_second"),
+        ({"transfer_queue": {"pacing": {"max_deletes_per_second": 1}}}, "pacing.duty_cycle"),
         ({"schedule": {"interval_seconds": 60, "cron": "*/5 * * * *"}}, "schedule"),
         (
             {"tag_references": [{"partition": "d", "key_path": "a..b", "target_partition": STAGING}]},

@@ -65,10 +65,6 @@ FLOAT_FIELDS = [
     ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
     ("transfer_queue.pacing.duty_cycle", "transfer_queue: {{pacing: {{duty_cycle: {}}}}}"),
     ("transfer_queue.pacing.quiet_ms", "transfer_queue: {{pacing: {{quiet_ms: {}}}}}"),
-    (
-        "transfer_queue.pacing.max_deletes_per_second",
-        "transfer_queue: {{pacing: {{max_deletes_per_second: {}}}}}",
-    ),
 ]
 
 
@@ -129,43 +125,6 @@ def test_lease_ttl_outside_5_to_3600_seconds_is_refused(ttl: float) -> None:
 @pytest.mark.parametrize("ttl", [5, 3600])
 def test_lease_ttl_bounds_are_inclusive(ttl: float) -> None:
     assert parse_config(config_with(f"lease_ttl_seconds: {ttl}")).lease_ttl_seconds == ttl
-
-
-# throttle against the lease ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "pacing",
-    [
-        "{max_deletes_per_second: 1.0e-9}",  # one batch would take 63,000 years: wedges the sidecar
-        "{batch: 2000, max_deletes_per_second: 10}",  # 200 s per batch, lease 60 s
-        "{batch: 3000, max_deletes_per_second: 100}",  # 30 s: exactly half the lease is too long
-    ],
-)
-def test_a_delete_batch_must_fit_in_half_the_lease(pacing: str) -> None:
-    message = refusal(f"lease_ttl_seconds: 60\ntransfer_queue: {{pacing: {pacing}}}")
-    for name in ("pacing.batch", "pacing.max_deletes_per_second", "lease_ttl_seconds"):
-        assert name in message, message
-    assert "(top level)" not in message
-
-
-@pytest.mark.parametrize(
-    "yaml_text",
-    [
-        "lease_ttl_seconds: 60\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 0}}",
-        "lease_ttl_seconds: 60\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 100}}",
-        "lease_ttl_seconds: 600\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 10}}",
-    ],
-)
-def test_a_throttle_that_fits_in_half_the_lease_is_accepted(yaml_text: str) -> None:
-    parse_config(config_with(yaml_text))
-
-
-def test_the_refusal_says_what_value_would_fit() -> None:
-    message = refusal(
-        "lease_ttl_seconds: 60\ntransfer_queue: {pacing: {batch: 2000, max_deletes_per_second: 10}}"
-    )
-    assert "above 66.7" in message and "below 300" in message
 
 
 # tag references ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.memory import MemoryRowStore
-from tq_gc.stores.transferqueue.pacing import DeleteThrottle, Pacer
+from tq_gc.stores.transferqueue.pacing import Pacer
 
 
 def pacer(window: int = 400, duty: float = 0.5) -> Pacer:
@@ -87,43 +87,3 @@ def test_a_deferred_store_over_a_store_that_keeps_no_stats_reports_none() -> Non
     deferred = DeferredRowStore(MemoryRowStore)
     deferred.ensure_attached()
     assert deferred.take_request_stats() == {}
-
-
-def test_an_unthrottled_store_never_waits_before_a_delete_batch() -> None:
-    throttle = DeleteThrottle(rows_per_second=0)
-    throttle.let_through(10_000, now=5.0)
-
-    assert throttle.wait_seconds(now=5.0) == 0.0
-
-
-def test_the_first_delete_batch_goes_at_once_and_each_next_waits_what_the_one_before_needs() -> None:
-    throttle = DeleteThrottle(rows_per_second=200)
-
-    assert throttle.wait_seconds(now=10.0) == 0.0
-    throttle.let_through(100, now=10.0)  # 100 rows at 200 a second: half a second
-    assert throttle.wait_seconds(now=10.1) == pytest.approx(0.4)  # the re-check and the clear took 0.1 s
-    assert throttle.wait_seconds(now=10.7) == 0.0  # slower than the throttle by itself: no wait
-
-
-@pytest.mark.parametrize("work_seconds", [0.0, 0.1, 0.3, 2.0])
-def test_delete_batches_let_through_keep_to_the_rate_whatever_their_own_work_takes(
-    work_seconds: float,
-) -> None:
-    """Batches of 100 at 200 rows a second, each batch's own re-check and clear taking `work_seconds`:
-    however long that is, the rows let through before any moment are at most the rate's since the
-    first, plus the batch let through then."""
-    throttle, now, let_through_at = DeleteThrottle(rows_per_second=200), 0.0, []
-    for _ in range(20):
-        now += throttle.wait_seconds(now)
-        throttle.let_through(100, now)
-        let_through_at.append(now)
-        now += work_seconds
-    for batches, at in enumerate(let_through_at, start=1):
-        assert (batches - 1) * 100 <= at * 200 + 1e-6
-    assert let_through_at[-1] == pytest.approx(19 * max(0.5, work_seconds))
-
-
-@pytest.mark.parametrize("rows_per_second", [-1.0, float("nan")])
-def test_a_negative_delete_rate_is_refused(rows_per_second: float) -> None:
-    with pytest.raises(ValueError, match="rows_per_second"):
-        DeleteThrottle(rows_per_second)

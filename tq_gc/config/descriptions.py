@@ -42,9 +42,7 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "batch": "The most keys one TransferQueue request asks for, and the most rows one delete batch "
         "carries (<= 20000; requests adapt between a quarter of this and this).",
         "duty_cycle": "The most of the wall time tq-gc's requests may take while it lists and deletes (1: no "
-        "pauses).",
-        "max_deletes_per_second": "Delete pace, in rows (0: unthrottled); a batch must take under half the "
-        "lease.",
+        "pauses): the one throttle, of listings and deletes alike.",
         "quiet_ms": "Before each request, wait until the controller is idle this long, 250 ms at most (0: "
         "never wait).",
     },

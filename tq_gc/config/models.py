@@ -126,10 +126,6 @@ class Pacing(Frozen):
     # Deletes then go in batches of batch/4. 20: above the gaps within a step measured here (under
     # 10 ms). 0: never wait (and delete batches of `batch`).
     quiet_ms: float = Field(default=DEFAULT_QUIET_MS, ge=0.0, allow_inf_nan=False)
-    # Deletes only, 0: unthrottled. A job that wants its p99 untouched while tq-gc works through a big
-    # backlog: 500 took a 1M-row job's p99 from 1.2-1.5x to 1.16x at the default schedule
-    # (docs/performance.md), at 1.8M rows an hour.
-    max_deletes_per_second: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
     @field_validator("batch")
     @classmethod
@@ -292,7 +288,6 @@ class Config(Frozen):
         partitions = [entry.partition for entry in self.scope]
         if len(partitions) != len(set(partitions)):
             raise ValueError("scope: each partition may appear once; merge the entries' prefixes")
-        _check_batch_fits_lease(self.transfer_queue.pacing, self.lease_ttl_seconds)
         if "schedule" not in self.model_fields_set:  # none written: one that sweeps twice per grace
             object.__setattr__(self, "schedule", default_schedule(self.grace_seconds))
         if not self.allow_short_grace:
@@ -342,26 +337,3 @@ class Config(Frozen):
         """Every URL this config holds, which may carry credentials: what every output hides the secrets
         of (redaction.redact_text)."""
         return (self.state_url, self.transfer_queue.ray_address)
-
-
-def _check_batch_fits_lease(pacing: Pacing, lease_ttl_seconds: float) -> None:
-    """A throttled delete batch must end well inside the lease, or the lease runs out mid-batch (and a
-    rate near zero sleeps for years, wedging the sidecar's scheduler)."""
-    rate = pacing.max_deletes_per_second
-    if rate == 0:
-        return
-    batch_seconds = pacing.batch / rate
-    budget = lease_ttl_seconds / 2
-    if batch_seconds < budget:
-        return
-    fixes = [f"Raise max_deletes_per_second above {pacing.batch / budget:.3g}"]
-    if rate * budget > 1:
-        fixes.append(f"lower batch below {rate * budget:.3g}")
-    if 2 * batch_seconds < MAX_LEASE_TTL_SECONDS:
-        fixes.append(f"raise lease_ttl_seconds above {2 * batch_seconds:.3g}")
-    raise ValueError(
-        f"transfer_queue.pacing.batch={pacing.batch} at "
-        f"transfer_queue.pacing.max_deletes_per_second={rate:g} takes {batch_seconds:.3g} s per batch, not "
-        f"under half of lease_ttl_seconds={lease_ttl_seconds:g}: the lease could run out mid-batch. "
-        f"{'; or '.join(fixes)} (0 means unthrottled)"
-    )

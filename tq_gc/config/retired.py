@@ -14,6 +14,10 @@ _PACING_BATCH = (
     "transfer_queue.pacing.batch: the one batch size, of a TransferQueue request and of a delete batch"
 )
 _FIXED = "removed: tq-gc uses a fixed value"
+_ONE_THROTTLE = (
+    "transfer_queue.pacing.duty_cycle is the one throttle, of listings and deletes alike (lower it to "
+    "press less on the job's TransferQueue controller)"
+)
 
 RETIRED: Mapping[str, str] = {
     "transfer_queue.request_batch": f"renamed to {_PACING_BATCH}",
@@ -25,7 +29,8 @@ RETIRED: Mapping[str, str] = {
     "transfer_queue.ray_namespace": "removed: tq-gc finds the TransferQueue controller in TQ's own Ray "
     "namespace, whatever namespace it joins",
     "limits.delete_batch": f"moved to {_PACING_BATCH}",
-    "limits.max_deletes_per_second": "moved to transfer_queue.pacing.max_deletes_per_second",
+    "limits.max_deletes_per_second": f"removed: {_ONE_THROTTLE}",
+    "transfer_queue.pacing.max_deletes_per_second": f"removed: {_ONE_THROTTLE}",
     "limits.fraction_min_rows": f"{_FIXED} (100: below that many eligible rows the fraction guard is quiet)",
     "schedule.jitter_seconds": "removed: sweeps start on the schedule, without jitter",
     "schedule.misfire_grace_seconds": f"{_FIXED} (30 s)",

@@ -27,9 +27,15 @@ ADMISSION_TTL_S = 600.0
 KILL_AFTER = 1000  # rows deleted before the chaos strikes: well into the delete phase
 # The test polls TQ and strikes once KILL_AFTER rows are gone: the sweep must still be deleting then. A
 # test process on a busy 2-core machine takes seconds to see it and strike (2.6 s was too few at load
-# 15): the rest of the orphans take STRIKE_WITHIN_S to delete at this rate.
-STRIKE_WITHIN_S = 5.0
-DELETES_PER_SECOND = (ORPHANS - KILL_AFTER) / STRIKE_WITHIN_S
+# 15). The duty cycle, the one throttle, slows the deletes: after a re-check and clear of t seconds the
+# sweeper pauses t * (1 - DUTY_CYCLE) / DUTY_CYCLE (19 t), so a batch takes at least 20 times its
+# requests, and a busier machine slows them in proportion (the rest of the orphans, 20-80 batches of a
+# few ms of requests each, take seconds: the time to strike).
+DUTY_CYCLE = 0.05
+# The fastest two requests (a re-check and a clear, each a Ray call to the controller) can be: what bounds
+# the delete rate from above, DELETE_BATCH rows per MIN_PAIR_S / DUTY_CYCLE at most.
+MIN_PAIR_S = 0.001
+MAX_DELETES_PER_SECOND = DELETE_BATCH * DUTY_CYCLE / MIN_PAIR_S
 
 MakeJob = Callable[..., Job]
 
@@ -85,7 +91,7 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             state_url=state_url,
             transfer_queue={
                 "ray_address": ray_cluster.address,
-                "pacing": {"batch": DELETE_BATCH, "max_deletes_per_second": DELETES_PER_SECOND},
+                "pacing": {"batch": DELETE_BATCH, "duty_cycle": DUTY_CYCLE},
             },
             scope=[{"partition": tq_partition, "all_keys": True}],
             grace_seconds=grace_s,

@@ -41,7 +41,7 @@ OBSERVE_EVERY_S = FAULT_GRACE_S / 4  # sweeps in this process keep the rows obse
 # test_crash_mid_sweep), and above the seconds a subprocess spends joining Ray and attaching to TQ while
 # it holds the lease on a loaded 2-core box (5-12 s seen).
 SUBPROCESS_LEASE_TTL_S = FAULT_GRACE_S + 5.0
-# One sweep in this process, deletes and all (3,000 rows at the chaos throttle: 3 s unloaded).
+# One sweep in this process, deletes and all (3,000 rows at the chaos duty cycle: seconds unloaded).
 SWEEP_WITHIN_S = 60.0
 # Converging may start with every clock restarted: a grace of sweeps a quarter grace apart, then the
 # deleting one.

@@ -3,7 +3,7 @@ cause `stopped`, its report counting every row it deleted), shutdown() returns o
 nothing is deleted after. No referenced row is lost, reruns converge, the audit names every removed row.
 
 The sidecar is a real actor in the session's cluster, sweeping on its schedule (which keeps the rows
-observed through the grace); its delete phase is slowed by the throttle, not by a fake store.
+observed through the grace); its delete phase is slowed by the duty cycle, not by a fake store.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness import SWEEP_TAIL_WITHIN_S, keys_in, wait_until
 from tq_gc import start_sidecar
 from tq_gc.sidecar.client import stop_sidecar
 
-from .conftest import DELETE_BATCH, KILL_AFTER, ORPHANS, MakeJob
+from .conftest import DELETE_BATCH, KILL_AFTER, MAX_DELETES_PER_SECOND, ORPHANS, MakeJob
 from .helpers import Job
 from .properties import (
     assert_audit_names_every_removed_row,
@@ -39,9 +39,10 @@ pytestmark = pytest.mark.ray
 # schedule's next fire. Longer than the grace, and every row's clock restarts: nothing is ever due.
 INTERVAL_S = 0.5
 GRACE_S = SWEEP_TAIL_WITHIN_S + INTERVAL_S
-DELETES_PER_SECOND = 200.0  # batches of 100 every 0.5 s: a delete phase of 15 s for 3,000 orphans
 CALL_TIMEOUT_S = 60.0
-QUIET_SECONDS = 2 * DELETE_BATCH / DELETES_PER_SECOND  # two batches' time: long enough to see one more
+# After shutdown returned, nothing is deleted: watched this long, many batches' time at the chaos duty
+# cycle (a batch takes ~20 times its few ms of requests).
+QUIET_SECONDS = 2.0
 
 
 @pytest.fixture
@@ -56,7 +57,6 @@ def sidecars() -> Iterator[list[Any]]:
 def sidecar_config(job: Job) -> dict[str, Any]:
     values: dict[str, Any] = yaml.safe_load(job.config.read_text())
     values["grace_seconds"] = GRACE_S
-    values["transfer_queue"]["pacing"]["max_deletes_per_second"] = DELETES_PER_SECOND
     values["schedule"] = {"interval_seconds": INTERVAL_S}
     values["sidecar"] = {"name": f"tq-gc-chaos-{uuid.uuid4().hex[:8]}"}
     return values
@@ -87,9 +87,9 @@ def test_sidecar_shutdown_mid_delete_stops_between_batches(
     left_at_shutdown = keys_in(tq, job.partition)
 
     # Between batches: at most the batch in flight when it was asked, one that may have begun before
-    # the call arrived, and those the throttle let through while this test read TQ (a slow read on a
-    # busy machine); nothing at all once shutdown returned.
-    while_reading = math.floor((asked - reading) * DELETES_PER_SECOND / DELETE_BATCH)
+    # the call arrived, and those the duty cycle let through while this test read TQ (a slow read on a
+    # busy machine: at the most rows a second it can let through); nothing at all once shutdown returned.
+    while_reading = math.ceil((asked - reading) * MAX_DELETES_PER_SECOND / DELETE_BATCH)
     assert len(left_when_asked - left_at_shutdown) <= (2 + while_reading) * DELETE_BATCH
     assert left_at_shutdown & job.orphans, "the sweep finished before it was stopped: slow it down"
     time.sleep(QUIET_SECONDS)

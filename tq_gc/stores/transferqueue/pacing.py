@@ -10,16 +10,14 @@ behind it. Two rules keep that short and rare, both from the latency tq-gc obser
   requests take at most `duty` of the wall time (0.5: a pause as long as the request). A loaded
   controller answers slower, and tq-gc then pauses longer: it backs off by itself.
 
-Deletes have a cap of their own besides (`DeleteThrottle`: transfer_queue.pacing.max_deletes_per_second),
-for a job that wants its p99 untouched while tq-gc works through a backlog.
+The duty cycle is the one throttle, of listings and deletes alike (transfer_queue.pacing.duty_cycle).
 
 Pure: the store measures, the pacer decides, and the store sleeps.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tq_gc.config.models import QUIET_WAIT_MAX_MS, REQUEST_TARGET_MS
 
@@ -74,32 +72,6 @@ def smallest_window(max_window: int) -> int:
     """The fewest rows a paced request carries: a quarter of `max_window` (Pacer.starting_small says
     why not fewer)."""
     return max(1, max_window // 4)
-
-
-@dataclass
-class DeleteThrottle:
-    """At most `rows_per_second` rows deleted a second (0: no cap). Before the store lets a delete batch
-    through, it waits what the batch let through last needs at this rate, less the time since: so the
-    time the sweep spends on a batch (its re-check, its clear, the store's quiet wait) counts toward it.
-    One per store, across its delete_batches calls: a sweep's partitions follow each other."""
-
-    rows_per_second: float
-    _last: tuple[int, float] | None = field(default=None, repr=False)  # (rows, when let through)
-
-    def __post_init__(self) -> None:
-        if math.isnan(self.rows_per_second) or self.rows_per_second < 0:
-            raise ValueError(f"rows_per_second must be 0 or more, got {self.rows_per_second}")
-
-    def wait_seconds(self, now: float) -> float:
-        """How long to wait at `now` (a monotonic clock's seconds) before the next batch goes."""
-        if self.rows_per_second == 0 or self._last is None:
-            return 0.0
-        rows, let_through_at = self._last
-        return max(0.0, rows / self.rows_per_second - (now - let_through_at))
-
-    def let_through(self, rows: int, now: float) -> None:
-        """A batch of `rows` goes at `now`."""
-        self._last = (rows, now)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,6 @@ class TransferQueueRowStore(RowStore):
         quiet: QuietSettings | None = None,
         controller_fit: ControllerFit | None = None,
         instance: str | None = None,
-        max_deletes_per_second: float = 0.0,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -115,8 +114,7 @@ class TransferQueueRowStore(RowStore):
         `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller. With
         `controller_fit` (what the probe at attach found), a function run on the controller that does
         not fit it is never tried: TQ's own call from the start. `instance` (controller_instance() at
-        attach) tells ensure_attached() whether the job's controller is still that one.
-        `max_deletes_per_second` (0: no cap) throttles delete_batches."""
+        attach) tells ensure_attached() whether the job's controller is still that one."""
         self._client = client
         self._controller = controller
         self._instance = instance
@@ -144,11 +142,7 @@ class TransferQueueRowStore(RowStore):
             self._sleep_unless_interrupted,
         )
         self._delete_batches = DeleteBatches(
-            request_batch,
-            max_deletes_per_second,
-            self._quiet,
-            self._sleep_unless_interrupted,
-            self.wait_for_quiet,
+            request_batch, self._quiet, lambda: self._sleep_unless_interrupted(0), self.wait_for_quiet
         )
         self._fit = controller_fit
         if controller_fit is not None:
@@ -204,7 +198,6 @@ class TransferQueueRowStore(RowStore):
             quiet=QuietSettings(*fixed.quiet_seconds(pacing.quiet_ms), request_thread_watch),
             controller_fit=fit,
             instance=instance,
-            max_deletes_per_second=pacing.max_deletes_per_second,
         )
 
     # ---- RowStore ----
@@ -289,10 +282,10 @@ class TransferQueueRowStore(RowStore):
             clear_keys(self._requests, partition, unique[done : done + size], done, len(unique))
 
     def delete_batches(self, partition: str, keys: Sequence[str]) -> Iterator[list[str]]:
-        """Batches each one re-check and clear of delete_if_unchanged, each yielded after the delete
-        throttle's wait and a quiet moment's: both so come before the sweep's re-check, never between it
-        and the clear (delete_batches.py). First, the check that the controller is still the one attached
-        to."""
+        """Batches each one re-check and clear of delete_if_unchanged, each yielded after a quiet moment's
+        wait: it so comes before the sweep's re-check, never between it and the clear (delete_batches.py).
+        A store asked to stop (interrupt) raises Interrupted before the next batch. First, the check that
+        the controller is still the one attached to."""
         self.ensure_attached()
         yield from self._delete_batches(keys)
 
