@@ -55,6 +55,7 @@ from common import (
     tags_for,
 )
 from gc_log import pauses_beside, start_gc_log, stop_gc_log
+from p99_breakdown import p99_breakdown, start_request_spans, stop_request_spans
 
 CONFIGS = ("no-tq-gc", "naive-clear", "tq-gc-default", "tq-gc-back-to-back")
 BASELINE = CONFIGS[0]
@@ -326,13 +327,23 @@ class Bench:
             self._wait_for_start_up(handle)
             self._wait_for_first_sweep(handle)
             self._start_gc_logs({"sidecar": handle})
+            ray_get(handle.__ray_call__.remote(start_request_spans))
             loop, reports = self._loop_beside(handle, config)
+            requests = ray_get(handle.__ray_call__.remote(stop_request_spans))
             gc_pauses = self._gc_pauses({"sidecar": handle}, loop)
             sweeps = {**self._sweeps(reports), **self._let_sweep_finish(handle)}
             every_sweep = {
                 r["run_id"]: r for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
             }
-            phases = {"slowest_1pct_by_phase": slowest_by_phase(loop, list(every_sweep.values()))}
+            phases = {
+                "slowest_1pct_by_phase": slowest_by_phase(loop, list(every_sweep.values())),
+                "p99_breakdown": p99_breakdown(
+                    loop,
+                    requests,
+                    [span for report in every_sweep.values() for span in sweep_phases(report)],
+                    percentile,
+                ),
+            }
             settings = {
                 "sweeper_nice": self.args.sweeper_nice,
                 "transfer_queue": {"pacing": self._pacing()},

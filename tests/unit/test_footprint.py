@@ -4,8 +4,11 @@ its headroom (the fullest unit binds), the pressure warning, and the growth esti
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tq_gc.decisions import Decision
 from tq_gc.footprint import (
@@ -130,3 +133,33 @@ def test_leftovers_read_back_from_the_report_and_show_in_status() -> None:
 
     assert again == fill
     assert "leftovers: 3 cells no row owns, 192 B (why)" in storage_line(fill.to_dict())
+
+
+_KEYS = st.sets(st.sampled_from([f"k{i}" for i in range(24)]), max_size=24)
+
+
+@st.composite
+def _plans_with_their_listing(draw: st.DrawFn) -> tuple[dict[Decision, dict[str, list[str]]], Any, Any]:
+    """A plan's buckets over one partition's listed rows (some rows out of scope, or none), the sizes the
+    store read (some rows unsized, and maybe rows the listing never had: a store read after it)."""
+    listed = sorted(draw(_KEYS))
+    in_scope = [key for key in listed if draw(st.booleans())] if draw(st.booleans()) else listed
+    decisions = [decision for decision in Decision if decision is not Decision.KEEP_RECHECK]
+    buckets: dict[Decision, dict[str, list[str]]] = {}
+    for key in in_scope:
+        buckets.setdefault(draw(st.sampled_from(decisions)), {}).setdefault("p", []).append(key)
+    sized = [key for key in listed if draw(st.booleans())]
+    sized += sorted(draw(_KEYS) - set(listed)) if draw(st.booleans()) else []
+    sizes = {"p": {key: draw(st.integers(0, 10**9)) for key in sized}}
+    return buckets, sizes, {"p": {key: {} for key in listed}}
+
+
+@given(_plans_with_their_listing())
+def test_bytes_of_with_the_listing_equal_a_lookup_of_every_row(
+    plan_sizes_listing: tuple[dict[Decision, dict[str, list[str]]], Any, Any],
+) -> None:
+    """Referenced bytes derived from the partition's total (where every listed row is in scope, and
+    the sizes are the listing's) equal the sum of a lookup per row."""
+    buckets, sizes, listing = plan_sizes_listing
+
+    assert bytes_of(buckets, sizes, listing) == bytes_of(buckets, sizes)

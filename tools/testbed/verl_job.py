@@ -29,6 +29,8 @@ from typing import Any
 
 VERL_V1 = ("verl", "trainer", "ppo", "v1")
 EOS_TOKEN_ID = 2
+# The longest a rollout waits for its condition (run_later): generous, for a starved machine.
+ROLLOUT_WAIT_S = 120.0
 
 
 def verl_source(*parts: str) -> Path:
@@ -109,12 +111,21 @@ class AgentLoop:
         return keys
 
     def run_later(
-        self, partition: str, uids: Sequence[str], global_steps: int, delay_s: float
+        self,
+        partition: str,
+        uids: Sequence[str],
+        global_steps: int,
+        delay_s: float,
+        until: Callable[[], bool] | None = None,
     ) -> threading.Thread:
-        """The groups' rollouts in a thread after `delay_s`: the replay buffer polls kv_list meanwhile."""
+        """The groups' rollouts in a thread after `delay_s`, and once `until()` holds (checked every 50 ms,
+        for ROLLOUT_WAIT_S at most): the replay buffer polls kv_list meanwhile."""
 
         def rollouts() -> None:
             time.sleep(delay_s)
+            deadline = time.monotonic() + ROLLOUT_WAIT_S
+            while until is not None and not until() and time.monotonic() < deadline:
+                time.sleep(0.05)
             for uid in uids:
                 self.run(partition, uid, global_steps)
 
@@ -186,10 +197,12 @@ class VerlShapedTrainer:
         self._validate(work or (lambda _trainer, _batch: None))
         self.on_validate_end()
 
-    def prepare_step(self, rollout_delay_s: float = 0.0) -> list[str]:
+    def prepare_step(
+        self, rollout_delay_s: float = 0.0, rollout_until: Callable[[], bool] | None = None
+    ) -> list[str]:
         uids = self.agent_loop.submit(self.train, self.batch_size, self.global_steps)
-        if rollout_delay_s:
-            self.agent_loop.run_later(self.train, uids, self.global_steps, rollout_delay_s)
+        if rollout_delay_s or rollout_until is not None:
+            self.agent_loop.run_later(self.train, uids, self.global_steps, rollout_delay_s, rollout_until)
         else:
             for uid in uids:
                 self.agent_loop.run(self.train, uid, self.global_steps)
@@ -201,11 +214,13 @@ class VerlShapedTrainer:
         save: bool = False,
         validate: StepWork | None = None,
         rollout_delay_s: float = 0.0,
+        rollout_until: Callable[[], bool] | None = None,
     ) -> Any:
         """One iteration of verl's fit loop; `work` runs where verl computes and updates, `validate`
-        where validation holds its `val` batch. Returns the step's batch (cleared by then)."""
+        where validation holds its `val` batch; the rollouts finish after `rollout_delay_s`, and once
+        `rollout_until()` holds. Returns the step's batch (cleared by then)."""
         self.on_step_begin()
-        self.prepare_step(rollout_delay_s)
+        self.prepare_step(rollout_delay_s, rollout_until)
         self.on_sample_begin()
         batch, _metrics = self.replay_buffer.sample(
             global_steps=self.global_steps, partition_id=self.train, batch_size=self.batch_size

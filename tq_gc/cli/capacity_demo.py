@@ -167,7 +167,7 @@ class CapacityDemo:
             return self._play()
 
     def _play(self) -> int:
-        from tq_gc.sidecar.client import sidecar_registry, start_sidecar
+        from tq_gc.sidecar.client import sidecar_registry, start_sidecar, wait_for_warm_up
         from tq_gc.sidecar.pressure import PressureTiming
 
         alone = VerlShapedLoop(None).run(most_resumes=CAPACITY_ROWS)
@@ -177,6 +177,8 @@ class CapacityDemo:
         handle = start_sidecar(
             config, pressure_timing=PressureTiming(interval_seconds=0.5, check_seconds=0.5)
         )
+        if not wait_for_warm_up(handle):
+            self.say("the sidecar is still importing TransferQueue: going on (a slow machine)")
         registry = sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
         registry.admit(f"verl/{RUN_ID}/trainer", {}, ttl_seconds=600)  # the integration's presence
         self._first_sweep(handle)  # the job starts with its sidecar attached, as deploy/ray runs them

@@ -77,9 +77,11 @@ class Demo:
             return self._play(demo_config(tmp, self.timings), tmp)
 
     def _play(self, config: Config, manifest_dir: Path) -> int:
-        from tq_gc.sidecar.client import sidecar_registry, start_sidecar
+        from tq_gc.sidecar.client import sidecar_registry, start_sidecar, wait_for_warm_up
 
         handle = start_sidecar(config)
+        if not wait_for_warm_up(handle):
+            self.say("the sidecar is still importing TransferQueue: going on (a slow machine)")
         status = ray_get(handle.status.remote())
         self.say(
             f"sidecar [bold]{config.sidecar.name}[/bold] started: sweeps every "

@@ -56,7 +56,7 @@ from tq_gc.report import Cause, SweepReport
 from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming, PressureWatch
 from tq_gc.state.base import AdmissionRows
 from tq_gc.state.keys import RUNS_KEPT
-from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon
+from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon, transfer_queue_importing
 from tq_gc.stores.claims import sidecar_holder
 from tq_gc.sweep.clocks import utc_now_iso
 from tq_gc.sweep.lease import default_holder
@@ -248,7 +248,8 @@ class SidecarActor:
         self._metrics.observe_liveness(liveness(list(self._liveness_runs), datetime.now(UTC)))
 
     def status(self) -> dict[str, Any]:
-        """Paused or not, next run, last reports (newest first), lease holder, metrics port."""
+        """Paused or not, warming up or not, next run, last reports (newest first), lease holder, metrics
+        port."""
         job = None if self._closed else self._scheduler.get_job(SWEEP_JOB_ID)
         next_run = job.next_run_time if job is not None else None
         sidecar = self._config.sidecar
@@ -262,6 +263,8 @@ class SidecarActor:
             "running": not self._closed,
             "paused": next_run is None,
             "sweeping": self._sweep_lock.locked(),
+            # importing TransferQueue at its start (3-6 s of CPU, minutes on a starved machine)
+            "warming_up": transfer_queue_importing(),
             "next_run_at": next_run.isoformat() if next_run is not None else None,
             "last_reports": list(self._reports),
             "last_error": self._last_error,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import ray
@@ -79,6 +80,19 @@ def start_sidecar(
         ) from exc
     _check_same_config(handle, config)
     return handle
+
+
+def wait_for_warm_up(handle: Any, timeout_seconds: float = READY_TIMEOUT_SECONDS) -> bool:
+    """Wait until the sidecar has imported TransferQueue (its start's 3-6 s of CPU, which on a starved
+    machine can hold up its first calls past their deadline); False if it still had not after
+    `timeout_seconds`. A job that starts its own work beside the sidecar's start need not wait: the
+    demos do, so that a slow machine slows them instead of failing them."""
+    deadline = time.monotonic() + timeout_seconds
+    while ray.get(handle.status.remote(), timeout=timeout_seconds)["warming_up"]:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _check_same_config(handle: Any, config: Config) -> None:
@@ -235,4 +249,5 @@ __all__ = [
     "sidecar_registry",
     "start_sidecar",
     "stop_sidecar",
+    "wait_for_warm_up",
 ]

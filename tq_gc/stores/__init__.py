@@ -38,8 +38,12 @@ def import_transfer_queue_soon() -> None:
 def transfer_queue_imported() -> bool:
     """This process has TransferQueue imported, and no import of it by import_transfer_queue_soon is
     still running."""
-    importing = any(thread.name == _IMPORT_THREAD_NAME for thread in threading.enumerate())
-    return "transfer_queue" in sys.modules and not importing
+    return "transfer_queue" in sys.modules and not transfer_queue_importing()
+
+
+def transfer_queue_importing() -> bool:
+    """import_transfer_queue_soon's import is still running in this process (the sidecar warming up)."""
+    return any(thread.name == _IMPORT_THREAD_NAME for thread in threading.enumerate())
 
 
 def _import_transfer_queue() -> None:
@@ -55,4 +59,5 @@ __all__ = [
     "attach_transfer_queue",
     "import_transfer_queue_soon",
     "transfer_queue_imported",
+    "transfer_queue_importing",
 ]

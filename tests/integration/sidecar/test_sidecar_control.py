@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tq_gc.errors import TqGcError
-from tq_gc.sidecar.client import sidecar_registry, start_sidecar
+from tq_gc.sidecar.client import sidecar_registry, start_sidecar, wait_for_warm_up
 
 from . import remote_side
 from .helpers import INTERVAL_S, MakeConfig, StartSidecar, call, reports, wait_until
@@ -46,7 +46,8 @@ def test_a_sidecar_imports_transfer_queue_when_it_starts_not_at_its_first_sweep(
     """Importing torch and TransferQueue is seconds of CPU: at the sidecar's start it runs beside the
     job's own start-up, at its first sweep beside the job's training steps."""
     handle = sidecar(make_config(schedule={"interval_seconds": 3600}))
-    wait_until("transfer_queue imported in the sidecar's process", lambda: tq_imported(handle), 60)
+    assert wait_for_warm_up(handle)  # what the demos wait for: status() says warming_up until then
+    assert tq_imported(handle) and call(handle, "status")["warming_up"] is False
     assert reports(handle) == []  # no sweep imported it
 
 
