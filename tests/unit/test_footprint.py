@@ -20,6 +20,7 @@ from tq_gc.footprint import (
     orphan_growth_per_hour,
 )
 from tq_gc.report import SweepReport, WarningKind
+from tq_gc.rows import ListedKeys
 from tq_gc.sweep.fill import pressure_warning
 
 from support.scripted_store import ScriptedRowStore
@@ -151,7 +152,12 @@ def _plans_with_their_listing(draw: st.DrawFn) -> tuple[dict[Decision, dict[str,
     sized = [key for key in listed if draw(st.booleans())]
     sized += sorted(draw(_KEYS) - set(listed)) if draw(st.booleans()) else []
     sizes = {"p": {key: draw(st.integers(0, 10**9)) for key in sized}}
-    return buckets, sizes, {"p": {key: {} for key in listed}}
+    as_swept = draw(st.booleans())  # a swept partition's listing is ListedKeys, a tags source's a dict
+    return (
+        buckets,
+        sizes,
+        {"p": ListedKeys(dict.fromkeys(listed, 0)) if as_swept else {key: {} for key in listed}},
+    )
 
 
 @given(_plans_with_their_listing())
