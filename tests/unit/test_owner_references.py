@@ -128,11 +128,11 @@ def test_an_owner_reference_is_its_scope_entrys_owner_rule() -> None:
         }
     )
     val, train = config.owner_references
-    assert (val.partition, val.created_by_stack, val.owner_has_tag) == (VAL, True, None)
-    assert (train.partition, train.created_by_stack, train.owner_has_tag) == (TRAIN, False, "is_prompt")
+    assert (val.partition, val.created_by_stack, val.owner.has_tag) == (VAL, True, None)
+    assert (train.partition, train.created_by_stack, train.owner.has_tag) == (TRAIN, False, "is_prompt")
     assert train.source_id == f"owner_references:{TRAIN}:{VERL_PATTERN}"
-    assert (train.when_empty, train.owner_key) == ("abort_if_it_had_rows", "{uid}")
-    assert parse_owner(key="{{p}}/{uid}").owner_key == "{{p}}/{uid}"
+    assert (train.when_empty, train.owner.key) == ("abort_if_it_had_rows", "{uid}")
+    assert parse_owner(key="{{p}}/{uid}").owner.key == "{{p}}/{uid}"
 
 
 def test_an_owner_rules_emptiness_setting_is_its_owners() -> None:

@@ -186,14 +186,6 @@ class OwnerReference:
         return f"owner_references:{self.partition}:{self.key_pattern}"
 
     @property
-    def owner_key(self) -> str:
-        return self.owner.key
-
-    @property
-    def owner_has_tag(self) -> str | None:
-        return self.owner.has_tag
-
-    @property
     def when_empty(self) -> WhenEmpty:
         return self.owner.when_empty
 

@@ -136,7 +136,7 @@ class _Rule:
 
     @classmethod
     def of(cls, reference: OwnerReference) -> _Rule:
-        template = KeyTemplate.parse(reference.owner_key)
+        template = KeyTemplate.parse(reference.owner.key)
         return cls(
             reference, _by_key(reference, compile_key_pattern(reference.key_pattern).fullmatch, template)
         )
@@ -145,7 +145,7 @@ class _Rule:
         """The keys of `rows` whose owner is a key of `rows` too, and how many rows have an owner key."""
         owned: list[str] = []
         matched = 0
-        counts = _counts_as_owner(self.reference.owner_has_tag)
+        counts = _counts_as_owner(self.reference.owner.has_tag)
         for key in rows:
             owner = self.owner_of(key)
             if owner is None:
@@ -185,7 +185,7 @@ def _by_key(
             raise ReferenceSourceError(
                 Source.OWNERS.value,
                 f"row {reference.partition}/{key} matches key_pattern {reference.key_pattern!r} but leaves a "
-                f"group of owner.key {reference.owner_key!r} unset: make the group required",
+                f"group of owner.key {reference.owner.key!r} unset: make the group required",
             )
         return owner
 
