@@ -6,12 +6,16 @@ unwrapped after (bench only: tq-gc itself keeps durations, not spans). A recorde
 the wait for a quiet moment, which runs inside an index page's or key window's call: a span is the
 request's work, what the job's requests can queue behind.
 
+The store's pacing waits (`RequestLog.waited`: `quiet_wait`, `duty_pause`) are logged as spans too,
+ending when each was recorded: a duty pause is recorded as it ends, a quiet wait inside a request's call
+once that call returns (its span then comes a request's length late, a few ms of a 20-250 ms wait).
+
 Each iteration of the loop is put under one activity: the op of the tq-gc request it overlapped most
 (`partition_keys_window` listing, `kv_retrieve_meta` re-check or tags, `clear_samples` delete, ...),
-else the sweep phase it began in (no request of tq-gc's then: the sidecar's CPU, Redis, the quiet
-waits), else "no sweep". For each activity: its iterations, its share of the slowest 1%, and the p99 of
-the loop without its iterations (what the p99 would be had that activity cost the job nothing: the
-difference is its part of the excess).
+else the pacing wait it overlapped most (tq-gc held nothing then), else the sweep phase it began in (no
+request or wait of tq-gc's then: the sidecar's CPU, Redis), else "no sweep". For each activity: its
+iterations, its share of the slowest 1%, and the p99 of the loop without its iterations (what the p99
+would be had that activity cost the job nothing: the difference is its part of the excess).
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from common import slowest_1pct
 
 SPANS_ATTRIBUTE = "_bench_request_spans"
 ORIGINAL_ATTRIBUTE = "_bench_original_record"
+ORIGINAL_WAITED_ATTRIBUTE = "_bench_original_waited"
 NO_SWEEP = "no sweep"
+# The store's pacing waits (tq_gc.stores.transferqueue.requests.PACING_WAITS), spans like requests'.
+WAITS = frozenset({"quiet_wait", "duty_pause"})
 
 # (op, start, end) in unix seconds
 Span = tuple[str, float, float]
@@ -42,13 +49,22 @@ def start_request_spans(actor: Any) -> None:
     spans: list[Span] = []
     original = RequestLog.record
 
+    original_waited = RequestLog.waited
+
     def record(self: RequestLog, op: str, seconds: float) -> None:
         end = time.time()
         spans.append((op, end - seconds, end))
         original(self, op, seconds)
 
+    def waited(self: RequestLog, wait: str, seconds: float) -> None:
+        end = time.time()
+        spans.append((wait, end - seconds, end))
+        original_waited(self, wait, seconds)
+
     setattr(RequestLog, ORIGINAL_ATTRIBUTE, original)
+    setattr(RequestLog, ORIGINAL_WAITED_ATTRIBUTE, original_waited)
     RequestLog.record = record  # type: ignore[method-assign]
+    RequestLog.waited = waited  # type: ignore[method-assign]
     setattr(actor, SPANS_ATTRIBUTE, spans)
 
 
@@ -60,6 +76,10 @@ def stop_request_spans(actor: Any) -> list[Span]:
     if original is not None:
         RequestLog.record = original  # type: ignore[method-assign]
         delattr(RequestLog, ORIGINAL_ATTRIBUTE)
+    original_waited = RequestLog.__dict__.get(ORIGINAL_WAITED_ATTRIBUTE)
+    if original_waited is not None:
+        RequestLog.waited = original_waited  # type: ignore[method-assign]
+        delattr(RequestLog, ORIGINAL_WAITED_ATTRIBUTE)
     spans: list[Span] = getattr(actor, SPANS_ATTRIBUTE, [])
     if hasattr(actor, SPANS_ATTRIBUTE):
         delattr(actor, SPANS_ATTRIBUTE)
@@ -102,8 +122,9 @@ def _activity(start: float, end: float, requests: Sequence[Span], phases: Sequen
     for op, op_start, op_end in requests:
         if op_start < end and op_end > start:
             overlaps[op] += min(end, op_end) - max(start, op_start)
-    if overlaps:
-        return overlaps.most_common(1)[0][0]
+    held = [(seconds, op) for op, seconds in overlaps.items() if op not in WAITS]
+    if held or overlaps:
+        return max(held or [(seconds, op) for op, seconds in overlaps.items()])[1]
     phase = next((name for name, p_start, p_end in phases if p_start <= start < p_end), None)
     return NO_SWEEP if phase is None else f"{phase} (no TQ request)"
 
@@ -111,9 +132,10 @@ def _activity(start: float, end: float, requests: Sequence[Span], phases: Sequen
 def _time_share(
     name: str, requests: Sequence[Span], phases: Sequence[PhaseSpan], window: tuple[float, float]
 ) -> float | None:
-    """The share of the window a request op's spans cover (None for the other activities)."""
+    """The share of the window a request op's spans cover (None for the other activities and the waits:
+    a wait holds the controller for no one)."""
     covered = sum(_overlap((start, end), window) for op, start, end in requests if op == name)
-    if not any(op == name for op, _, _ in requests):
+    if name in WAITS or not any(op == name for op, _, _ in requests):
         return None
     return round(covered / (window[1] - window[0]), 4)
 

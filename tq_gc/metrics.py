@@ -63,6 +63,7 @@ class StoreSeries(NamedTuple):
     request_ops: tuple[str, ...] = ()
     controller_functions: tuple[str, ...] = ()
     misfits: Callable[[], Mapping[str, int]] = dict
+    pacing_waits: tuple[str, ...] = ()  # what its pacing waits for (tqgc_tq_pacing_seconds_total{kind})
 
 
 NO_STORE_SERIES = StoreSeries()
@@ -79,6 +80,7 @@ class _Collectors:
     lease_contention: Counter
     sweep_errors: Counter
     tq_request_seconds: Histogram
+    tq_pacing_seconds: Counter
     sweep_warnings: Counter
 
 
@@ -130,6 +132,13 @@ def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
             buckets=TQ_REQUEST_BUCKETS_SECONDS,
             registry=registry,
         ),
+        tq_pacing_seconds=Counter(
+            name("tq_pacing_seconds"),
+            "Seconds tq-gc's row store waited between its TransferQueue requests, by kind: quiet_wait (for "
+            "the controller's quiet moment), duty_pause (the duty cycle's). Time that held nothing up.",
+            ["kind"],
+            registry=registry,
+        ),
         sweep_warnings=Counter(
             name("sweep_warnings"),
             "Warnings of sweeps, by kind: a scope partition missing, sweeps further apart than the grace, "
@@ -145,6 +154,8 @@ def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
         collectors.rows_kept.labels(reason=reason)
     for op in store.request_ops:
         collectors.tq_request_seconds.labels(op=op)
+    for kind in store.pacing_waits:
+        collectors.tq_pacing_seconds.labels(kind=kind)
     for kind in WarningKind:
         collectors.sweep_warnings.labels(kind=kind.value)
     registry.register(_ControllerFunctionMisfits(store))
@@ -222,6 +233,8 @@ class SweepMetrics:
             by_op = c.tq_request_seconds.labels(op=op)
             for seconds in durations:
                 by_op.observe(seconds)
+        for kind, waited_ms in report.pacing_ms.items():
+            c.tq_pacing_seconds.labels(kind=kind).inc(waited_ms / 1000)
         for reason, rows in kept_by_reason(report).items():
             c.rows_kept.labels(reason=reason).inc(rows)
         for warning in report.warnings:

@@ -150,6 +150,12 @@ class SweepReport:
     storage: StorageFill | None = None
     # Every TQ request of the sweep, {operation: [seconds]}, for tqgc_tq_request_seconds; not serialized.
     tq_request_seconds: dict[str, list[float]] = field(default_factory=dict)
+    # What the row store's pacing waited for between its requests, {wait: ms} (RowStore.take_pacing_stats:
+    # TQ's quiet_wait and duty_pause): the sweep's time that held nothing up.
+    pacing_ms: dict[str, float] = field(default_factory=dict)
+
+    def record_pacing(self, seconds_by_wait: Mapping[str, float]) -> None:
+        self.pacing_ms = {wait: seconds * 1000 for wait, seconds in seconds_by_wait.items()}
 
     def record_tq_requests(self, seconds_by_op: Mapping[str, list[float]]) -> None:
         """Keep the sweep's TQ requests, and the longest of them."""
@@ -182,6 +188,7 @@ class SweepReport:
             "row_store_identity": self.row_store_identity,
             "bytes": self.bytes.to_dict(),
             "storage": None if self.storage is None else self.storage.to_dict(),
+            "pacing_ms": {wait: round(ms, 3) for wait, ms in self.pacing_ms.items()},
         }
 
     @classmethod
@@ -204,6 +211,7 @@ class SweepReport:
             row_store_identity=data.get("row_store_identity"),
             bytes=Bytes.from_dict(data.get("bytes")),
             storage=StorageFill.from_dict(data.get("storage")),
+            pacing_ms={str(k): float(v) for k, v in (data.get("pacing_ms") or {}).items()},
         )
 
 

@@ -104,6 +104,33 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     assert held + reads * quiet_seconds <= seconds, (held, reads, seconds)
 
 
+def test_the_store_says_how_long_it_waited_for_quiet_moments_and_paused_for_its_duty_cycle(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """The pacing's own time is told apart from the requests' (take_pacing_stats): on an idle
+    controller each read waits its quiet time, and at duty 0.5 pauses as long as it held the
+    controller. Together with the requests, it is the listing's time, or less."""
+    put_rows(tq_partition, [f"k{i}" for i in range(10)])
+    quiet_seconds = 0.1
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.5))
+    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000)
+    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
+        store.take_request_stats()
+        store.take_pacing_stats()
+        started = time.monotonic()
+        store.list_keys(tq_partition)
+        seconds = time.monotonic() - started
+        requests = store.take_request_stats()
+        pacing = store.take_pacing_stats()
+        assert store.take_pacing_stats() == {}  # taken: afresh
+
+    reads = len(requests["partition_index_page"]) + len(requests["partition_keys_window"])
+    held = sum(sum(timings) for timings in requests.values())
+    assert pacing["quiet_wait"] >= reads * quiet_seconds, (pacing, reads)
+    assert pacing["duty_pause"] > 0
+    assert held + pacing["quiet_wait"] + pacing["duty_pause"] <= seconds, (held, pacing, seconds)
+
+
 @pytest.mark.parametrize("first", ["waits", "listing"])
 def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warning(
     ray_cluster: Any,

@@ -43,3 +43,34 @@ def test_each_iteration_goes_under_the_request_it_overlapped_most_else_its_phase
     }  # fmt: skip
     assert by["no sweep"]["iterations"] == 200 - 2 - 2 - 60 - 29
     assert found["p99_ms"] == 30.0
+
+
+def test_an_iteration_beside_no_request_but_a_pacing_wait_goes_under_that_wait() -> None:
+    # 100 iterations every 0.1 s, 10 ms each; a quiet wait 2.0-2.3 s, a duty pause 5.0-5.5 s, a key
+    # window 5.2-5.25 s inside the pause's span (a request wins over a wait).
+    began = [0.1 * i for i in range(100)]
+    latencies = [0.010] * 100
+    requests = [
+        ("quiet_wait", 2.0, 2.3),
+        ("duty_pause", 5.0, 5.5),
+        ("partition_keys_window", 5.2, 5.25),
+    ]
+    phases = [("listing", 1.0, 8.0)]
+
+    by = p99_breakdown({"latencies_s": latencies, "began_unix": began}, requests, phases, _nearest_rank)[
+        "by_activity"
+    ]
+
+    assert by["quiet_wait"]["iterations"] == 3  # 2.0, 2.1, 2.2
+    assert by["duty_pause"]["iterations"] == 4  # 5.0, 5.1, 5.3, 5.4
+    assert by["partition_keys_window"]["iterations"] == 1  # 5.2
+    assert by["listing (no TQ request)"]["iterations"] == 70 - 8
+    assert by["quiet_wait"]["time_share"] is None  # a wait holds nothing: no share of the controller
+
+
+def test_the_breakdown_knows_every_pacing_wait_the_store_records() -> None:
+    from p99_breakdown import WAITS
+
+    from tq_gc.stores.transferqueue.requests import PACING_WAITS
+
+    assert set(PACING_WAITS) == WAITS

@@ -138,6 +138,7 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_sweep_errors",
         "tqgc_sweep_warnings",
         "tqgc_tq_request_seconds",
+        "tqgc_tq_pacing_seconds",
         "tqgc_tq_controller_function_misfits",
         *FOOTPRINT_FAMILIES,
         "tqgc_sweep_share",
@@ -393,3 +394,15 @@ def test_a_sweep_that_made_no_tq_request_observes_none() -> None:
     metrics = SweepMetrics(store=STORE_SERIES)
     metrics.observe(report(outcome=Outcome.SKIPPED, cause=Cause.LEASE_HELD))
     assert value(metrics, "tqgc_tq_request_seconds_count", op="kv_retrieve_meta") == 0
+
+
+def test_the_time_a_sweep_waited_by_the_stores_pacing_is_counted_by_kind() -> None:
+    metrics = SweepMetrics(store=STORE_SERIES)
+    assert value(metrics, "tqgc_tq_pacing_seconds_total", kind="quiet_wait") == 0  # exported from the start
+    assert value(metrics, "tqgc_tq_pacing_seconds_total", kind="duty_pause") == 0
+    done = report(deleted=1)
+    done.pacing_ms = {"quiet_wait": 250.0, "duty_pause": 40.0}
+    metrics.observe(done)
+    metrics.observe(done)
+    assert value(metrics, "tqgc_tq_pacing_seconds_total", kind="quiet_wait") == pytest.approx(0.5)
+    assert value(metrics, "tqgc_tq_pacing_seconds_total", kind="duty_pause") == pytest.approx(0.08)

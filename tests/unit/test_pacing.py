@@ -74,6 +74,9 @@ class CountingStore(MemoryRowStore):
         taken, self.stats = self.stats, {}
         return taken
 
+    def take_pacing_stats(self) -> dict[str, float]:
+        return {"quiet_wait": 0.5}
+
 
 def test_a_deferred_store_passes_on_its_stores_request_stats_once_attached() -> None:
     deferred = DeferredRowStore(CountingStore)
@@ -81,9 +84,11 @@ def test_a_deferred_store_passes_on_its_stores_request_stats_once_attached() -> 
     deferred.ensure_attached()
     assert deferred.take_request_stats() == {"kv_retrieve_keys": [0.001, 0.002]}
     assert deferred.take_request_stats() == {}
+    assert deferred.take_pacing_stats() == {"quiet_wait": 0.5}
 
 
 def test_a_deferred_store_over_a_store_that_keeps_no_stats_reports_none() -> None:
     deferred = DeferredRowStore(MemoryRowStore)
     deferred.ensure_attached()
     assert deferred.take_request_stats() == {}
+    assert deferred.take_pacing_stats() == {}

@@ -152,6 +152,9 @@ def sweep_report(doc: dict[str, Any]) -> None:
         console.print(f"dry run: {counts['eligible']} rows would be deleted; run with --execute to delete.")
     phases = ", ".join(f"{k} {v:.0f} ms" for k, v in doc["phases_ms"].items())
     console.print(f"phases: {phases}")
+    pacing = doc.get("pacing_ms") or {}
+    if pacing:  # the phases' time its row store spent waiting, holding nothing up
+        console.print("pacing: " + ", ".join(f"{wait} {ms:.0f} ms" for wait, ms in pacing.items()))
     for line in footprint_lines(footprint_summary([doc])):
         console.print(line)
 

@@ -113,6 +113,11 @@ class RowStore(ABC):
         store's requests held up. Default: none kept."""
         return {}
 
+    def take_pacing_stats(self) -> dict[str, float]:
+        """{what it waited for: seconds} between its requests since the last call, and start afresh: the
+        store's own pacing (the job's quiet moments, a duty cycle). Default: none."""
+        return {}
+
     def claim(self, holder: str, where: str) -> StoreClaim | None:
         """A new hold on the store's claim for the sweeper `holder` (`where`: its state store, for people),
         taken by its sweeps (stores/claims.py): a store that sweepers of other processes, of other

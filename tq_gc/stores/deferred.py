@@ -137,6 +137,12 @@ class DeferredRowStore(RowStore):
             store = self._store
         return {} if store is None else store.take_request_stats()
 
+    def take_pacing_stats(self) -> dict[str, float]:
+        """The attached store's pacing waits since the last call, then afresh; none before it attached."""
+        with self._lock:
+            store = self._store
+        return {} if store is None else store.take_pacing_stats()
+
     def close(self) -> None:
         """Close the store we attached, if any (its own close(): never the TQ itself)."""
         with self._lock:

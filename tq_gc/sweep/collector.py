@@ -114,7 +114,8 @@ class Collector:
     def _run(self, run: SweepRun, dry_run: bool) -> None:
         report = run.report
         report.started_at = utc_now_iso()
-        self._take_request_stats()  # requests made before this sweep are not its own
+        self._take_request_stats()  # requests made before this sweep are not its own, nor waits
+        self.row_store.take_pacing_stats()
         renewal = self.lease.renewed_in_background(run)
         try:
             self._stop_if_asked()
@@ -149,6 +150,7 @@ class Collector:
             renewal.stop()
             report.finished_at = utc_now_iso()
             report.record_tq_requests(self._take_request_stats())
+            report.record_pacing(self.row_store.take_pacing_stats())
             self._finish(run)
 
     def _take_request_stats(self) -> dict[str, list[float]]:

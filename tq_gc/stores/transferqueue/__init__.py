@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from tq_gc.metrics import StoreSeries
 from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
 from tq_gc.stores.transferqueue.internals import CONTROLLER_FUNCTIONS
-from tq_gc.stores.transferqueue.requests import TQ_REQUEST_OPS
+from tq_gc.stores.transferqueue.requests import PACING_WAITS, TQ_REQUEST_OPS
 
-STORE_SERIES = StoreSeries(TQ_REQUEST_OPS, CONTROLLER_FUNCTIONS, MISFITS_FOUND.counts)
+STORE_SERIES = StoreSeries(TQ_REQUEST_OPS, CONTROLLER_FUNCTIONS, MISFITS_FOUND.counts, PACING_WAITS)
 
 if TYPE_CHECKING:
     from tq_gc.stores.transferqueue.store import TransferQueueRowStore

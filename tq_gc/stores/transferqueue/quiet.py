@@ -29,13 +29,14 @@ docs/performance.md ("Cost to the training job").
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tq_gc.stores.transferqueue.controller_function import MISFITS, ControllerFunction, DoesNotFit
 from tq_gc.stores.transferqueue.internals import QUIET_WAITS, RequestThreadWatch, request_thread_watch
-from tq_gc.stores.transferqueue.requests import TqRequests
+from tq_gc.stores.transferqueue.requests import WAIT_QUIET, TqRequests
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class QuietMoments:
         self, controller: Any, requests: TqRequests, settings: QuietSettings = QuietSettings()
     ) -> None:
         self._settings = settings
+        self._log = requests.log
         self._watch = settings.watch or request_thread_watch()
         self._wait = ControllerFunction(
             requests,
@@ -116,10 +118,13 @@ class QuietMoments:
         args = self.args()
         if args is None:
             return NO_WAIT
+        started = time.perf_counter()
         try:
             (waited_seconds, found), _ = self._wait(self.WHAT, *args)
         except DoesNotFit:
             return NO_WAIT
+        finally:
+            self._log.waited(WAIT_QUIET, time.perf_counter() - started)
         return QuietWait(float(waited_seconds), bool(found))
 
     # ---- Before: the wait inside a function's call ----
@@ -148,7 +153,10 @@ class QuietMoments:
         return self._settings.quiet_seconds, self._settings.max_wait_seconds, QUIET_SAMPLE_SECONDS
 
     def took(self, waited: _InCallAnswer) -> float:
+        """The seconds a wait inside a function's call took (recorded as the store's pacing)."""
         if isinstance(waited, str):
             self._wait.does_not_fit(self.WHAT, waited)
             return 0.0
-        return 0.0 if waited is None else float(waited[0])
+        seconds = 0.0 if waited is None else float(waited[0])
+        self._log.waited(WAIT_QUIET, seconds)
+        return seconds

@@ -46,6 +46,12 @@ TQ_REQUEST_OPS = (
     OP_INDEX_PAGE, OP_INDEX_RANGE, OP_KEYS_WINDOW, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST,
 )  # fmt: skip
 
+# What the store's pacing waits for between its requests, as take_pacing_stats() and the metrics name it:
+# the controller's quiet moment (quiet.py), the duty cycle's pause (pacing.py).
+WAIT_QUIET = "quiet_wait"
+WAIT_DUTY = "duty_pause"
+PACING_WAITS = (WAIT_QUIET, WAIT_DUTY)
+
 
 class RequestLog:
     """The duration of each of tq-gc's requests, by operation, until taken. Thread-safe: requests are
@@ -54,6 +60,7 @@ class RequestLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seconds: dict[str, list[float]] = {}
+        self._waited_seconds: dict[str, float] = {}
 
     def record(self, op: str, seconds: float) -> None:
         with self._lock:
@@ -62,6 +69,18 @@ class RequestLog:
     def take(self) -> dict[str, list[float]]:
         with self._lock:
             taken, self._seconds = self._seconds, {}
+        return taken
+
+    def waited(self, wait: str, seconds: float) -> None:
+        """Add a pacing wait between requests (WAIT_QUIET, WAIT_DUTY): not a request, no one held up."""
+        if seconds > 0:
+            with self._lock:
+                self._waited_seconds[wait] = self._waited_seconds.get(wait, 0.0) + seconds
+
+    def take_waits(self) -> dict[str, float]:
+        """{wait: its seconds in all} since the last call, and afresh."""
+        with self._lock:
+            taken, self._waited_seconds = self._waited_seconds, {}
         return taken
 
 

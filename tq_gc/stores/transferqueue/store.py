@@ -79,6 +79,7 @@ from tq_gc.stores.transferqueue.requests import (
     OP_KV_LIST,
     OP_PARTITIONS,
     REQUEST_TIMEOUT_SECONDS,
+    WAIT_DUTY,
     TqRequests,
 )
 from tq_gc.stores.transferqueue.rows import identities_of, paced_batches
@@ -271,7 +272,9 @@ class TransferQueueRowStore(RowStore):
             deleted.update(clear_batch_if_unchanged(self._requests, partition, batch, expected, len(deleted)))
             seconds = time.perf_counter() - started
             pacer.adapt(seconds / 2)  # two requests: the re-check and the clear
-            time.sleep(pacer.pause_after(seconds))
+            pause_seconds = pacer.pause_after(seconds)
+            time.sleep(pause_seconds)
+            self._requests.log.waited(WAIT_DUTY, pause_seconds)
         return deleted
 
     def delete(self, partition: str, keys: Sequence[str]) -> None:
@@ -348,6 +351,11 @@ class TransferQueueRowStore(RowStore):
         wait for the controller included), and start afresh. The collector reads it once per sweep."""
         return self._requests.log.take()
 
+    def take_pacing_stats(self) -> dict[str, float]:
+        """{WAIT_QUIET, WAIT_DUTY: seconds} the store waited between its requests since the last call
+        (for quiet moments; in the duty cycle's pauses), and start afresh."""
+        return self._requests.log.take_waits()
+
     # ---- lifecycle ----
 
     def close(self) -> None:
@@ -388,5 +396,10 @@ class TransferQueueRowStore(RowStore):
         self._sleep_unless_interrupted(pacer.after(latency_seconds))
 
     def _sleep_unless_interrupted(self, seconds: float) -> None:
-        if self._interrupted.wait(max(0.0, seconds)):
+        """The duty cycle's pause (recorded as such), cut short by interrupt()."""
+        started = time.perf_counter()
+        interrupted = self._interrupted.wait(max(0.0, seconds))
+        if seconds > 0:
+            self._requests.log.waited(WAIT_DUTY, time.perf_counter() - started)
+        if interrupted:
             raise Interrupted("asked to stop: the row store stopped reading between two requests")
