@@ -4,6 +4,7 @@ renamed or removed is refused with the new name."""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from tq_gc.state.url import STATE_URL_OPTIONS
 # A ratchet: it was 65 (63 fields and two state URL options). Issue 36 aims at 30; each setting left
 # above that is set in a shipped config (deploy/), a safety rule's (docs/safety.md), or a documented check
 # of a source's health. Lower it with every setting removed.
-MAX_SETTINGS = 41
+MAX_SETTINGS = 40
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -88,6 +89,7 @@ RENAMED_OR_REMOVED = {
     "pressure.interval_seconds": "removed",
     "pressure.check_seconds": "removed",
     "pressure.audit_leftovers": "pressure.headroom_below",
+    "manifests[].mount_point": "marker",
 }
 
 
@@ -119,6 +121,7 @@ def _with_key(path: str) -> dict[str, Any]:
     """A config whose only odd key is `path` (`manifests[].x`: in the first item of a valid list)."""
     items = {
         "manifests": {"glob": "/ckpt/**/gc-manifest.json"},
+        "scope": {"partition": "s", "key_pattern": "(?P<uid>[^_]+)_[0-9]+", "owner": {"key": "{uid}"}},
         "tag_references": {"partition": "rollout_data", "key_path": "a.b", "target_partition": "s"},
     }
     data: dict[str, Any] = {}
@@ -127,7 +130,7 @@ def _with_key(path: str) -> dict[str, Any]:
     for part in parts[:-1]:
         if part.endswith("[]"):
             name = part[:-2]
-            item = dict(items[name])
+            item = copy.deepcopy(items[name])
             node[name] = [item]
             node = item
         else:

@@ -65,7 +65,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "key_path": "Where the keys are in each json or jsonl document (names joined by dots).",
         "partition": "The partition the keys are in (json, jsonl; nemo_rl_recovery has a default).",
         "marker": "A file the volume carries under the glob's base: its absence fails the source.",
-        "mount_point": "The glob's base (or a parent) must be this mount point.",
         "when_empty": WHEN_EMPTY,
     },
     "TagReference": {

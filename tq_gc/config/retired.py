@@ -43,6 +43,8 @@ RETIRED: Mapping[str, str] = {
     "manifests[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: abort",
     "manifests[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
     "accept",
+    "manifests[].mount_point": "removed: use marker, a file the volume carries under the glob's base "
+    "(such as .tq-gc-volume): an unmounted volume's empty mount point lacks it, which fails the source",
     "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
     "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
     "abort",

@@ -218,8 +218,7 @@ def _volume(source: ManifestSource) -> str:
         device = f", device {os.stat(base).st_dev:#x}"
     except OSError:
         device = ""
-    checked = source.marker or source.mount_point
-    hint = "" if checked else " (a `marker` or `mount_point` on the source makes tq-gc check it)"
+    hint = "" if source.marker else " (a `marker` on the source makes tq-gc check it)"
     return (
         f"is the volume mounted? Its base directory {base} is on the file system mounted at "
         f"{enclosing_mount(base)}{device}{hint}"
