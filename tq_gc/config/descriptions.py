@@ -76,7 +76,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "Owner": {
         "key": "The owner row's key, a template of the entry's key_pattern's named groups, such as '{uid}'.",
         "has_tag": "Only an owner row carrying this tag (true) owns (verl: is_prompt).",
-        "when_empty": WHEN_EMPTY,
     },
     "Limits": {
         "max_deletes_per_run": "The most rows one sweep deletes; it stops at the cap (--max-deletes cannot "

@@ -45,13 +45,16 @@ RETIRED: Mapping[str, str] = {
     "accept",
     "manifests[].mount_point": "removed: use marker, a file the volume carries under the glob's base "
     "(such as .tq-gc-volume): an unmounted volume's empty mount point lacks it, which fails the source",
+    "scope[].owner.when_empty": "removed: owner rules always accept being empty, since the owner rows come "
+    "from the same partition's listing as the rows they protect, so an empty owner set is the job "
+    "releasing them, never a failed read (a listing that fails aborts the sweep)",
     "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
     "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
     "abort",
     "tag_references[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
     "accept",
     "owner_references": "owner_references was replaced by scope[].owner: on the scope entry of the "
-    "partition, with its key_pattern, write owner: {key: '{uid}', has_tag: is_prompt, when_empty: accept} "
+    "partition, with its key_pattern, write owner: {key: '{uid}', has_tag: is_prompt} "
     "(owner_key is owner.key, owner_has_tag is has_tag). owner_tag and owner_partition are gone (no "
     "stack's layout and no shipped config used them): the owner rows are in the entry's partition, and "
     "the owner's key comes from the key template",

@@ -118,10 +118,11 @@ class TagReference(EmptinessRule):
         return key_path
 
 
-class Owner(EmptinessRule):
+class Owner(Frozen):
     """A scope entry's owner rule: a row in scope is referenced while its owner row exists in the same
     partition (Kubernetes' ownerReferences). `key` is a template over the entry's key_pattern's named
-    groups (`{uid}`), checked against the pattern by the entry (ScopeEntry)."""
+    groups (`{uid}`), checked against the pattern by the entry (ScopeEntry). It has no emptiness setting:
+    see OwnerReference.when_empty."""
 
     key: str
     # The owner row counts only while this tag is true on it: verl's prompt rows carry is_prompt, and a
@@ -175,14 +176,9 @@ class OwnerReference:
         section of their own: an existing state store's records still apply)."""
         return f"owner_references:{self.partition}:{self.key_pattern}"
 
-    @property
-    def when_empty(self) -> WhenEmpty:
-        return self.owner.when_empty
-
-    @property
-    def expect_nonempty(self) -> bool:
-        return self.owner.expect_nonempty
-
-    @property
-    def may_become_empty(self) -> bool:
-        return self.owner.may_become_empty
+    # Always accept: the owner rows come from the same listing as the rows they protect, so an empty
+    # owner set is the job releasing them (verl's sampling clears every prompt row at once), never a
+    # failed read (a listing that fails raises, and a partition listed empty has no candidates either).
+    when_empty: ClassVar[WhenEmpty] = "accept"
+    expect_nonempty: ClassVar[bool] = False
+    may_become_empty: ClassVar[bool] = True
