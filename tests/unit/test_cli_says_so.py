@@ -46,6 +46,31 @@ def test_debug_logs_each_phase_of_the_sweep(cli: CliRunner) -> None:
         assert f"phase {phase}" in err, err
 
 
+# --log-format -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("log_format", ["yaml", "JSONL", ""])
+def test_an_unknown_log_format_is_a_usage_error_listing_the_choices(cli: CliRunner, log_format: str) -> None:
+    code, out, err = cli.run_argv("--log-format", log_format, "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_USAGE and out == ""
+    assert "--log-format" in err and "text" in err and "json" in err
+    assert "unexpected error" not in err and cli.rows.calls == []
+
+
+def test_log_format_json_logs_json_lines_on_stderr(cli: CliRunner) -> None:
+    argv = ("--log-level", "DEBUG", "--log-format", "json", "sweep", "--config", str(cli.config_path))
+    code, _, err = cli.run_argv(*argv)
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert code == EXIT_OK and lines
+    assert any("phase list" in line["msg"] for line in lines), lines
+
+
+def test_logs_are_text_by_default(cli: CliRunner) -> None:
+    code, _, err = cli.run_argv("--log-level", "DEBUG", "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_OK and "phase list" in err
+    assert not err.lstrip().startswith("{"), err
+
+
 # --max-deletes above the config's cap -------------------------------------------------------------
 
 

@@ -68,6 +68,7 @@ def _wide_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,18 +79,26 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     help="DEBUG logs each phase of a sweep.",
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    help="How logs are printed on stderr: text, or json (JSON lines, for cluster log collectors).",
+)
 @click.version_option(package_name="tq-gc")
 @click.pass_context
-def cli(ctx: click.Context, log_level: str) -> None:
+def cli(ctx: click.Context, log_level: str, log_format: str) -> None:
     """Reclaim orphaned TransferQueue rows, safely. Dry run unless --execute."""
     ctx.ensure_object(Runtime)
     ctx.meta["log_level"] = log_level.upper()
+    ctx.meta["log_format"] = log_format.lower()
 
 
 def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Config:
     config = load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
     _secret_urls.extend(config.secret_urls())
-    configure_logging(ctx.meta.get("log_level", "INFO"), config.log_format, _secret_urls)
+    configure_logging(ctx.meta.get("log_level", "INFO"), ctx.meta.get("log_format", "text"), _secret_urls)
     return config
 
 
@@ -339,7 +348,7 @@ def stream_log_lines(fetch: Callable[[int], tuple[int, list[str]]], seen: int) -
 @click.pass_context
 def demo(ctx: click.Context, capacity: bool, record: str | None) -> None:
     """The whole story on a local Ray cluster with a real TransferQueue (no Redis, no config)."""
-    configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
+    configure_logging(ctx.meta.get("log_level", "WARNING"), ctx.meta.get("log_format", "text"))
     if capacity:
         from pathlib import Path
 

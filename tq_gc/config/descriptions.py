@@ -31,7 +31,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "limits": "The blast radius of one sweep.",
         "schedule": "When the sidecar sweeps: interval_seconds or cron.",
         "sidecar": "The sidecar actor in the job's Ray cluster.",
-        "log_format": "text, or json (JSON lines on stderr for log collectors).",
         "pressure": "Storage pressure: sweep sooner while TransferQueue's storage is nearly full.",
     },
     "TransferQueueConfig": {

@@ -4,7 +4,7 @@ and 3; docs/configuration.md, "Checks at load"): every refusal says which field 
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from apscheduler.triggers.cron import CronTrigger
@@ -247,7 +247,6 @@ class Config(Frozen):
     schedule: Schedule = Schedule()
     sidecar: SidecarConfig = SidecarConfig()
     pressure: PressureConfig = PressureConfig()
-    log_format: Literal["text", "json"] = "text"
 
     @field_validator("grace_seconds", "lease_ttl_seconds", mode="before")
     @classmethod

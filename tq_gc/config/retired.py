@@ -48,6 +48,8 @@ RETIRED: Mapping[str, str] = {
     "scope[].owner.when_empty": "removed: owner rules always accept being empty, since the owner rows come "
     "from the same partition's listing as the rows they protect, so an empty owner set is the job "
     "releasing them, never a failed read (a listing that fails aborts the sweep)",
+    "log_format": "removed: how the process prints its logs is the command line's choice, not the "
+    "collector's: `tq-gc --log-format json <command>` (beside --log-level; the sidecar logs as text)",
     "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
     "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
     "abort",

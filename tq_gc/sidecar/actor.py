@@ -80,7 +80,7 @@ class SidecarActor:
     ) -> None:
         """`pressure_timing`: the fixed values, unless a test sets its own."""
         self._log_lines = RecentLines()  # what `tq-gc serve` streams (log_lines)
-        configure_logging("INFO", config.log_format, config.secret_urls(), self._log_lines)
+        configure_logging("INFO", "text", config.secret_urls(), self._log_lines)
         self._config = config
         self._pressure_timing = pressure_timing
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
