@@ -265,29 +265,35 @@ def check(ctx: click.Context, config_path: str | None, as_json: bool, offline: b
 
 @cli.command()
 @_config_option
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="The sidecar's sweeps delete nothing: watch what it would reclaim (reports, metrics) first.",
+)
 @click.pass_context
-def serve(ctx: click.Context, config_path: str | None) -> None:
-    """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT."""
+def serve(ctx: click.Context, config_path: str | None, dry_run: bool) -> None:
+    """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT. Its sweeps
+    delete (the sidecar is how tq-gc runs in production) unless --dry-run."""
     config = _load(ctx, config_path)
     problem = schedule_problem(config)
     if problem is not None:
         raise ConfigError(problem)
-    serve_forever(config)
+    serve_forever(config, dry_run=dry_run)
 
 
 # `tq-gc serve`: how often it checks that the sidecar still answers.
 HEALTH_CHECK_SECONDS = 5.0
 
 
-def serve_forever(config: Config) -> None:
-    """Start the sidecar, say where its metrics are, and keep it until SIGTERM/SIGINT. The sidecar is
-    owned by this process: it ends when this returns."""
+def serve_forever(config: Config, dry_run: bool = False) -> None:
+    """Start the sidecar (its sweeps dry runs if `dry_run`), say where its metrics are, and keep it until
+    SIGTERM/SIGINT. The sidecar is owned by this process: it ends when this returns."""
     import ray
 
     from tq_gc.sidecar.client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
 
     owns_ray = not ray.is_initialized()
-    handle = start_sidecar(config)
+    handle = start_sidecar(config, dry_run=dry_run)
     try:
         _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
         _wait_for_signal(handle, CALL_TIMEOUT_SECONDS)

@@ -88,7 +88,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "SidecarConfig": {
         "name": "The sidecar actor's name in Ray.",
         "metrics_port": "Serve Prometheus metrics on this port (0: any free port; unset: off).",
-        "execute": "false makes the sidecar's scheduled sweeps dry runs.",
     },
     "PressureConfig": {
         "headroom_below": "Below this free fraction of the fullest storage unit, the sidecar sweeps at once "

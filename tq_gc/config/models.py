@@ -225,9 +225,6 @@ class SidecarConfig(Frozen):
     ray_namespace: ClassVar[str] = "tq_gc"
     num_cpus: ClassVar[float] = 0.1  # a fraction of a CPU: it fits beside the job
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    # The sidecar's scheduled sweeps delete (it is how tq-gc runs in production); false makes them dry
-    # runs, to watch what it would reclaim (reports, metrics) before letting it.
-    execute: bool = True
 
 
 class Config(Frozen):

@@ -50,6 +50,9 @@ RETIRED: Mapping[str, str] = {
     "releasing them, never a failed read (a listing that fails aborts the sweep)",
     "log_format": "removed: how the process prints its logs is the command line's choice, not the "
     "collector's: `tq-gc --log-format json <command>` (beside --log-level; the sidecar logs as text)",
+    "sidecar.execute": "removed: a dry-run sidecar is chosen where it is started, as `tq-gc sweep` chooses "
+    "with --execute: `tq-gc serve --dry-run`, or start_sidecar(config, dry_run=True) in Python (without "
+    "them the sidecar deletes, as execute: true did)",
     "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
     "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
     "abort",
