@@ -64,7 +64,6 @@ FLOAT_FIELDS = [
     ("schedule.interval_seconds", "schedule: {{interval_seconds: {}}}"),
     ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
     ("transfer_queue.pacing.duty_cycle", "transfer_queue: {{pacing: {{duty_cycle: {}}}}}"),
-    ("transfer_queue.pacing.quiet_ms", "transfer_queue: {{pacing: {{quiet_ms: {}}}}}"),
 ]
 
 
@@ -73,44 +72,6 @@ FLOAT_FIELDS = [
 def test_every_float_field_must_be_finite(field: str, template: str, value: str) -> None:
     message = refusal(template.format(value))
     assert f"{field}: " in message and "finite" in message
-
-
-def test_a_negative_quiet_time_is_refused() -> None:
-    assert "transfer_queue.pacing.quiet_ms" in refusal("transfer_queue: {pacing: {quiet_ms: -1}}")
-
-
-def test_quiet_ms_0_is_accepted_and_never_waits() -> None:
-    config = parse_config(config_with("transfer_queue: {pacing: {quiet_ms: 0}}"))
-    assert config.transfer_queue.pacing.quiet_ms == 0
-
-
-@pytest.mark.parametrize(
-    ("yaml_text", "field", "bound"),
-    [
-        ("transfer_queue: {pacing: {quiet_ms: 250.5}}", "transfer_queue.pacing.quiet_ms", "250"),
-        ("transfer_queue: {pacing: {quiet_ms: 1.0e9}}", "transfer_queue.pacing.quiet_ms", "250"),
-        ("transfer_queue: {pacing: {batch: 20001}}", "transfer_queue.pacing.batch", "20000"),
-        ("transfer_queue: {pacing: {batch: 1000000000}}", "transfer_queue.pacing.batch", "20000"),
-    ],
-)
-def test_a_wait_or_request_too_long_for_the_jobs_controller_is_refused(
-    yaml_text: str, field: str, bound: str
-) -> None:
-    message = refusal(yaml_text)
-    assert f"{field}: " in message and bound in message, message
-
-
-@pytest.mark.parametrize(
-    "yaml_text",
-    [
-        "transfer_queue: {pacing: {quiet_ms: 250}}",
-        "transfer_queue: {pacing: {batch: 20000}}",
-    ],
-)
-def test_the_upper_bounds_of_waits_and_requests_are_inclusive(yaml_text: str) -> None:
-    given = yaml.safe_load(yaml_text)["transfer_queue"]["pacing"]
-    loaded = parse_config(config_with(yaml_text)).transfer_queue.pacing
-    assert {name: getattr(loaded, name) for name in given} == given
 
 
 # lease TTL ---------------------------------------------------------------------------------------

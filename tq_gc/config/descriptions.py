@@ -38,12 +38,8 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "pacing": "How hard tq-gc may press on the job's TransferQueue controller (one set of defaults).",
     },
     "Pacing": {
-        "batch": "The most keys one TransferQueue request asks for, and the most rows one delete batch "
-        "carries (<= 20000; requests adapt between a quarter of this and this).",
         "duty_cycle": "The most of the wall time tq-gc's requests may take while it lists and deletes (1: no "
         "pauses): the one throttle, of listings and deletes alike.",
-        "quiet_ms": "Before each request, wait until the controller is idle this long, 250 ms at most (0: "
-        "never wait).",
     },
     "ScopeEntry": {
         "partition": "The partition swept.",

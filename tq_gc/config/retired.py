@@ -10,25 +10,32 @@ from typing import Any
 from tq_gc.config.suggest import Loc
 
 _WHEN_EMPTY = "when_empty (abort, abort_if_it_had_rows or accept): the two opposite flags became one"
-_PACING_BATCH = (
-    "transfer_queue.pacing.batch: the one batch size, of a TransferQueue request and of a delete batch"
-)
 _FIXED = "removed: tq-gc uses a fixed value"
+_FIXED_BATCH = (
+    f"{_FIXED} (2000, the most keys of a TransferQueue request and rows of a delete batch; pacing adapts "
+    "each request between a quarter of it and it, and transfer_queue.pacing.duty_cycle presses less)"
+)
+_FIXED_QUIET = (
+    f"{_FIXED} (20 ms: each request waits until the job's TransferQueue controller served nothing that "
+    "long, 250 ms at most)"
+)
 _ONE_THROTTLE = (
     "transfer_queue.pacing.duty_cycle is the one throttle, of listings and deletes alike (lower it to "
     "press less on the job's TransferQueue controller)"
 )
 
 RETIRED: Mapping[str, str] = {
-    "transfer_queue.request_batch": f"renamed to {_PACING_BATCH}",
+    "transfer_queue.request_batch": _FIXED_BATCH,
     "transfer_queue.duty_cycle": "renamed to transfer_queue.pacing.duty_cycle",
-    "transfer_queue.quiet_ms": "renamed to transfer_queue.pacing.quiet_ms",
+    "transfer_queue.quiet_ms": _FIXED_QUIET,
+    "transfer_queue.pacing.batch": _FIXED_BATCH,
+    "transfer_queue.pacing.quiet_ms": _FIXED_QUIET,
     "transfer_queue.quiet_wait_max_ms": f"{_FIXED} (250 ms, the longest wait for a quiet controller)",
     "transfer_queue.request_target_ms": f"{_FIXED} (10 ms, the request time that halves the next one)",
     "transfer_queue.index_range_reuse_seconds": f"{_FIXED} (0: every listing asks the controller)",
     "transfer_queue.ray_namespace": "removed: tq-gc finds the TransferQueue controller in TQ's own Ray "
     "namespace, whatever namespace it joins",
-    "limits.delete_batch": f"moved to {_PACING_BATCH}",
+    "limits.delete_batch": _FIXED_BATCH,
     "limits.max_deletes_per_second": f"removed: {_ONE_THROTTLE}",
     "transfer_queue.pacing.max_deletes_per_second": f"removed: {_ONE_THROTTLE}",
     "limits.fraction_min_rows": f"{_FIXED} (100: below that many eligible rows the fraction guard is quiet)",
