@@ -100,7 +100,7 @@ def test_config_repr_str_and_redacted_hide_the_url_secrets(url: str) -> None:
     "bad",
     [
         {"grace_seconds": 1},
-        {"lease_ttl_seconds": "ten"},
+        {"grace_seconds": "ten"},
         {"bogus": 1},
         {"scope": [{"partition": "rollout_data"}]},
     ],

@@ -24,7 +24,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "grace_seconds": "How long a row must be seen unreferenced, on the state store's clock, before it is "
         "eligible. At least 60 unless allow_short_grace; sweeps must come at least twice per grace.",
         "allow_short_grace": "Allow grace_seconds below 60 (tests and demos only).",
-        "lease_ttl_seconds": "The sweep lease's time to live (5 to 3600): one sweeper at a time.",
         "admissions": "The admission registry as a reference source.",
         "manifests": "Files that name referenced rows (checkpoint manifests, NeMo RL records).",
         "tag_references": "Rows whose tags name other rows, which are referenced while those rows exist.",

@@ -18,12 +18,6 @@ from tq_gc.state.url import STATE_SCHEMES, not_a_state_url
 
 MIN_GRACE_SECONDS = 60.0
 
-# Below, a sweep could lose its lease between two renewals; above, a crashed sweeper blocks the next
-# one for over an hour.
-MIN_LEASE_TTL_SECONDS = 5.0
-
-MAX_LEASE_TTL_SECONDS = 3600.0
-
 # transfer_queue.pacing.duty_cycle's default, the one (the store's own default is this). The store's fixed
 # values (its batch, its quiet moments, its request target) are in tq_gc/stores/transferqueue/pacing.py.
 DEFAULT_DUTY_CYCLE = 0.25
@@ -192,7 +186,6 @@ class Config(Frozen):
     allow_unsafe_scope: bool = False
     grace_seconds: float = Field(default=900.0, ge=0.0, allow_inf_nan=False)
     allow_short_grace: bool = False
-    lease_ttl_seconds: float = Field(default=60.0, allow_inf_nan=False)
     admissions: AdmissionsConfig = AdmissionsConfig()
     manifests: tuple[ManifestSource, ...] = ()
     tag_references: tuple[TagReference, ...] = ()
@@ -201,23 +194,12 @@ class Config(Frozen):
     sidecar: SidecarConfig = SidecarConfig()
     pressure: PressureConfig = PressureConfig()
 
-    @field_validator("grace_seconds", "lease_ttl_seconds", mode="before")
+    @field_validator("grace_seconds", mode="before")
     @classmethod
     def _seconds_are_numbers(cls, value: Any) -> Any:
         if isinstance(value, str) and DURATION_WITH_UNIT.match(value):
             raise ValueError(f"is in seconds: write a number such as 900, not {value!r}")
         return value
-
-    @field_validator("lease_ttl_seconds")
-    @classmethod
-    def _lease_ttl_in_bounds(cls, ttl: float) -> float:
-        if not MIN_LEASE_TTL_SECONDS <= ttl <= MAX_LEASE_TTL_SECONDS:
-            raise ValueError(
-                f"{ttl:g} s is outside {MIN_LEASE_TTL_SECONDS:g}..{MAX_LEASE_TTL_SECONDS:g} s: shorter, a "
-                "sweep can lose its lease between two renewals; longer, a crashed sweeper blocks the next "
-                "one that long. Set a value in that range (the default is 60)"
-            )
-        return ttl
 
     @field_validator("state_url")
     @classmethod

@@ -60,6 +60,8 @@ RETIRED: Mapping[str, str] = {
     "sidecar.execute": "removed: a dry-run sidecar is chosen where it is started, as `tq-gc sweep` chooses "
     "with --execute: `tq-gc serve --dry-run`, or start_sidecar(config, dry_run=True) in Python (without "
     "them the sidecar deletes, as execute: true did)",
+    "lease_ttl_seconds": f"{_FIXED} (60 s, the sweep lease's time to live, renewed every 20 s while a "
+    "sweep runs: a crashed sweeper blocks the next one for at most a minute)",
     "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
     "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
     "abort",
