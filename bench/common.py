@@ -197,3 +197,22 @@ def machine_load() -> dict[str, Any]:
     one, five, fifteen = os.getloadavg()
     return {"load_1m": round(one, 2), "load_5m": round(five, 2), "load_15m": round(fifteen, 2),
             "cores": os.cpu_count()}  # fmt: skip
+
+
+def fixed_pacing(batch: int | None = None, quiet_ms: float | None = None) -> Any:
+    """The TransferQueue store's fixed pacing (not settings: FixedPacing), with the bench's --batch and
+    --quiet-ms where given."""
+    from dataclasses import replace
+
+    from tq_gc.stores.transferqueue.pacing import FIXED_PACING
+
+    given = {"batch": batch, "quiet_ms": quiet_ms}
+    return replace(FIXED_PACING, **{name: value for name, value in given.items() if value is not None})
+
+
+def paced_row_store(fixed: Any, config: Any) -> Any:
+    """A row store factory for the sidecar (functools.partial(paced_row_store, fixed)): the job's TQ,
+    attached with `fixed` pacing. Module-level, so Ray's workers import it by name."""
+    from tq_gc.stores.transferqueue import TransferQueueRowStore
+
+    return TransferQueueRowStore.attach(config.transfer_queue, fixed=fixed)

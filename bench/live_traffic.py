@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,10 @@ from common import (
     clear_rows,
     config_for,
     fill,
+    fixed_pacing,
     machine_load,
     naive_clear,
+    paced_row_store,
     publish_references,
     put_rows,
     quiet_tq,
@@ -306,8 +309,7 @@ class Bench:
         return {"gc_pauses": {name: pauses_beside(loop, each) for name, each in pauses.items()}}
 
     def _with_sidecar(self, config: str) -> dict[str, Any]:
-        from tq_gc import start_sidecar
-        from tq_gc.sidecar.client import stop_sidecar
+        from tq_gc.sidecar.client import start_sidecar, stop_sidecar
 
         self._mark_orphans_past_grace()
         schedule = {"interval_seconds": BACK_TO_BACK_INTERVAL_S} if config.endswith("back-to-back") else {}
@@ -320,7 +322,7 @@ class Bench:
             transfer_queue={"pacing": self._pacing()},
             sidecar={"name": f"tq-gc-bench-{config}"},
         )
-        handle = start_sidecar(sidecar_config)
+        handle = start_sidecar(sidecar_config, self._row_store_factory())
         if self.args.sweeper_nice:
             ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
@@ -347,19 +349,25 @@ class Bench:
             settings = {
                 "sweeper_nice": self.args.sweeper_nice,
                 "transfer_queue": {"pacing": self._pacing()},
+                "fixed_pacing": {"batch": self._fixed().batch, "quiet_ms": self._fixed().quiet_ms},
             }
             return summary(config, self.data.rows, loop, {**sweeps, **phases, **gc_pauses, **settings})
         finally:
             stop_sidecar(handle)
 
     def _pacing(self) -> dict[str, float]:
-        """transfer_queue.pacing given on the command line (the rest stay at their defaults)."""
-        given = {
-            "duty_cycle": self.args.duty_cycle,
-            "batch": self.args.batch,
-            "quiet_ms": self.args.quiet_ms,
-        }
-        return {name: value for name, value in given.items() if value is not None}
+        """transfer_queue.pacing given on the command line (its default otherwise)."""
+        return {} if self.args.duty_cycle is None else {"duty_cycle": self.args.duty_cycle}
+
+    def _fixed(self) -> Any:
+        """The store's fixed pacing, with --batch and --quiet-ms where given."""
+        return fixed_pacing(self.args.batch, self.args.quiet_ms)
+
+    def _row_store_factory(self) -> Any:
+        """None (the sidecar's own attach) unless --batch or --quiet-ms changes the store's fixed pacing."""
+        if self.args.batch is None and self.args.quiet_ms is None:
+            return None
+        return partial(paced_row_store, self._fixed())
 
     def _mark_orphans_past_grace(self) -> None:
         """The orphans' first sightings, a grace period back, as an earlier sweep would have left them
@@ -560,9 +568,13 @@ def main() -> None:
         help="transfer_queue.pacing.duty_cycle, the one throttle of listings and deletes (default: the "
         "config's)",
     )
-    parser.add_argument("--batch", type=int, help="transfer_queue.pacing.batch")
     parser.add_argument(
-        "--quiet-ms", type=float, help="transfer_queue.pacing.quiet_ms (0: no wait for quiet)"
+        "--batch", type=int, help="the store's request and delete batch, FixedPacing.batch (default: 2000)"
+    )
+    parser.add_argument(
+        "--quiet-ms",
+        type=float,
+        help="the store's quiet moments, FixedPacing.quiet_ms (default: 20; 0: no wait for quiet)",
     )
     parser.add_argument(
         "--sweeper-nice", type=int, default=0, help="run the tq-gc sidecar's process at this niceness (0-19)"

@@ -39,6 +39,7 @@ from common import (
     DataSet,
     clear_rows,
     config_for,
+    fixed_pacing,
     machine_load,
     naive_clear,
     publish_references,
@@ -63,15 +64,15 @@ class Sides:
     ) -> None:
         from tq_gc.publish.registry import AdmissionRegistry
         from tq_gc.state import open_state
-        from tq_gc.stores import attach_transfer_queue
+        from tq_gc.stores.transferqueue import TransferQueueRowStore
 
         self.data = data
-        given = {"duty_cycle": duty_cycle, "quiet_ms": quiet_ms}
-        pacing = {name: value for name, value in given.items() if value is not None}
+        pacing = {} if duty_cycle is None else {"duty_cycle": duty_cycle}
         self.config = config_for(data, state_url, transfer_queue={"pacing": pacing})
+        self.fixed = fixed_pacing(quiet_ms=quiet_ms)
         self.state = open_state(state_url, "bench")
-        self.rows = attach_transfer_queue(self.config)
-        self.unsized_rows = attach_unsized(self.config) if unsized else None
+        self.rows = TransferQueueRowStore.attach(self.config.transfer_queue, fixed=self.fixed)
+        self.unsized_rows = attach_unsized(self.config, self.fixed) if unsized else None
         self.registry = AdmissionRegistry(self.state)
 
         self._published = False
@@ -142,7 +143,7 @@ class Sides:
         return naive_clear(self.data, self.registry)
 
 
-def attach_unsized(config: Any) -> Any:
+def attach_unsized(config: Any, fixed: Any) -> Any:
     """A second row store on the same TQ that reads no sizes and no storage fill (side c)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
     from tq_gc.stores.transferqueue.key_windows import KeyWindows
@@ -151,7 +152,9 @@ def attach_unsized(config: Any) -> Any:
         def storage_fill(self) -> Any:  # no fill: the sweep reads none
             return None
 
-    return UnsizedRowStore.attach(config.transfer_queue, key_windows=KeyWindows(reader=keys_only_reader()))
+    return UnsizedRowStore.attach(
+        config.transfer_queue, key_windows=KeyWindows(reader=keys_only_reader()), fixed=fixed
+    )
 
 
 def keys_only_reader() -> Any:
@@ -283,7 +286,7 @@ def result(
         "tq_gc_longest_tq_request": timed_longest,
         "tq_gc_tq_requests": timed_requests,
         "duty_cycle": sides.config.transfer_queue.pacing.duty_cycle,
-        "quiet_ms": sides.config.transfer_queue.pacing.quiet_ms,
+        "quiet_ms": sides.fixed.quiet_ms,
         **(
             {
                 "tq_gc_peak_heap_mib": round(heap_a / 2**20, 1),
@@ -318,7 +321,7 @@ def main() -> None:
     parser.add_argument(
         "--quiet-ms",
         type=float,
-        help="transfer_queue.pacing.quiet_ms for tq-gc (default: the config default)",
+        help="the store's quiet moments for tq-gc, FixedPacing.quiet_ms (default: 20; 0: no wait for quiet)",
     )
     parser.add_argument(
         "--unsized",

@@ -64,14 +64,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def start_sidecar(config: ConfigLike) -> Any:
+def start_sidecar(config: ConfigLike, *, dry_run: bool = False) -> Any:
     """Start the sidecar actor in the current Ray cluster, or return the running one (idempotent).
 
-    `config` is a Config, a mapping of its fields, or the path of its YAML file. Returns the actor's
-    handle. (Imported lazily: Ray is slow to import, and publishers need not.)"""
+    `config` is a Config, a mapping of its fields, or the path of its YAML file. `dry_run=True`: its
+    sweeps delete nothing (`tq-gc serve --dry-run`). Returns the actor's handle. (Imported lazily: Ray is
+    slow to import, and publishers need not.)"""
     from tq_gc.sidecar.client import start_sidecar as start
 
-    return start(config)
+    return start(config, dry_run=dry_run)
 
 
 def sidecar_registry(

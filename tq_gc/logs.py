@@ -1,4 +1,4 @@
-"""Logging to stderr: readable text, or JSON lines for cluster log collectors (`log_format: json`)."""
+"""Logging to stderr: readable text, or JSON lines for cluster log collectors (`tq-gc --log-format json`)."""
 
 from __future__ import annotations
 

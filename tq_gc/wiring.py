@@ -18,6 +18,7 @@ from tq_gc.stores import RowStore, attach_transfer_queue
 from tq_gc.stores.base import as_row_store
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.sweep import Collector
+from tq_gc.sweep.lease import LEASE_TTL_SECONDS
 
 RowStoreFactory = Callable[[Config], RowStore]
 
@@ -29,6 +30,8 @@ class Runtime:
     state: StateStore | None = None
     row_store: RowStore | None = None
     row_store_factory: RowStoreFactory | None = None
+    # The sweep lease's TTL: the fixed one, unless a test (a CLI subprocess of one) wants a shorter one.
+    lease_ttl_seconds: float = LEASE_TTL_SECONDS
 
     def attach(self, config: Config) -> RowStore:
         """The row store handed in, else the job's TransferQueue (or what the factory builds)."""
@@ -65,7 +68,10 @@ class Runtime:
         for the block; its claim on the row store ends at the block's end, then the stores close."""
         with self.stores(config, missing_queue_is_transient=missing_queue_is_transient) as (state, rows):
             assert rows is not None
-            with closing(Collector(config, state, rows, holder, pause_cyclic_gc=True)) as collector:
+            collector = Collector(
+                config, state, rows, holder, pause_cyclic_gc=True, lease_ttl_seconds=self.lease_ttl_seconds
+            )
+            with closing(collector):
                 yield collector
 
 

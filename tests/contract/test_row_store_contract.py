@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import Pacing, TransferQueueConfig
+from tq_gc.config import TransferQueueConfig
 from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores import MemoryRowStore, RowStore
 
@@ -41,13 +41,14 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         return
 
     from tq_gc.stores.transferqueue import TransferQueueRowStore
+    from tq_gc.stores.transferqueue.pacing import FixedPacing
 
     cluster = request.getfixturevalue("ray_cluster")
     partition = request.getfixturevalue("tq_partition")
     put_rows = request.getfixturevalue("put_rows")
     # a small request batch, so that every method crosses batch boundaries here
-    config = TransferQueueConfig(ray_address=cluster.address, pacing=Pacing(batch=3))
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=cluster.address)
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=3)) as store:
         yield Backend(store, partition, lambda p, keys, tags: put_rows(p, keys, list(tags)), store.delete)
 
 

@@ -49,17 +49,24 @@ def test_the_cronjob_reads_the_state_url_from_the_example_secrets_name_and_key()
 
 def parse_cli(args: list[str]) -> bool | None:
     """Parse args with tq-gc's CLI; the value of `--execute`, or None where only parse_args is offered."""
+    return _parse_cli(args)[1]
+
+
+def _parse_cli(args: list[str]) -> tuple[dict[str, Any], bool | None]:
+    """The global options' values, and the value of `--execute` (None where only parse_args is offered)."""
     cli_module = importlib.import_module("tq_gc.cli")
     group = getattr(cli_module, "cli", None)
     if group is None:
         cli_module.parse_args(args)
-        return None
+        return {}, None
     ctx = group.make_context("tq-gc", list(args), resilient_parsing=False)
-    name, command, rest = group.resolve_command(ctx, list(args))
-    assert command is not None, f"no sub-command {args[0]!r}"
+    # ctx.args: what follows the sub-command's name, which ends the global options
+    after_global_options = list(args)[len(args) - len(ctx.args) - 1 :]
+    name, command, rest = group.resolve_command(ctx, after_global_options)
+    assert command is not None, f"no sub-command {after_global_options[0]!r}"
     sub_ctx = command.make_context(name, rest, parent=ctx, resilient_parsing=False)
     execute = next(param for param in command.params if "--execute" in param.opts)
-    return bool(sub_ctx.params[execute.name])
+    return dict(ctx.params), bool(sub_ctx.params[execute.name])
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -68,6 +75,12 @@ def test_cronjob_args_parse_with_the_cli(overlay: str) -> None:
     assert "command" not in c, "args only: the image's ENTRYPOINT is tq-gc"
     execute = parse_cli(c["args"])
     assert execute in (None, overlay == "execute")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_cronjob_logs_json_lines_for_the_cluster_log_collector(overlay: str) -> None:
+    global_options, _ = _parse_cli(container(built(overlay))["args"])
+    assert global_options["log_format"] == "json"
 
 
 def test_the_cli_parser_refuses_what_it_should() -> None:

@@ -57,15 +57,16 @@ def keys_in(tq: Any, partition: str) -> set[str]:
     return set(tq.kv_list(partition).get(partition, {}))
 
 
-def tq_gc_in_process(capsys: Any, *args: str) -> CliResult:
+def tq_gc_in_process(capsys: Any, *args: str, runtime: Any = None) -> CliResult:
     """Run the `tq-gc` CLI in this process (it attaches to the session's TQ in well under a second,
     where a fresh process needs ~6 s to import TransferQueue and join Ray). Leaves the `tq_gc`
-    logger as it found it (the CLI points it at the captured stderr)."""
+    logger as it found it (the CLI points it at the captured stderr). `runtime`: a test's own tuning
+    (tools/testbed/tuned_cli.py), else the CLI's."""
     from tq_gc.cli import main
 
     capsys.readouterr()
     started = time.monotonic()
     with tq_gc_logger_restored():
-        code = main(list(args))
+        code = main(list(args), runtime)
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err, time.monotonic() - started)

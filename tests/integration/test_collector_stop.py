@@ -14,6 +14,7 @@ from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.stores.transferqueue.pacing import FixedPacing
 from tq_gc.sweep import Collector
 
 pytestmark = pytest.mark.ray
@@ -28,7 +29,7 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
     keys = [f"row-{i}" for i in range(ROWS)]
     put_rows(tq_partition, keys, {"t": 1})
     # Windows of 2-8 indexes and a pause of 99x each request: the listing alone would take minutes.
-    pacing = {"ray_address": ray_cluster.address, "pacing": {"batch": 8, "duty_cycle": 0.01}}
+    pacing = {"ray_address": ray_cluster.address, "pacing": {"duty_cycle": 0.01}}
     config = parse_config(
         {
             "namespace": "stop-test",
@@ -40,7 +41,8 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
         }
     )
     # As the sidecar holds it: attached on first use, stop() forwarded to the store attached.
-    store = DeferredRowStore(lambda: TransferQueueRowStore.attach(TransferQueueConfig(**pacing)))
+    fixed = FixedPacing(batch=8)
+    store = DeferredRowStore(lambda: TransferQueueRowStore.attach(TransferQueueConfig(**pacing), fixed=fixed))
     try:
         collector = Collector(config, MemoryState("stop-test"), store, holder="test")
         reports: list[SweepReport] = []

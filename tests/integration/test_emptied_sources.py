@@ -170,8 +170,8 @@ def test_a_tag_reference_that_accepts_being_empty_releases_its_rows(tmp_path: Pa
     assert world.sweep().counts.deleted == 1
 
 
-def owned_world(tmp_path: Path, **owner: Any) -> World:
-    entry = {"partition": STAGING, "key_pattern": OWNED, "owner": {"key": "{group}"} | owner}
+def owned_world(tmp_path: Path) -> World:
+    entry = {"partition": STAGING, "key_pattern": OWNED, "owner": {"key": "{group}"}}
     world = World(tmp_path, scope=[entry])
     world.rows.put(STAGING, "held", {})
     world.rows.put(STAGING, HELD, {})
@@ -179,20 +179,17 @@ def owned_world(tmp_path: Path, **owner: Any) -> World:
     return world
 
 
-def test_owners_that_all_vanish_stop_the_sweep(tmp_path: Path) -> None:
+def test_owners_that_all_vanish_release_their_rows(tmp_path: Path) -> None:
+    """The owner rows come from the same listing as the rows they protect: an empty owner set is the job
+    releasing them (verl's sampling clears every prompt row at once), never a failed read (a listing that
+    fails raises). Owner rules always accept being empty, under the same source id as before."""
     world = owned_world(tmp_path)
     world.rows.delete(STAGING, ["held"])
-    world.age()
-    assert_stopped_by(world.sweep(), OWNER_SOURCE)
-    assert world.staging() == {HELD}
-
-
-def test_an_owner_reference_that_accepts_being_empty_releases_its_rows(tmp_path: Path) -> None:
-    world = owned_world(tmp_path, when_empty="accept")
-    world.rows.delete(STAGING, ["held"])
-    world.sweep()
+    emptied = world.sweep()
+    assert emptied.outcome is Outcome.COMPLETED and emptied.counts.referenced["owners"] == 0
     world.age()
     assert world.sweep().counts.deleted == 1
+    assert world.state.source_counts().get(OWNER_SOURCE) == 0
 
 
 def test_a_dry_run_is_stopped_too(world: World) -> None:

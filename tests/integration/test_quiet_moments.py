@@ -36,8 +36,9 @@ def controller_functions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_controller_serving_nothing_has_a_quiet_moment(ray_cluster: Any, tq: Any) -> None:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(quiet_ms=30))
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(quiet_wait_max_ms=10_000)) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(quiet_ms=30, quiet_wait_max_ms=10_000)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         assert store.wait_for_quiet().found
 
 
@@ -81,10 +82,8 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     quiet_seconds = 0.1
     # duty 1: no pauses, so the listing is its waits and its reads
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, pacing=Pacing(quiet_ms=quiet_seconds * 1000, duty_cycle=1)
-    )
-    fixed = FixedPacing(quiet_wait_max_ms=10_000)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=1))
+    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000)
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
         store.take_request_stats()
         controller_functions.clear()
@@ -154,9 +153,9 @@ def test_a_controller_the_wait_does_not_fit_gets_requests_at_once_and_one_warnin
 
         return wait
 
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=2))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     logger = "tq_gc.stores.transferqueue.quiet"
-    store = TransferQueueRowStore.attach(config, request_thread_watch=misfit())
+    store = TransferQueueRowStore.attach(config, request_thread_watch=misfit(), fixed=FixedPacing(batch=2))
     with store, caplog.at_level("WARNING", logger=logger):
         if first == "listing":
             listed = store.list_keys(tq_partition)
@@ -181,11 +180,9 @@ def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
 ) -> None:
     """The store's delete batches: request_batch/4 rows while requests wait for quiet moments (a re-check
     and clear that fit in what is left of one), else request_batch."""
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, pacing=Pacing(batch=2000, quiet_ms=quiet_ms)
-    )
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     keys = [f"k{i}" for i in range(2 * rows + 1)]
-    with TransferQueueRowStore.attach(config) as store:
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=2000, quiet_ms=quiet_ms)) as store:
         sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys)]
     assert sizes == [rows, rows, 1]
 
@@ -199,8 +196,8 @@ def test_while_requests_wait_for_quiet_moments_even_a_small_partition_is_read_in
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     listed = {}
     for quiet_ms in (20, 0):
-        config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(quiet_ms=quiet_ms))
-        with TransferQueueRowStore.attach(config) as store:
+        config = TransferQueueConfig(ray_address=ray_cluster.address)
+        with TransferQueueRowStore.attach(config, fixed=FixedPacing(quiet_ms=quiet_ms)) as store:
             store.take_request_stats()
             keys = store.list_keys(tq_partition)
             listed[quiet_ms] = (keys, store.take_request_stats())

@@ -100,7 +100,7 @@ def test_config_repr_str_and_redacted_hide_the_url_secrets(url: str) -> None:
     "bad",
     [
         {"grace_seconds": 1},
-        {"lease_ttl_seconds": "ten"},
+        {"grace_seconds": "ten"},
         {"bogus": 1},
         {"scope": [{"partition": "rollout_data"}]},
     ],
@@ -191,12 +191,15 @@ FORMS = [
 COMMANDS = [["check"], ["status"], ["sweep"], ["sweep", "--execute"], ["audit"], ["admissions"]]
 
 
-def run_cli(config_path: Path, capsys: pytest.CaptureFixture[str]) -> list[tuple[list[str], int, str]]:
+def run_cli(
+    config_path: Path, capsys: pytest.CaptureFixture[str], log_format: str = "text"
+) -> list[tuple[list[str], int, str]]:
     """Every command, human and --json: (argv, exit code, stdout + stderr)."""
     results = []
     for command in COMMANDS:
         for extra in ([], ["--json"]):
-            argv = ["--log-level", "DEBUG", *command, "--config", str(config_path), *extra]
+            log_options = ["--log-level", "DEBUG", "--log-format", log_format]
+            argv = [*log_options, *command, "--config", str(config_path), *extra]
             capsys.readouterr()
             rows = MemoryRowStore()
             rows.put(STAGING, "r1")  # the job's partition exists (check fails a missing one)
@@ -206,12 +209,11 @@ def run_cli(config_path: Path, capsys: pytest.CaptureFixture[str]) -> list[tuple
     return results
 
 
-def write_config(tmp_path: Path, url: str, log_format: str) -> Path:
+def write_config(tmp_path: Path, url: str) -> Path:
     config = {
         "namespace": "secrets-test",
         "state_url": url,
         "scope": [{"partition": STAGING, "all_keys": True}],
-        "log_format": log_format,
     }
     path = tmp_path / "gc.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -249,9 +251,9 @@ def test_a_reachable_store_url_prints_no_secret(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    results = run_cli(write_config(tmp_path, template.format(**live_endpoints), log_format), capsys)
+    results = run_cli(write_config(tmp_path, template.format(**live_endpoints)), capsys, log_format)
     assert_nothing_printed_the_secret(results, caplog)
-    check_json = next(output for argv, _, output in results if argv[2] == "check" and "--json" in argv)
+    check_json = next(output for argv, _, output in results if argv[4] == "check" and "--json" in argv)
     state_check = next(
         c for c in json.loads(check_json.splitlines()[0])["checks"] if c["name"] == "state store"
     )
@@ -272,7 +274,7 @@ def test_an_unreachable_store_url_prints_no_secret_on_the_error_path(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    results = run_cli(write_config(tmp_path, template.format(**dead_endpoints), "text"), capsys)
+    results = run_cli(write_config(tmp_path, template.format(**dead_endpoints)), capsys)
     assert_nothing_printed_the_secret(results, caplog)
     assert all(code != EXIT_OK for _, code, _ in results), results  # every command met the dead store
     assert any("***" in output for _, _, output in results)  # errors still say which store failed
@@ -282,7 +284,7 @@ def test_a_malformed_url_with_a_password_is_refused_without_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    config_path = write_config(tmp_path, f"redis://:pw/{MARKER}@127.0.0.1:1/0", "text")
+    config_path = write_config(tmp_path, f"redis://:pw/{MARKER}@127.0.0.1:1/0")
     results = run_cli(config_path, capsys)
     assert_nothing_printed_the_secret(results, caplog)
     assert {code for _, code, _ in results} <= {EXIT_USAGE, 1, 4}

@@ -41,7 +41,9 @@ from support.scripted_store import ScriptedRowStore
 STAGING, DATA = "rollout_staging", "rollout_data"
 NAMESPACE = "came-back"
 GRACE_S = 1.0
-LEASE_TTL_S = 6.0  # outlives a restart of the server: the lease comes back with the data
+# The collectors' (a test-only parameter): outlives a restart of the server, the lease comes back with the
+# data.
+LEASE_TTL_S = 6.0
 ADOPTED = "orphan/adopted"
 DEADLINE_S = 60.0
 
@@ -55,7 +57,6 @@ def config_for(url: str) -> Config:
             "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
             "grace_seconds": GRACE_S,
             "allow_short_grace": True,
-            "lease_ttl_seconds": LEASE_TTL_S,
             "limits": {"max_delete_fraction": 1.0},
         }
     )
@@ -80,11 +81,11 @@ def rows_with_an_old_orphan(config: Config, state: RedisState) -> ScriptedRowSto
     rows.put(DATA, "plan/base", {"plan": {"keys": []}})  # the tag partition exists
     for key in (ADOPTED, "orphan/other"):
         rows.put(STAGING, key)
-    Collector(config, state, rows).sweep(dry_run=True)
+    Collector(config, state, rows, lease_ttl_seconds=LEASE_TTL_S).sweep(dry_run=True)
     started = time.monotonic()
     while time.monotonic() - started < GRACE_S * 1.5:  # observed, with no gap, for longer than the grace
         time.sleep(GRACE_S / 4)
-        Collector(config, state, rows).sweep(dry_run=True)
+        Collector(config, state, rows, lease_ttl_seconds=LEASE_TTL_S).sweep(dry_run=True)
     return rows
 
 
@@ -128,7 +129,7 @@ def test_a_redis_that_came_back_with_its_data_ends_the_sweeps_deletes(
     # The tag partition is listed first (sorted), the staging partition second: the outage falls between.
     rows.before("list_keys", outage)
     try:
-        report = Collector(config, state, rows).sweep(dry_run=False)
+        report = Collector(config, state, rows, lease_ttl_seconds=LEASE_TTL_S).sweep(dry_run=False)
         rows.timeline.raise_errors()
         assert_kept_and_stopped(report, rows)
         assert "state store" in (report.reason or ""), report.reason
@@ -204,7 +205,7 @@ def test_a_vanished_or_shortened_barrier_ends_the_sweeps_deletes(
     rows.before("list_keys", fill_barrier)
     state.arm(before_batch)
     try:
-        report = Collector(config, state, rows).sweep(dry_run=False)
+        report = Collector(config, state, rows, lease_ttl_seconds=LEASE_TTL_S).sweep(dry_run=False)
         rows.timeline.raise_errors()
         assert_kept_and_stopped(report, rows)
         assert "barrier" in (report.reason or ""), report.reason
@@ -250,7 +251,7 @@ def test_a_store_restarted_empty_does_not_forget_an_unmounted_volume(
     rows.put(DATA, "plan/base", {"plan": {"keys": [ADOPTED]}})
     rows.put(STAGING, HELD)
     rows.put(STAGING, ADOPTED)
-    sweeper = Collector(config, state, rows)
+    sweeper = Collector(config, state, rows, lease_ttl_seconds=LEASE_TTL_S)
     try:
         first = sweeper.sweep(dry_run=False)
         assert first.outcome == Outcome.COMPLETED and first.counts.referenced["manifests"] == 1, first.reason
@@ -292,7 +293,7 @@ def test_a_store_restarted_empty_does_not_let_fresh_sweepers_trust_an_unmounted_
     def cronjob_run() -> SweepReport:
         state = RedisState.from_url(plain_redis.url, NAMESPACE)
         try:
-            return Collector(config, state, rows).sweep(dry_run=False)
+            return Collector(config, state, rows, lease_ttl_seconds=LEASE_TTL_S).sweep(dry_run=False)
         finally:
             state.close()
 

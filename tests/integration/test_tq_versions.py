@@ -16,12 +16,13 @@ import yaml
 from harness import keys_in
 
 from tools.testbed.cli import TQ_GC, cli_env
-from tq_gc.config import Pacing, TransferQueueConfig
+from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.attach import find_controller
 from tq_gc.stores.transferqueue.controller_function import MISFITS_FOUND
 from tq_gc.stores.transferqueue.internals import INDEX_PAGES, QUIET_WAITS, READ_FROM, controller_probe
+from tq_gc.stores.transferqueue.pacing import FixedPacing
 from tq_gc.stores.transferqueue.requests import TqRequests
 
 from support.tq_venvs import NEWEST, python_of
@@ -92,8 +93,9 @@ def test_functions_the_probe_finds_do_not_fit_are_never_tried_named_by_check_and
     put_rows(tq_partition, [f"k{i}" for i in range(9)])
     before = MISFITS_FOUND.counts()
     probe = probe_saying(**{QUIET_WAITS: "no request loop here", INDEX_PAGES: "no index manager here"})
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
-    with caplog.at_level("WARNING"), TransferQueueRowStore.attach(config, controller_probe=probe) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    attached = TransferQueueRowStore.attach(config, controller_probe=probe, fixed=FixedPacing(batch=4))
+    with caplog.at_level("WARNING"), attached as store:
         store.take_request_stats()
         listed = store.list_keys(tq_partition)
         waits = [store.wait_for_quiet() for _ in range(2)]

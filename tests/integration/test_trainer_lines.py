@@ -48,7 +48,6 @@ def example_config_file(tmp_path: Path, redis_url: str, ray_address: str, stagin
         transfer_queue={"ray_address": ray_address},
         grace_seconds=GRACE_S,
         allow_short_grace=True,
-        lease_ttl_seconds=5,
         schedule={"interval_seconds": 1},
         sidecar={"name": f"tq-gc-{staging}"},
     )

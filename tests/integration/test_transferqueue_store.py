@@ -30,6 +30,9 @@ PutRows = Callable[..., None]
 RunPython = Callable[..., Any]
 RecordTiming = Callable[[str, float], None]
 
+# Requests of 4 keys at most: a few rows make several windows.
+BATCH_4 = FixedPacing(batch=4)
+
 
 @pytest.fixture
 def store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
@@ -39,8 +42,8 @@ def store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
 
 @pytest.fixture
 def small_batch_store(ray_cluster: Any, tq: Any) -> Iterator[TransferQueueRowStore]:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=7))
-    with TransferQueueRowStore.attach(config) as attached:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=7)) as attached:
         yield attached
 
 
@@ -359,10 +362,8 @@ def other_partition(tq: Any) -> Iterator[str]:
 
 def windowed_store(ray_cluster: Any, request_batch: int) -> TransferQueueRowStore:
     """Without waits for quiet moments: a small partition's indexes come in one copy then."""
-    config = TransferQueueConfig(
-        ray_address=ray_cluster.address, pacing=Pacing(batch=request_batch, quiet_ms=0)
-    )
-    return TransferQueueRowStore.attach(config)
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    return TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=request_batch, quiet_ms=0))
 
 
 def test_list_rows_in_windows_is_exactly_kv_list(
@@ -422,9 +423,9 @@ def test_list_keys_reads_the_keys_beside_the_job_requests_in_windows_and_asks_no
     put_rows(tq_partition, [f"late-{i}" for i in range(6)])  # reused indexes
     expected = global_indexes(tq, tq_partition)
     _, size = index_space(tq_partition)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
 
-    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=5)) as store:
+    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=5), fixed=BATCH_4) as store:
         store.take_request_stats()
         listed = store.list_keys(tq_partition)
         requests = store.take_request_stats()
@@ -446,8 +447,10 @@ def test_a_controller_the_key_windows_do_not_fit_gives_the_keys_through_kv_retri
     def another_tq_version(controller: Any, partition: str, indexes: Any) -> Any:
         return controller.key_bookkeeping_of_another_version
 
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
-    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(reader=another_tq_version)) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    with TransferQueueRowStore.attach(
+        config, key_windows=KeyWindows(reader=another_tq_version), fixed=BATCH_4
+    ) as store:
         (first, second), (first_requests, second_requests), warnings = listed_twice(
             store, tq_partition, caplog, "tq_gc.stores.transferqueue.key_windows"
         )
@@ -509,10 +512,11 @@ def test_the_global_indexes_come_in_bounded_pages_of_the_index_space_not_in_one_
     end, size = index_space(tq_partition)
     span = max(1, end // 3)  # the page edges fall anywhere
     pages = 1 + -(-end // span)  # the first answer, then the pages
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
 
     with TransferQueueRowStore.attach(
         config,
+        fixed=BATCH_4,
         index_paging=IndexPaging(span=span, copy_max=size - 1),  # just too big for one copy
     ) as store:
         store.take_request_stats()
@@ -537,9 +541,12 @@ def test_a_partition_of_at_most_copy_max_indexes_is_read_in_one_copy(
     beside big ones is read in one copy (even with pages of one index)."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     expected = global_indexes(tq, tq_partition)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4, quiet_ms=0))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(batch=4, quiet_ms=0)
 
-    with TransferQueueRowStore.attach(config, index_paging=IndexPaging(span=1, copy_max=10)) as store:
+    with TransferQueueRowStore.attach(
+        config, index_paging=IndexPaging(span=1, copy_max=10), fixed=fixed
+    ) as store:
         store.take_request_stats()
         keys = store.list_keys(tq_partition)
         requests = store.take_request_stats()
@@ -555,8 +562,8 @@ def test_listing_a_partition_tq_does_not_have_gives_nothing_and_creates_nothing(
     import ray
 
     never_made = f"tqgc-never-made-{uuid.uuid4().hex[:8]}"
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    with TransferQueueRowStore.attach(config, fixed=BATCH_4) as store:
         assert store.list_keys(never_made) == {}
         assert store.list_rows(never_made) == {}
         assert never_made not in store.partitions()
@@ -577,9 +584,9 @@ def test_a_controller_the_paged_read_does_not_fit_gives_its_index_range_once_ask
     def another_tq_version(controller: Any, partition: str, start: int, stop: int) -> Any:
         return controller.partition_index_bookkeeping_of_another_version
 
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     with TransferQueueRowStore.attach(
-        config, index_paging=IndexPaging(copy_max=0, reader=another_tq_version)
+        config, index_paging=IndexPaging(copy_max=0, reader=another_tq_version), fixed=BATCH_4
     ) as store:
         (first, second), (first_requests, second_requests), warnings = listed_twice(
             store, tq_partition, caplog, "tq_gc.stores.transferqueue.index_range"
@@ -602,8 +609,9 @@ def test_list_keys_reuses_a_recent_index_range_and_sees_every_row_it_holds_as_it
     row that is not there, and every row it held that is still there keeps its index, so its record
     stays. list_rows (a reference source's partition) always asks."""
     put_rows(tq_partition, [f"old-{i}" for i in range(6)])
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(index_range_reuse_seconds=3600)) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(batch=4, index_range_reuse_seconds=3600)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         first = store.list_keys(tq_partition)
         tq.kv_clear(["old-0", "old-1"], tq_partition)
         put_rows(tq_partition, ["new-0"])
@@ -627,8 +635,9 @@ def test_list_keys_asks_for_the_index_range_again_once_the_reuse_time_is_over(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: PutRows
 ) -> None:
     put_rows(tq_partition, ["a"])
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(index_range_reuse_seconds=0)) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(batch=4, index_range_reuse_seconds=0)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         store.list_keys(tq_partition)
         put_rows(tq_partition, ["b"])
         store.take_request_stats()
@@ -668,8 +677,8 @@ class ListingWithWriter(TransferQueueRowStore):
 
 
 def listing_with_writer(ray_cluster: Any, writer: Callable[[int], None]) -> ListingWithWriter:
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=4))
-    store = ListingWithWriter.attach(config)
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    store = ListingWithWriter.attach(config, fixed=BATCH_4)
     assert isinstance(store, ListingWithWriter)
     store.writer = writer
     return store
@@ -749,8 +758,8 @@ def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_sti
 ) -> None:
     put_rows(tq_partition, [f"row-{i}" for i in range(300)], {"t": 1})
     # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes.
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=8, duty_cycle=0.01))
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.01))
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=8)) as store:
         outcome: list[BaseException | dict[str, Any]] = []
 
         def listing() -> None:
@@ -784,8 +793,9 @@ def test_delete_batches_shrink_when_the_re_check_and_clear_are_slow_and_stay_ful
     10 (40, 20, then 14 of 10: 16 clears for 200 rows); fast ones keep it at 40 (5 clears)."""
     keys = [f"row-{i:03d}" for i in range(200)]
     put_rows(tq_partition, keys, {"t": 1})
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(batch=40, duty_cycle=1.0))
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(request_target_ms=target_ms)) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=1.0))
+    fixed = FixedPacing(batch=40, request_target_ms=target_ms)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         expected = store.identities(tq_partition, keys)
         store.take_request_stats()
         assert store.delete_if_unchanged(tq_partition, expected) == set(keys)
@@ -798,9 +808,8 @@ def test_the_store_yields_no_delete_batch_once_it_is_asked_to_stop(
 ) -> None:
     """A sweep stops between two delete batches: the batch yielded before the store was asked to stop
     is the sweep's to clear, and the next raises Interrupted before it is yielded (before its re-check)."""
-    pacing = Pacing(batch=2, quiet_ms=0)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=pacing)
-    with TransferQueueRowStore.attach(config) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=2, quiet_ms=0)) as store:
         batches = store.delete_batches(tq_partition, ["a", "b", "c", "d"])
         assert next(batches) == ["a", "b"]
         store.interrupt()

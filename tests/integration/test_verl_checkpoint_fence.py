@@ -19,6 +19,7 @@ from tq_gc.integrations.verl import TqGcTrainerMixin
 from tq_gc.publish.client import GcClient
 from tq_gc.report import Outcome
 from tq_gc.stores.transferqueue import TransferQueueRowStore
+from tq_gc.stores.transferqueue.pacing import FixedPacing
 from tq_gc.sweep import Collector
 
 pytestmark = pytest.mark.ray
@@ -69,10 +70,9 @@ def test_no_delete_batch_runs_while_verl_saves_its_checkpoint(
 ) -> None:
     timeline = Timeline()
     val_partition = f"tqgc-val-{uuid.uuid4().hex[:10]}"  # never written: verl has not validated
-    config = example_config(
-        ray_cluster.address, tq_partition, val_partition, batch=1, max_delete_fraction=1.0
-    )
-    with RecordedStore.attach(config.transfer_queue) as store:  # batches of one row: the store sizes them
+    config = example_config(ray_cluster.address, tq_partition, val_partition, max_delete_fraction=1.0)
+    # batches of one row: the store sizes them
+    with RecordedStore.attach(config.transfer_queue, fixed=FixedPacing(batch=1)) as store:
         store.timeline = timeline
         sidecar = Sidecar(config, store)
         sweep_over = threading.Event()

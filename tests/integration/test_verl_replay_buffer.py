@@ -43,16 +43,13 @@ STEP_S = GRACE_S + 5 * INTERVAL_S  # a large model's step: longer than grace
 TTL_S = 10 * STEP_S  # the trainer's admissions outlive the manual clock's jumps (GcClient renews them)
 
 
-def example_config(ray_address: str, train: str, val: str, batch: int | None = None, **limits: Any) -> Config:
-    """deploy/examples/verl.yaml, with this test's partitions for `train` and `val` (and `limits`, and
-    transfer_queue.pacing.batch)."""
+def example_config(ray_address: str, train: str, val: str, **limits: Any) -> Config:
+    """deploy/examples/verl.yaml, with this test's partitions for `train` and `val` (and `limits`)."""
     values: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     renamed = {"train": train, "val": val}
     for entry in values["scope"]:
         entry["partition"] = renamed[entry["partition"]]
     values["transfer_queue"] = {"ray_address": ray_address}
-    if batch is not None:
-        values["transfer_queue"]["pacing"] = {"batch": batch}
     values["limits"].update(limits)
     config = parse_config(values)
     assert (config.grace_seconds, config.schedule.interval_seconds) == (GRACE_S, INTERVAL_S)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tq_gc.cli import EXIT_OK, EXIT_USAGE, main
+from tq_gc.cli import EXIT_OK, EXIT_USAGE, commands, main
 from tq_gc.wiring import Runtime
 
 from support.cli_runner import STAGING, CliRunner
@@ -44,6 +44,31 @@ def test_debug_logs_each_phase_of_the_sweep(cli: CliRunner) -> None:
     assert code == EXIT_OK
     for phase in ("lease", "attach", "list", "references", "plan"):
         assert f"phase {phase}" in err, err
+
+
+# --log-format -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("log_format", ["yaml", "JSONL", ""])
+def test_an_unknown_log_format_is_a_usage_error_listing_the_choices(cli: CliRunner, log_format: str) -> None:
+    code, out, err = cli.run_argv("--log-format", log_format, "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_USAGE and out == ""
+    assert "--log-format" in err and "text" in err and "json" in err
+    assert "unexpected error" not in err and cli.rows.calls == []
+
+
+def test_log_format_json_logs_json_lines_on_stderr(cli: CliRunner) -> None:
+    argv = ("--log-level", "DEBUG", "--log-format", "json", "sweep", "--config", str(cli.config_path))
+    code, _, err = cli.run_argv(*argv)
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert code == EXIT_OK and lines
+    assert any("phase list" in line["msg"] for line in lines), lines
+
+
+def test_logs_are_text_by_default(cli: CliRunner) -> None:
+    code, _, err = cli.run_argv("--log-level", "DEBUG", "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_OK and "phase list" in err
+    assert not err.lstrip().startswith("{"), err
 
 
 # --max-deletes above the config's cap -------------------------------------------------------------
@@ -85,6 +110,21 @@ def test_serve_refuses_a_schedule_that_cannot_reclaim(cli: CliRunner) -> None:
     cli.write_config(grace_seconds=5, allow_short_grace=True, schedule={"interval_seconds": 3600})
     code, _, err = cli.run("serve")
     assert code == EXIT_USAGE and "3600" in err and "grace_seconds=5" in err
+
+
+@pytest.mark.parametrize(("argv", "dry_run"), [((), False), (("--dry-run",), True)])
+def test_serve_starts_a_deleting_sidecar_unless_dry_run(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...], dry_run: bool
+) -> None:
+    """Whether the sidecar deletes is chosen where it is started, as `sweep --execute` chooses for one
+    sweep (the sidecar's own start is tests/integration/sidecar/test_sidecar_schedule.py)."""
+    started: list[bool] = []
+    monkeypatch.setattr(commands, "serve_forever", lambda _config, dry_run: started.append(dry_run))
+    code, _, err = cli.run("serve", *argv)
+    assert code == EXIT_OK, err
+    assert started == [dry_run]
+    _, help_text, _ = cli.run_argv("serve", "--help")
+    assert "--dry-run" in help_text
 
 
 def test_a_schedule_that_cannot_reclaim_is_refused_at_load(cli: CliRunner) -> None:

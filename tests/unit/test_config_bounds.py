@@ -60,11 +60,9 @@ def test_a_listed_partition_is_protected_beside_the_canonical_one() -> None:
 
 FLOAT_FIELDS = [
     ("grace_seconds", "grace_seconds: {}"),
-    ("lease_ttl_seconds", "lease_ttl_seconds: {}"),
     ("schedule.interval_seconds", "schedule: {{interval_seconds: {}}}"),
     ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
     ("transfer_queue.pacing.duty_cycle", "transfer_queue: {{pacing: {{duty_cycle: {}}}}}"),
-    ("transfer_queue.pacing.quiet_ms", "transfer_queue: {{pacing: {{quiet_ms: {}}}}}"),
 ]
 
 
@@ -73,79 +71,6 @@ FLOAT_FIELDS = [
 def test_every_float_field_must_be_finite(field: str, template: str, value: str) -> None:
     message = refusal(template.format(value))
     assert f"{field}: " in message and "finite" in message
-
-
-def test_a_negative_quiet_time_is_refused() -> None:
-    assert "transfer_queue.pacing.quiet_ms" in refusal("transfer_queue: {pacing: {quiet_ms: -1}}")
-
-
-def test_quiet_ms_0_is_accepted_and_never_waits() -> None:
-    config = parse_config(config_with("transfer_queue: {pacing: {quiet_ms: 0}}"))
-    assert config.transfer_queue.pacing.quiet_ms == 0
-
-
-@pytest.mark.parametrize(
-    ("yaml_text", "field", "bound"),
-    [
-        ("transfer_queue: {pacing: {quiet_ms: 250.5}}", "transfer_queue.pacing.quiet_ms", "250"),
-        ("transfer_queue: {pacing: {quiet_ms: 1.0e9}}", "transfer_queue.pacing.quiet_ms", "250"),
-        ("transfer_queue: {pacing: {batch: 20001}}", "transfer_queue.pacing.batch", "20000"),
-        ("transfer_queue: {pacing: {batch: 1000000000}}", "transfer_queue.pacing.batch", "20000"),
-    ],
-)
-def test_a_wait_or_request_too_long_for_the_jobs_controller_is_refused(
-    yaml_text: str, field: str, bound: str
-) -> None:
-    message = refusal(yaml_text)
-    assert f"{field}: " in message and bound in message, message
-
-
-@pytest.mark.parametrize(
-    "yaml_text",
-    [
-        "transfer_queue: {pacing: {quiet_ms: 250}}",
-        "transfer_queue: {pacing: {batch: 20000}}",
-    ],
-)
-def test_the_upper_bounds_of_waits_and_requests_are_inclusive(yaml_text: str) -> None:
-    given = yaml.safe_load(yaml_text)["transfer_queue"]["pacing"]
-    loaded = parse_config(config_with(yaml_text)).transfer_queue.pacing
-    assert {name: getattr(loaded, name) for name in given} == given
-
-
-# lease TTL ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("ttl", [0.0001, 4.9, 3600.5, 86_400])
-def test_lease_ttl_outside_5_to_3600_seconds_is_refused(ttl: float) -> None:
-    message = refusal(f"lease_ttl_seconds: {ttl}")
-    assert "lease_ttl_seconds" in message and "5" in message and "3600" in message
-
-
-@pytest.mark.parametrize("ttl", [5, 3600])
-def test_lease_ttl_bounds_are_inclusive(ttl: float) -> None:
-    assert parse_config(config_with(f"lease_ttl_seconds: {ttl}")).lease_ttl_seconds == ttl
-
-
-# tag references ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("key_path", ["a..b", ".a", "a.", ".", "route..keys.x"])
-def test_a_malformed_tag_key_path_is_refused_at_load(key_path: str) -> None:
-    refs = [{"partition": CANONICAL, "key_path": key_path, "target_partition": STAGING}]
-    with pytest.raises(ConfigError) as caught:
-        parse_config({**config_with(), "tag_references": refs})
-    assert "tag_references.0.key_path" in str(caught.value) and "empty segment" in str(caught.value)
-
-
-def test_tag_references_abort_when_emptied_by_default_and_always_with_when_empty_abort() -> None:
-    refs = [
-        {"partition": CANONICAL, "key_path": "plan.keys", "target_partition": STAGING},
-        {"partition": "lineage", "key_path": "keys", "target_partition": STAGING, "when_empty": "abort"},
-    ]
-    config = parse_config({**config_with(), "tag_references": refs})
-    assert [ref.when_empty for ref in config.tag_references] == ["abort_if_it_had_rows", "abort"]
-    assert [ref.expect_nonempty for ref in config.tag_references] == [False, True]
 
 
 # schedule ----------------------------------------------------------------------------------------

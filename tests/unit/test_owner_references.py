@@ -82,7 +82,6 @@ def parse_owner(key_pattern: str = VERL_PATTERN, **owner: Any) -> OwnerReference
         ({"key": "{uid[0]}"}, r"scope.0.owner.key: field \{uid\[0\]\} .* is not a group name"),
         ({"key": "{}"}, r"scope.0.owner.key: field \{\} .* is not a group name"),
         ({"key": "{uid}", "has_tag": ""}, "scope.0.owner.has_tag"),
-        ({"key": "{uid}", "when_empty": "never"}, "scope.0.owner.when_empty"),
         ({"key": "{uid}", "owner_tag": "uid"}, "scope.0.owner.owner_tag: unknown key"),
         ({"key": "{uid}", "owner_partition": "prompts"}, "scope.0.owner.owner_partition: unknown key"),
     ],
@@ -95,7 +94,6 @@ def parse_owner(key_pattern: str = VERL_PATTERN, **owner: Any) -> OwnerReference
         "template-index",
         "template-positional",
         "empty-tag",
-        "unknown-when-empty",
         "owner-tag-is-gone",
         "owner-partition-is-gone",
     ],
@@ -131,13 +129,13 @@ def test_an_owner_reference_is_its_scope_entrys_owner_rule() -> None:
     assert (val.partition, val.created_by_stack, val.owner.has_tag) == (VAL, True, None)
     assert (train.partition, train.created_by_stack, train.owner.has_tag) == (TRAIN, False, "is_prompt")
     assert train.source_id == f"owner_references:{TRAIN}:{VERL_PATTERN}"
-    assert (train.when_empty, train.owner.key) == ("abort_if_it_had_rows", "{uid}")
+    assert (train.when_empty, train.owner.key) == ("accept", "{uid}")
     assert parse_owner(key="{{p}}/{uid}").owner.key == "{{p}}/{uid}"
 
 
-def test_an_owner_rules_emptiness_setting_is_its_owners() -> None:
-    assert parse_owner(key="{uid}", when_empty="abort").expect_nonempty
-    assert parse_owner(key="{uid}", when_empty="accept").may_become_empty
+def test_an_owner_rule_always_accepts_being_empty() -> None:
+    rule = parse_owner(key="{uid}")
+    assert rule.may_become_empty and not rule.expect_nonempty
 
 
 @pytest.mark.parametrize("pattern", [".*", "(x)?", "a*", "|x", "^$", "(?s).*"])
@@ -220,19 +218,6 @@ def test_a_partition_the_store_lacks_fails_the_source() -> None:
     assert caught.value.source == "owners"
 
 
-def test_when_empty_abort_fails_when_the_pattern_matches_no_row_of_a_non_empty_partition() -> None:
-    expected = OwnerReference(TRAIN, VERL_PATTERN, Owner(key="{uid}", when_empty="abort"))
-    store = store_with({TRAIN: {"u1": prompt(), "u1-0-0": trajectory()}})  # a layout the pattern misses
-    with pytest.raises(
-        ReferenceSourceError, match=r"key_pattern .* matches none of the 2 rows .* when_empty: abort"
-    ):
-        read([expected], store)
-    store.delete(TRAIN, ["u1", "u1-0-0"])
-    assert read([expected], store) == set()  # an empty partition (a job's first minutes) is fine
-    store.put(TRAIN, "u2_0_0", trajectory())  # matched, though its owner is gone: the pattern works
-    assert read([expected], store) == set()
-
-
 def test_a_store_failure_fails_the_source() -> None:
     class Broken(MemoryRowStore):
         def list_rows(self, partition: str) -> dict[str, Tags]:
@@ -261,8 +246,6 @@ class Verl:
         self.clock = ManualClock()
         self.state = with_old_baseline(MemoryState("verl", clock_ms=self.clock))
         self.rows = MemoryRowStore()
-        # not when_empty: abort: a partition holding only prompt rows (groups whose trajectories are not
-        # written yet) is a state verl is in at every step
         owned_trajectories = {"key_pattern": VERL_PATTERN, "owner": {"key": "{uid}"}}
         self.config = parse_config(
             {

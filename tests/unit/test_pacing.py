@@ -7,7 +7,7 @@ import pytest
 
 from tq_gc.stores.deferred import DeferredRowStore
 from tq_gc.stores.memory import MemoryRowStore
-from tq_gc.stores.transferqueue.pacing import Pacer
+from tq_gc.stores.transferqueue.pacing import FixedPacing, Pacer
 
 
 def pacer(window: int = 400, duty: float = 0.5) -> Pacer:
@@ -92,3 +92,17 @@ def test_a_deferred_store_over_a_store_that_keeps_no_stats_reports_none() -> Non
     deferred.ensure_attached()
     assert deferred.take_request_stats() == {}
     assert deferred.take_pacing_stats() == {}
+
+
+def test_the_batch_and_the_quiet_time_are_fixed_at_what_the_config_defaulted_to() -> None:
+    """Not settings (docs/configuration.md): tests and benches set their own through FixedPacing."""
+    fixed = FixedPacing()
+    assert (fixed.batch, fixed.quiet_ms) == (2000, 20.0)
+    assert fixed.quiet_seconds() == pytest.approx((0.020, 0.250))
+    assert FixedPacing(quiet_ms=0).quiet_seconds()[0] == 0  # never wait
+
+
+@pytest.mark.parametrize("values", [{"batch": 0}, {"quiet_ms": -1.0}, {"quiet_wait_max_ms": 0.0}])
+def test_fixed_pacing_refuses_values_that_cannot_pace(values: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(values))):
+        FixedPacing(**values)  # type: ignore[arg-type]

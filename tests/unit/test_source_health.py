@@ -1,7 +1,7 @@
-"""What a healthy manifest source looks like: a marker file the volume carries, the mount point it is on.
+"""What a healthy manifest source looks like: a marker file the volume carries.
 
-An unmounted volume leaves its mount point behind, an empty directory that reads as "no manifests"; these
-options make that a failure of the source (the sweep aborts, exit 4) instead."""
+An unmounted volume leaves its mount point behind, an empty directory that reads as "no manifests"; a
+marker makes that a failure of the source (the sweep aborts, exit 4) instead."""
 
 from __future__ import annotations
 
@@ -64,16 +64,12 @@ def test_a_marker_in_a_subdirectory_and_one_that_is_a_directory(tmp_path: Path) 
         read(source(tmp_path, marker="meta"))
 
 
-def test_a_base_that_is_not_on_its_mount_point_fails_the_source(tmp_path: Path) -> None:
-    assert not os.path.ismount(tmp_path)
-    manifest(tmp_path, "r1/c1")
-    with pytest.raises(ReferenceSourceError, match=rf"{tmp_path} is not a mount point.*mounted"):
-        read(source(tmp_path, mount_point=str(tmp_path)))
-
-
-def test_a_base_on_its_mount_point_reads(on_a_mount: Path) -> None:
+def test_a_marker_on_a_mounted_volume_reads_and_names_the_mount_when_missing(on_a_mount: Path) -> None:
     manifest(on_a_mount, "r1/c1")
-    assert read(source(on_a_mount, mount_point=str(SHM))) == {RowId(STAGING, "r1/c1")}
+    with pytest.raises(ReferenceSourceError, match=rf"mounted at {SHM}\b"):
+        read(source(on_a_mount, marker=".tq-gc-volume"))
+    (on_a_mount / ".tq-gc-volume").touch()
+    assert read(source(on_a_mount, marker=".tq-gc-volume")) == {RowId(STAGING, "r1/c1")}
 
 
 def test_check_reports_a_missing_marker_as_a_failed_source(tmp_path: Path) -> None:
@@ -86,9 +82,6 @@ def test_check_reports_a_missing_marker_as_a_failed_source(tmp_path: Path) -> No
     [
         ({"marker": "/abs/marker"}, "relative"),
         ({"marker": "../outside"}, "relative"),
-        ({"mount_point": "/"}, "always mounted"),
-        ({"mount_point": "/elsewhere"}, "or one of its parents"),
-        ({"mount_point": "relative/dir"}, "or one of its parents"),
     ],
 )
 def test_health_options_that_cannot_hold_are_refused(

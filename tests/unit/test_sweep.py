@@ -15,6 +15,7 @@ from tq_gc.errors import StoreUnavailable
 from tq_gc.report import Outcome, SweepReport
 from tq_gc.stores.memory import MemoryRowStore
 from tq_gc.sweep import Collector
+from tq_gc.sweep.lease import LEASE_TTL_SECONDS
 
 from support.world import DATA, GRACE_S, STAGING, World
 
@@ -207,7 +208,7 @@ def test_lease_lost_mid_sweep_stops_before_the_next_delete(tmp_path: Path) -> No
     world = three_batches_eligible(tmp_path)
 
     def lease_expires_and_is_taken() -> None:
-        world.age(world.config.lease_ttl_seconds + 1)
+        world.age(LEASE_TTL_SECONDS + 1)
         assert world.state.acquire_lease("cronjob", 60_000) is not None
 
     world.rows.before("delete_if_unchanged", lease_expires_and_is_taken)

@@ -57,7 +57,7 @@ from support.scripted_store import Action, Call, ScriptedRowStore, ScriptedState
 STAGING, DATA, SCRATCH = "rollout_staging", "rollout_data", "rollout_scratch"
 SOURCES = ("admission", "manifest", "tag")
 GRACE_S = 60
-LEASE_TTL_S = 30
+LEASE_TTL_S = 30  # the collectors' (a test-only parameter: the lease's TTL is no setting)
 FOREVER_S = 10**8  # admissions and fences that never expire on their own: the model does not age them
 DELETE_BATCH_ROWS = 2  # small delete batches: the sweep re-checks before each, a move may come between
 RECHECK = "recheck"  # the state call that opens every delete batch
@@ -70,7 +70,6 @@ def config_for(manifest_dir: Path, scope: str = STAGING) -> Config:
             "namespace": "moves",
             "scope": [{"partition": scope, "all_keys": True}],
             "grace_seconds": GRACE_S,
-            "lease_ttl_seconds": LEASE_TTL_S,
             "manifests": [{"glob": f"{manifest_dir}/*.json"}],
             "tag_references": [{"partition": DATA, "key_path": "plan.keys", "target_partition": STAGING}],
             "limits": {"max_delete_fraction": 1.0},
@@ -229,7 +228,10 @@ class World:
         self.config = config_for(manifest_dir)
 
     def sweep(self) -> SweepReport:
-        return Collector(self.config, self.state, self.rows, holder="sidecar").sweep(dry_run=False)
+        collector = Collector(
+            self.config, self.state, self.rows, holder="sidecar", lease_ttl_seconds=LEASE_TTL_S
+        )
+        return collector.sweep(dry_run=False)
 
 
 def world_about_to_sweep(manifest_dir: Path, source: str | None) -> World:
@@ -599,7 +601,8 @@ class MovesMachine(RuleBasedStateMachine):
         watch = Watch(next(self.sweeps), holder, nested, self.clock(), set(self.was_referenced))
         self.active.append(watch)
         try:
-            report = Collector(config, self.state, self.rows, holder=holder).sweep(dry_run=False)
+            collector = Collector(config, self.state, self.rows, holder=holder, lease_ttl_seconds=LEASE_TTL_S)
+            report = collector.sweep(dry_run=False)
         finally:
             self.active.pop()
             if not nested:

@@ -20,9 +20,13 @@ from tq_gc.report import Cause, Outcome
 from tq_gc.rows import Identity
 from tq_gc.state.memory import MemoryState, SteadyClock
 from tq_gc.sweep import Collector
+from tq_gc.sweep.lease import LEASE_TTL_SECONDS
 
 from support.baseline import with_old_baseline
 from support.world import DATA, GRACE_S, STAGING, World
+
+# A lease renewed every 0.5 s: the test-only parameter of the collector (the lease's TTL is no setting).
+SHORT_LEASE = {"lease_ttl_seconds": 1.5}
 
 KEY = "r1_g0_a1/call3"
 ROUTE_PLAN_TAGS = {"route_assembly_plan": {"cleanup_staging_keys": [KEY]}}
@@ -116,7 +120,7 @@ def test_a_sweeper_that_lost_its_lease_while_marking_writes_nothing(world: World
     successor: list[Any] = []
 
     def paused_past_the_lease() -> None:
-        world.age(world.config.lease_ttl_seconds + 1)
+        world.age(LEASE_TTL_SECONDS + 1)
         successor.append(world.sweep(holder="cronjob"))
 
     after_the_tag_partition_is_listed(world, paused_past_the_lease)
@@ -253,17 +257,17 @@ def test_the_lease_outlives_a_listing_longer_than_its_ttl(tmp_path: Path) -> Non
     lease is renewed in the background, and another sweeper keeps out meanwhile."""
     world = World(tmp_path)
     world.state = with_old_baseline(MemoryState("job-42"))  # the real (steady) clock: renewals in real time
-    config = world.config.model_copy(update={"lease_ttl_seconds": 1.5})  # below the config's floor
+    config = world.config
     world.rows.put(STAGING, KEY)
     contenders: list[Any] = []
 
     def slow_listing() -> None:  # 4 s: more than two TTLs, with renewals every 0.5 s
         time.sleep(2.0)
-        contenders.append(Collector(config, world.state, world.rows, holder="cronjob").sweep())
+        contenders.append(Collector(config, world.state, world.rows, holder="cronjob", **SHORT_LEASE).sweep())
         time.sleep(2.0)
 
     world.rows.before("list_rows", slow_listing)
-    report = Collector(config, world.state, world.rows, holder="sidecar").sweep(dry_run=False)
+    report = Collector(config, world.state, world.rows, holder="sidecar", **SHORT_LEASE).sweep(dry_run=False)
     assert (report.outcome, report.counts.within_grace) == (Outcome.COMPLETED, 1), report.reason
     assert (contenders[0].outcome, contenders[0].cause) == (Outcome.SKIPPED, Cause.LEASE_HELD)
 
@@ -277,9 +281,9 @@ def test_a_sweeping_thread_stalled_between_its_recheck_and_its_clear_stops_thoug
     """The background renewals keep the lease, but they must not vouch for the sweeping thread: a thread
     stalled past half the TTL after its re-check acts on a stale one."""
     old_row(world)
-    config = world.config.model_copy(update={"lease_ttl_seconds": 1.5})  # renewed every 0.5 s
     world.state.before("record_intent", lambda: time.sleep(1.2))  # past half the TTL (0.75 s)
-    report = Collector(config, world.state, world.rows, holder="sidecar").sweep(dry_run=False)
+    collector = Collector(world.config, world.state, world.rows, holder="sidecar", **SHORT_LEASE)
+    report = collector.sweep(dry_run=False)
     assert (report.outcome, report.cause) == (Outcome.ABORTED, Cause.LEASE_LOST), report.reason
     assert KEY in world.staging()
 
@@ -290,10 +294,10 @@ def test_a_delete_batch_slower_than_the_lease_stays_in_flight_until_it_ends(tmp_
     world = World(tmp_path)
     world.state = with_old_baseline(MemoryState("job-42"))  # the real (steady) clock: the mark expires
     world.registry = AdmissionRegistry(world.state)
-    config = world.config.model_copy(update={"lease_ttl_seconds": 1.5, "grace_seconds": 1.0})
+    config = world.config.model_copy(update={"grace_seconds": 1.0})
     world.rows.put(STAGING, KEY)
     for _ in range(2):  # seen unreferenced for 1.2 s by sweeps 0.6 s apart: due at the next one
-        Collector(config, world.state, world.rows).sweep(dry_run=False)
+        Collector(config, world.state, world.rows, **SHORT_LEASE).sweep(dry_run=False)
         time.sleep(0.6)
     seen_in_flight: list[bool] = []
     clear = world.rows.delete_if_unchanged
@@ -304,7 +308,7 @@ def test_a_delete_batch_slower_than_the_lease_stays_in_flight_until_it_ends(tmp_
         return clear(partition, identities)
 
     world.rows.delete_if_unchanged = slow_clear  # type: ignore[method-assign]
-    report = Collector(config, world.state, world.rows).sweep(dry_run=False)
+    report = Collector(config, world.state, world.rows, **SHORT_LEASE).sweep(dry_run=False)
     assert (report.outcome, report.counts.deleted) == (Outcome.COMPLETED, 1), report.reason
     assert seen_in_flight == [True], "the mark ran out while the batch was still clearing"
     assert world.state.delete_in_flight() is False
@@ -347,3 +351,9 @@ def test_rows_saved_by_the_recheck_start_their_grace_again(world: World) -> None
     world.age(GRACE_S / 2)
     world.sweep()
     assert KEY not in world.staging()  # a full grace of sweeps seeing it unreferenced
+
+
+def test_the_lease_lives_60_seconds_unless_a_test_says_otherwise(world: World) -> None:
+    """The lease's TTL is fixed, not a setting (docs/configuration.md); tests hand the collector their own."""
+    assert Collector(world.config, world.state, world.rows).lease.ttl_ms == 60_000 == LEASE_TTL_SECONDS * 1000
+    assert Collector(world.config, world.state, world.rows, **SHORT_LEASE).lease.ttl_ms == 1500

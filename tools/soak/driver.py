@@ -17,10 +17,12 @@ from typing import Any
 
 import yaml
 
-from tools.testbed.cli import TQ_GC, cli_env
+from tools.testbed.cli import cli_env
 from tools.testbed.ray_head import RAY_TEST_ENV, TQ_TEST_CONF, RayHead
 from tools.testbed.redis_server import KillableRedisServer
-from tq_gc import AdmissionRegistry, load_config, start_sidecar
+from tools.testbed.tuned_cli import row_store_factory, tuned_cli_command
+from tq_gc import AdmissionRegistry, load_config
+from tq_gc.sidecar.client import start_sidecar
 
 from .actor_controls import ActorSwitches, RedisRestarts, Timing
 from .chaos import Checkpoints, RedisChaos
@@ -92,7 +94,8 @@ class Soak:
         transfer_queue.init(TQ_TEST_CONF)
         self.tq = JobTq(transfer_queue)
         self.config_path = self._write_config(head.address)
-        self.sidecar = start_sidecar(load_config(self.config_path))
+        # The sidecar's lease is the fixed 60 s; its delete batches the soak's (the CLIs' both, tuned_cli).
+        self.sidecar = start_sidecar(load_config(self.config_path), row_store_factory(self.settings.batch))
         stack.callback(self._stop_sidecar)
         log.info("TQ and sidecar up")
 
@@ -102,11 +105,10 @@ class Soak:
         config = {
             "namespace": f"soak-{s.seed}-{uuid.uuid4().hex[:6]}",
             "state_url": self.redis.url,
-            "transfer_queue": {"ray_address": ray_address, "pacing": {"batch": s.batch}},
+            "transfer_queue": {"ray_address": ray_address},
             "scope": [{"partition": STAGING, "all_keys": True}],
             "grace_seconds": s.grace_s,
             "allow_short_grace": True,
-            "lease_ttl_seconds": s.lease_ttl_s,
             "manifests": [{"glob": f"{self.manifest_dir}/**/gc-manifest.json"}],
             "tag_references": [
                 {"partition": CANONICAL, "key_path": ROUTE_PLAN_KEY_PATH, "target_partition": STAGING}
@@ -216,7 +218,7 @@ class Soak:
             CliSweeperLoop(
                 name,
                 self._seed(),
-                TQ_GC,
+                tuned_cli_command(s.batch, s.lease_ttl_s),
                 self.workdir,
                 CliLoopSettings(self.config_path, env, s.cli_pause_s, kill_chance, s.kill_after_s),
                 self.tally,

@@ -24,7 +24,7 @@ class SoakSettings:
     # one until its TTL): with a shorter grace every orphan's clock restarts before it is due, and no
     # delete ever races the moves.
     grace_s: float = 15.0
-    lease_ttl_s: float = 5.0  # the shortest tq-gc accepts
+    lease_ttl_s: float = 5.0  # the CLI sweepers' (tools/testbed/tuned_cli.py); the sidecar's is 60
     interval_s: float = 1.0
     # Rows per TQ request, listing windows included; deletes go a quarter at a time (they wait for quiet
     # moments): 50 a batch, so that many batches race the moves. At 50 the listing of the bulk rows took

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -109,13 +110,14 @@ class CliLoopSettings:
 
 
 class CliSweeperLoop(threading.Thread):
-    """`tq-gc sweep --execute --json --config F` in a loop, each run a process (and session) of its own."""
+    """`tq-gc sweep --execute --json --config F` in a loop, each run a process (and session) of its own.
+    `command`: the CLI (tools/testbed/tuned_cli.py: the soak's delete batch and lease TTL)."""
 
     def __init__(
         self,
         name: str,
         seed: int,
-        tq_gc: Path,
+        command: Sequence[str],
         workdir: Path,
         settings: CliLoopSettings,
         tally: SweepTally,
@@ -125,7 +127,7 @@ class CliSweeperLoop(threading.Thread):
     ) -> None:
         super().__init__(name=name, daemon=True)
         self._rng = random.Random(seed)
-        self._tq_gc, self._workdir, self._settings = tq_gc, workdir, settings
+        self._command, self._workdir, self._settings = list(command), workdir, settings
         self._tally, self._chaos, self._halt, self._errors = tally, chaos, stop, errors
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
@@ -149,7 +151,7 @@ class CliSweeperLoop(threading.Thread):
             "nice",
             "-n",
             "5",
-            str(self._tq_gc),
+            *self._command,
             "sweep",
             "--execute",
             "--json",

@@ -68,6 +68,7 @@ def _wide_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,18 +79,26 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     help="DEBUG logs each phase of a sweep.",
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    help="How logs are printed on stderr: text, or json (JSON lines, for cluster log collectors).",
+)
 @click.version_option(package_name="tq-gc")
 @click.pass_context
-def cli(ctx: click.Context, log_level: str) -> None:
+def cli(ctx: click.Context, log_level: str, log_format: str) -> None:
     """Reclaim orphaned TransferQueue rows, safely. Dry run unless --execute."""
     ctx.ensure_object(Runtime)
     ctx.meta["log_level"] = log_level.upper()
+    ctx.meta["log_format"] = log_format.lower()
 
 
 def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Config:
     config = load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
     _secret_urls.extend(config.secret_urls())
-    configure_logging(ctx.meta.get("log_level", "INFO"), config.log_format, _secret_urls)
+    configure_logging(ctx.meta.get("log_level", "INFO"), ctx.meta.get("log_format", "text"), _secret_urls)
     return config
 
 
@@ -256,29 +265,35 @@ def check(ctx: click.Context, config_path: str | None, as_json: bool, offline: b
 
 @cli.command()
 @_config_option
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="The sidecar's sweeps delete nothing: watch what it would reclaim (reports, metrics) first.",
+)
 @click.pass_context
-def serve(ctx: click.Context, config_path: str | None) -> None:
-    """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT."""
+def serve(ctx: click.Context, config_path: str | None, dry_run: bool) -> None:
+    """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT. Its sweeps
+    delete (the sidecar is how tq-gc runs in production) unless --dry-run."""
     config = _load(ctx, config_path)
     problem = schedule_problem(config)
     if problem is not None:
         raise ConfigError(problem)
-    serve_forever(config)
+    serve_forever(config, dry_run=dry_run)
 
 
 # `tq-gc serve`: how often it checks that the sidecar still answers.
 HEALTH_CHECK_SECONDS = 5.0
 
 
-def serve_forever(config: Config) -> None:
-    """Start the sidecar, say where its metrics are, and keep it until SIGTERM/SIGINT. The sidecar is
-    owned by this process: it ends when this returns."""
+def serve_forever(config: Config, dry_run: bool = False) -> None:
+    """Start the sidecar (its sweeps dry runs if `dry_run`), say where its metrics are, and keep it until
+    SIGTERM/SIGINT. The sidecar is owned by this process: it ends when this returns."""
     import ray
 
     from tq_gc.sidecar.client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
 
     owns_ray = not ray.is_initialized()
-    handle = start_sidecar(config)
+    handle = start_sidecar(config, dry_run=dry_run)
     try:
         _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
         _wait_for_signal(handle, CALL_TIMEOUT_SECONDS)
@@ -339,7 +354,7 @@ def stream_log_lines(fetch: Callable[[int], tuple[int, list[str]]], seen: int) -
 @click.pass_context
 def demo(ctx: click.Context, capacity: bool, record: str | None) -> None:
     """The whole story on a local Ray cluster with a real TransferQueue (no Redis, no config)."""
-    configure_logging(ctx.meta.get("log_level", "WARNING"), "text")
+    configure_logging(ctx.meta.get("log_level", "WARNING"), ctx.meta.get("log_format", "text"))
     if capacity:
         from pathlib import Path
 

@@ -24,9 +24,7 @@ from tq_gc.config.loading import (
 )
 from tq_gc.config.models import (
     CANONICAL_PARTITION,
-    MAX_LEASE_TTL_SECONDS,
     MIN_GRACE_SECONDS,
-    MIN_LEASE_TTL_SECONDS,
     AdmissionsConfig,
     Config,
     Limits,
@@ -54,10 +52,8 @@ from tq_gc.state.url import MEMORY_SCHEME, REDIS_SCHEMES, STATE_SCHEMES
 __all__ = [
     "CANONICAL_PARTITION",
     "ENV_PREFIX",
-    "MAX_LEASE_TTL_SECONDS",
     "MEMORY_SCHEME",
     "MIN_GRACE_SECONDS",
-    "MIN_LEASE_TTL_SECONDS",
     "NEMO_RL_STAGING_PARTITION",
     "NOT_CONFIG_ENV",
     "REDACTED",

@@ -24,14 +24,12 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "grace_seconds": "How long a row must be seen unreferenced, on the state store's clock, before it is "
         "eligible. At least 60 unless allow_short_grace; sweeps must come at least twice per grace.",
         "allow_short_grace": "Allow grace_seconds below 60 (tests and demos only).",
-        "lease_ttl_seconds": "The sweep lease's time to live (5 to 3600): one sweeper at a time.",
         "admissions": "The admission registry as a reference source.",
         "manifests": "Files that name referenced rows (checkpoint manifests, NeMo RL records).",
         "tag_references": "Rows whose tags name other rows, which are referenced while those rows exist.",
         "limits": "The blast radius of one sweep.",
         "schedule": "When the sidecar sweeps: interval_seconds or cron.",
         "sidecar": "The sidecar actor in the job's Ray cluster.",
-        "log_format": "text, or json (JSON lines on stderr for log collectors).",
         "pressure": "Storage pressure: sweep sooner while TransferQueue's storage is nearly full.",
     },
     "TransferQueueConfig": {
@@ -39,12 +37,8 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "pacing": "How hard tq-gc may press on the job's TransferQueue controller (one set of defaults).",
     },
     "Pacing": {
-        "batch": "The most keys one TransferQueue request asks for, and the most rows one delete batch "
-        "carries (<= 20000; requests adapt between a quarter of this and this).",
         "duty_cycle": "The most of the wall time tq-gc's requests may take while it lists and deletes (1: no "
         "pauses): the one throttle, of listings and deletes alike.",
-        "quiet_ms": "Before each request, wait until the controller is idle this long, 250 ms at most (0: "
-        "never wait).",
     },
     "ScopeEntry": {
         "partition": "The partition swept.",
@@ -65,7 +59,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "key_path": "Where the keys are in each json or jsonl document (names joined by dots).",
         "partition": "The partition the keys are in (json, jsonl; nemo_rl_recovery has a default).",
         "marker": "A file the volume carries under the glob's base: its absence fails the source.",
-        "mount_point": "The glob's base (or a parent) must be this mount point.",
         "when_empty": WHEN_EMPTY,
     },
     "TagReference": {
@@ -77,7 +70,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "Owner": {
         "key": "The owner row's key, a template of the entry's key_pattern's named groups, such as '{uid}'.",
         "has_tag": "Only an owner row carrying this tag (true) owns (verl: is_prompt).",
-        "when_empty": WHEN_EMPTY,
     },
     "Limits": {
         "max_deletes_per_run": "The most rows one sweep deletes; it stops at the cap (--max-deletes cannot "
@@ -91,7 +83,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "SidecarConfig": {
         "name": "The sidecar actor's name in Ray.",
         "metrics_port": "Serve Prometheus metrics on this port (0: any free port; unset: off).",
-        "execute": "false makes the sidecar's scheduled sweeps dry runs.",
     },
     "PressureConfig": {
         "headroom_below": "Below this free fraction of the fullest storage unit, the sidecar sweeps at once "

@@ -4,7 +4,7 @@ and 3; docs/configuration.md, "Checks at load"): every refusal says which field 
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from apscheduler.triggers.cron import CronTrigger
@@ -18,27 +18,9 @@ from tq_gc.state.url import STATE_SCHEMES, not_a_state_url
 
 MIN_GRACE_SECONDS = 60.0
 
-# Below, a sweep could lose its lease between two renewals; above, a crashed sweeper blocks the next
-# one for over an hour.
-MIN_LEASE_TTL_SECONDS = 5.0
-
-MAX_LEASE_TTL_SECONDS = 3600.0
-
-# Upper bounds of what tq-gc may ask of the job's TransferQueue controller in one go. The quiet wait runs
-# on the controller's actor thread (tq_gc/stores/transferqueue/quiet.py), so its longest wait is how
-# long the job's own calls to that thread may queue behind it; a request of pacing.batch keys holds the
-# controller's request thread for its whole length (tens of ms at the default 2,000, seconds at a million).
-MAX_REQUEST_BATCH = 20_000
-# The longest wait for a quiet moment of the controller (quiet_ms at most this).
-QUIET_WAIT_MAX_MS = 250.0
-# transfer_queue.pacing's defaults, the one set of them (the store's own defaults are these).
-DEFAULT_BATCH = 2000
+# transfer_queue.pacing.duty_cycle's default, the one (the store's own default is this). The store's fixed
+# values (its batch, its quiet moments, its request target) are in tq_gc/stores/transferqueue/pacing.py.
 DEFAULT_DUTY_CYCLE = 0.25
-DEFAULT_QUIET_MS = 20.0
-# A request slower than this halves the next one's size: how long tq-gc may hold the job's controller in
-# one go. 10 ms: windows of ~1,000-2,000 rows at 1M rows, each holding the controller under 10 ms
-# (docs/performance.md, "Cost to the training job").
-REQUEST_TARGET_MS = 10.0
 
 # The canonical samples: protected even when protected_partitions leaves them out.
 CANONICAL_PARTITION = "rollout_data"
@@ -110,44 +92,12 @@ class ScopeEntry(Frozen):
 
 class Pacing(Frozen):
     """How hard tq-gc may press on the job's TransferQueue controller, which serves one request at a time:
-    the store reads these, and only these (tq_gc/stores/transferqueue/)."""
+    the store reads this (tq_gc/stores/transferqueue/); its fixed values are FixedPacing's."""
 
-    # The most keys (or global indexes) one request asks for, and the most rows one delete batch carries
-    # (each re-checked right before its clear). Pacing adapts each request's size between a quarter of
-    # this and this (tq_gc/stores/transferqueue/pacing.py): a request slower than 10 ms halves the next.
-    batch: int = Field(default=DEFAULT_BATCH, ge=1)
     # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
     # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. A job request then waits behind one of
     # tq-gc's at most this often. 1 never pauses. The one throttle, of listings and deletes alike.
     duty_cycle: float = Field(default=DEFAULT_DUTY_CYCLE, gt=0.0, le=1.0, allow_inf_nan=False)
-    # Before each request (a listing window, a delete batch), wait until the controller's request thread
-    # has served nothing for this long, QUIET_WAIT_MAX_MS at most: the job's steps come in bursts, and a
-    # request made between two of them is over before the next (tq_gc/stores/transferqueue/quiet.py).
-    # Deletes then go in batches of batch/4. 20: above the gaps within a step measured here (under
-    # 10 ms). 0: never wait (and delete batches of `batch`).
-    quiet_ms: float = Field(default=DEFAULT_QUIET_MS, ge=0.0, allow_inf_nan=False)
-
-    @field_validator("batch")
-    @classmethod
-    def _request_fits_the_controller(cls, batch: int) -> int:
-        if batch > MAX_REQUEST_BATCH:
-            raise ValueError(
-                f"{batch} is above {MAX_REQUEST_BATCH}: one request of that many keys holds the job's "
-                "TransferQueue controller, which serves one request at a time, for seconds. Pacing already "
-                "adapts each request's size below this; keep it near the default 2000"
-            )
-        return batch
-
-    @field_validator("quiet_ms")
-    @classmethod
-    def _quiet_time_can_happen(cls, quiet_ms: float) -> float:
-        if quiet_ms > QUIET_WAIT_MAX_MS:
-            raise ValueError(
-                f"{quiet_ms:g} ms is above {QUIET_WAIT_MAX_MS:g} ms, the longest tq-gc waits for a quiet "
-                "controller (the wait runs on the controller's actor thread, and the job's own calls to it "
-                "queue behind it): no wait could find that much quiet. The default is 20; 0 never waits"
-            )
-        return quiet_ms
 
 
 class TransferQueueConfig(Frozen):
@@ -225,9 +175,6 @@ class SidecarConfig(Frozen):
     ray_namespace: ClassVar[str] = "tq_gc"
     num_cpus: ClassVar[float] = 0.1  # a fraction of a CPU: it fits beside the job
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    # The sidecar's scheduled sweeps delete (it is how tq-gc runs in production); false makes them dry
-    # runs, to watch what it would reclaim (reports, metrics) before letting it.
-    execute: bool = True
 
 
 class Config(Frozen):
@@ -239,7 +186,6 @@ class Config(Frozen):
     allow_unsafe_scope: bool = False
     grace_seconds: float = Field(default=900.0, ge=0.0, allow_inf_nan=False)
     allow_short_grace: bool = False
-    lease_ttl_seconds: float = Field(default=60.0, allow_inf_nan=False)
     admissions: AdmissionsConfig = AdmissionsConfig()
     manifests: tuple[ManifestSource, ...] = ()
     tag_references: tuple[TagReference, ...] = ()
@@ -247,25 +193,13 @@ class Config(Frozen):
     schedule: Schedule = Schedule()
     sidecar: SidecarConfig = SidecarConfig()
     pressure: PressureConfig = PressureConfig()
-    log_format: Literal["text", "json"] = "text"
 
-    @field_validator("grace_seconds", "lease_ttl_seconds", mode="before")
+    @field_validator("grace_seconds", mode="before")
     @classmethod
     def _seconds_are_numbers(cls, value: Any) -> Any:
         if isinstance(value, str) and DURATION_WITH_UNIT.match(value):
             raise ValueError(f"is in seconds: write a number such as 900, not {value!r}")
         return value
-
-    @field_validator("lease_ttl_seconds")
-    @classmethod
-    def _lease_ttl_in_bounds(cls, ttl: float) -> float:
-        if not MIN_LEASE_TTL_SECONDS <= ttl <= MAX_LEASE_TTL_SECONDS:
-            raise ValueError(
-                f"{ttl:g} s is outside {MIN_LEASE_TTL_SECONDS:g}..{MAX_LEASE_TTL_SECONDS:g} s: shorter, a "
-                "sweep can lose its lease between two renewals; longer, a crashed sweeper blocks the next "
-                "one that long. Set a value in that range (the default is 60)"
-            )
-        return ttl
 
     @field_validator("state_url")
     @classmethod

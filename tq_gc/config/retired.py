@@ -10,25 +10,32 @@ from typing import Any
 from tq_gc.config.suggest import Loc
 
 _WHEN_EMPTY = "when_empty (abort, abort_if_it_had_rows or accept): the two opposite flags became one"
-_PACING_BATCH = (
-    "transfer_queue.pacing.batch: the one batch size, of a TransferQueue request and of a delete batch"
-)
 _FIXED = "removed: tq-gc uses a fixed value"
+_FIXED_BATCH = (
+    f"{_FIXED} (2000, the most keys of a TransferQueue request and rows of a delete batch; pacing adapts "
+    "each request between a quarter of it and it, and transfer_queue.pacing.duty_cycle presses less)"
+)
+_FIXED_QUIET = (
+    f"{_FIXED} (20 ms: each request waits until the job's TransferQueue controller served nothing that "
+    "long, 250 ms at most)"
+)
 _ONE_THROTTLE = (
     "transfer_queue.pacing.duty_cycle is the one throttle, of listings and deletes alike (lower it to "
     "press less on the job's TransferQueue controller)"
 )
 
 RETIRED: Mapping[str, str] = {
-    "transfer_queue.request_batch": f"renamed to {_PACING_BATCH}",
+    "transfer_queue.request_batch": _FIXED_BATCH,
     "transfer_queue.duty_cycle": "renamed to transfer_queue.pacing.duty_cycle",
-    "transfer_queue.quiet_ms": "renamed to transfer_queue.pacing.quiet_ms",
+    "transfer_queue.quiet_ms": _FIXED_QUIET,
+    "transfer_queue.pacing.batch": _FIXED_BATCH,
+    "transfer_queue.pacing.quiet_ms": _FIXED_QUIET,
     "transfer_queue.quiet_wait_max_ms": f"{_FIXED} (250 ms, the longest wait for a quiet controller)",
     "transfer_queue.request_target_ms": f"{_FIXED} (10 ms, the request time that halves the next one)",
     "transfer_queue.index_range_reuse_seconds": f"{_FIXED} (0: every listing asks the controller)",
     "transfer_queue.ray_namespace": "removed: tq-gc finds the TransferQueue controller in TQ's own Ray "
     "namespace, whatever namespace it joins",
-    "limits.delete_batch": f"moved to {_PACING_BATCH}",
+    "limits.delete_batch": _FIXED_BATCH,
     "limits.max_deletes_per_second": f"removed: {_ONE_THROTTLE}",
     "transfer_queue.pacing.max_deletes_per_second": f"removed: {_ONE_THROTTLE}",
     "limits.fraction_min_rows": f"{_FIXED} (100: below that many eligible rows the fraction guard is quiet)",
@@ -43,13 +50,25 @@ RETIRED: Mapping[str, str] = {
     "manifests[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: abort",
     "manifests[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
     "accept",
+    "manifests[].mount_point": "removed: use marker, a file the volume carries under the glob's base "
+    "(such as .tq-gc-volume): an unmounted volume's empty mount point lacks it, which fails the source",
+    "scope[].owner.when_empty": "removed: owner rules always accept being empty, since the owner rows come "
+    "from the same partition's listing as the rows they protect, so an empty owner set is the job "
+    "releasing them, never a failed read (a listing that fails aborts the sweep)",
+    "log_format": "removed: how the process prints its logs is the command line's choice, not the "
+    "collector's: `tq-gc --log-format json <command>` (beside --log-level; the sidecar logs as text)",
+    "sidecar.execute": "removed: a dry-run sidecar is chosen where it is started, as `tq-gc sweep` chooses "
+    "with --execute: `tq-gc serve --dry-run`, or start_sidecar(config, dry_run=True) in Python (without "
+    "them the sidecar deletes, as execute: true did)",
+    "lease_ttl_seconds": f"{_FIXED} (60 s, the sweep lease's time to live, renewed every 20 s while a "
+    "sweep runs: a crashed sweeper blocks the next one for at most a minute)",
     "manifests[].max_file_bytes": f"{_FIXED} (64 MiB: a larger file fails the source)",
     "tag_references[].expect_nonempty": f"replaced by {_WHEN_EMPTY}; expect_nonempty: true is when_empty: "
     "abort",
     "tag_references[].may_become_empty": f"replaced by {_WHEN_EMPTY}; may_become_empty: true is when_empty: "
     "accept",
     "owner_references": "owner_references was replaced by scope[].owner: on the scope entry of the "
-    "partition, with its key_pattern, write owner: {key: '{uid}', has_tag: is_prompt, when_empty: accept} "
+    "partition, with its key_pattern, write owner: {key: '{uid}', has_tag: is_prompt} "
     "(owner_key is owner.key, owner_has_tag is has_tag). owner_tag and owner_partition are gone (no "
     "stack's layout and no shipped config used them): the owner rows are in the entry's partition, and "
     "the owner's key comes from the key template",

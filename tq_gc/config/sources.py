@@ -55,9 +55,8 @@ class ManifestSource(EmptinessRule):
     # A larger file fails the source: a runaway or wrong file must not exhaust the sweeper's memory.
     max_file_bytes: ClassVar[int] = 64 * 2**20
     # What a healthy source looks like: a file the volume carries under the glob's base (an empty mount
-    # point lacks it), and the mount point the base must be on (os.path.ismount).
+    # point lacks it).
     marker: str | None = Field(default=None, min_length=1)
-    mount_point: str | None = Field(default=None, min_length=1)
 
     @property
     def source_id(self) -> str:
@@ -89,25 +88,16 @@ class ManifestSource(EmptinessRule):
         partition = FORMATS[self.format].fitted_partition(self.glob, self.key_path, self.partition)
         if partition != self.partition:
             object.__setattr__(self, "partition", partition)
-        self._check_health_options()
+        self._check_marker()
         return self
 
-    def _check_health_options(self) -> None:
+    def _check_marker(self) -> None:
         if self.marker is not None:
             parts = self.marker.split("/")
             if os.path.isabs(self.marker) or ".." in parts or "" in parts:
                 raise ValueError(
                     f"marker {self.marker!r}: name a file under the glob's base directory {self.base!r}, "
                     "relative and without '..', such as .tq-gc-volume"
-                )
-        if self.mount_point is not None:
-            mount_point = os.path.normpath(self.mount_point)
-            if mount_point == "/":
-                raise ValueError("mount_point '/' is always mounted: name the volume's own mount point")
-            if not os.path.isabs(mount_point) or os.path.commonpath([mount_point, self.base]) != mount_point:
-                raise ValueError(
-                    f"mount_point {self.mount_point!r} must be the glob's base directory {self.base!r} or "
-                    "one of its parents (the volume the manifests are on)"
                 )
 
 
@@ -128,10 +118,11 @@ class TagReference(EmptinessRule):
         return key_path
 
 
-class Owner(EmptinessRule):
+class Owner(Frozen):
     """A scope entry's owner rule: a row in scope is referenced while its owner row exists in the same
     partition (Kubernetes' ownerReferences). `key` is a template over the entry's key_pattern's named
-    groups (`{uid}`), checked against the pattern by the entry (ScopeEntry)."""
+    groups (`{uid}`), checked against the pattern by the entry (ScopeEntry). It has no emptiness setting:
+    see OwnerReference.when_empty."""
 
     key: str
     # The owner row counts only while this tag is true on it: verl's prompt rows carry is_prompt, and a
@@ -185,14 +176,9 @@ class OwnerReference:
         section of their own: an existing state store's records still apply)."""
         return f"owner_references:{self.partition}:{self.key_pattern}"
 
-    @property
-    def when_empty(self) -> WhenEmpty:
-        return self.owner.when_empty
-
-    @property
-    def expect_nonempty(self) -> bool:
-        return self.owner.expect_nonempty
-
-    @property
-    def may_become_empty(self) -> bool:
-        return self.owner.may_become_empty
+    # Always accept: the owner rows come from the same listing as the rows they protect, so an empty
+    # owner set is the job releasing them (verl's sampling clears every prompt row at once), never a
+    # failed read (a listing that fails raises, and a partition listed empty has no candidates either).
+    when_empty: ClassVar[WhenEmpty] = "accept"
+    expect_nonempty: ClassVar[bool] = False
+    may_become_empty: ClassVar[bool] = True

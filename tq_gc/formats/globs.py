@@ -1,7 +1,7 @@
 """Absolute glob patterns, split at their base: the literal directory prefix before the first wildcard.
 
 `/ckpt/**/gc-manifest.json` has base `/ckpt` and parts (`**`, `gc-manifest.json`). The config names a
-source's volume by its base (marker, mount_point); references/globwalk.py walks the parts from it.
+source's volume by its base (marker); references/globwalk.py walks the parts from it.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ class AdmissionRegistry:
             if time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"a tq-gc delete batch was still in flight after {wait_seconds:g} s; the checkpoint "
-                    "fence was lowered. Retry, or raise wait_seconds to the sweepers' lease_ttl_seconds"
+                    "fence was lowered. Retry, or raise wait_seconds to the sweepers' lease TTL (60 s)"
                 )
             time.sleep(DELETE_POLL_SECONDS)
 

@@ -2,20 +2,21 @@
 stops the sweep (fail closed) until the operator accepts it.
 
 An unmounted volume leaves its mount point behind, an empty directory: a manifest glob then matches no
-file, every read succeeds, and the rows its manifests protected are released. A renamed tag field, or an
-owner partition misread, does the same to tag and owner references. Nothing else tells these apart from
+file, every read succeeds, and the rows its manifests protected are released. A renamed tag field does
+the same to tag references. (Owner rules always accept being empty: their owners come from the same
+listing as their rows, config.sources.OwnerReference.) Nothing else tells these apart from
 a job that really released everything, so the state store remembers how many references each source
 yielded at the last sweep that read every source, and a source that yielded some then and reads as
 empty now aborts the sweep (cause source_failed, exit 4), naming the source, what to check, and how to
 accept it: `tq-gc sweep --accept-empty SOURCE` for one sweep (which then records it empty), or
 `when_empty: accept` on the source for good.
 
-What reads as empty: a manifest source whose glob matches no file at all (files that are retired or name
-no rows are the publisher saying "release", and are believed); a tag or owner reference that names no
-row. The base directory's device (st_dev) is reported, not compared: a CronJob's pod mounts the volume
-afresh every run, and the device number of the same volume can differ from one mount to the next
-(another node, another attach order), so a change alone proves nothing; no file where files were is what
-an unmounted volume looks like.
+What reads as empty: a manifest source whose glob matches no file at all (files that are retired or name no
+rows are the publisher saying "release", and are believed); a tag or owner reference that names no row (an
+owner rule's is recorded, and always accepted). The base directory's device (st_dev) is reported, not
+compared: a CronJob's pod mounts the volume afresh every run, and the device number of the same volume can
+differ from one mount to the next (another node, another attach order), so a change alone proves nothing; no
+file where files were is what an unmounted volume looks like.
 
 A Redis restarted empty loses that baseline with everything else, and may come back just as a volume
 went missing. A sweeper that recorded a baseline in this process (the sidecar) keeps its own copy, and
@@ -218,8 +219,7 @@ def _volume(source: ManifestSource) -> str:
         device = f", device {os.stat(base).st_dev:#x}"
     except OSError:
         device = ""
-    checked = source.marker or source.mount_point
-    hint = "" if checked else " (a `marker` or `mount_point` on the source makes tq-gc check it)"
+    hint = "" if source.marker else " (a `marker` on the source makes tq-gc check it)"
     return (
         f"is the volume mounted? Its base directory {base} is on the file system mounted at "
         f"{enclosing_mount(base)}{device}{hint}"

@@ -104,19 +104,12 @@ class _Walk:
             raise UnreadablePath(directory, unreadable(exc)) from exc
 
 
-def check_volume(base: str, marker: str | None, mount_point: str | None) -> None:
+def check_volume(base: str, marker: str | None) -> None:
     """Raise UnreadablePath unless the volume under `base` looks healthy: `marker` (a path relative to
-    `base`) is a regular file, and `mount_point` (`base` or a parent of it) is a mount point.
+    `base`) is a regular file.
 
     An unmounted volume leaves its mount point behind, an empty directory: to a walk it reads as a
     volume holding no manifests."""
-    if mount_point is not None and not os.path.ismount(mount_point):
-        raise UnreadablePath(
-            mount_point,
-            f"{mount_point} is not a mount point (mount_point says the manifests are on a volume mounted "
-            f"there; {base} is on the file system mounted at {enclosing_mount(mount_point)}): is the "
-            "volume mounted?",
-        )
     if marker is not None:
         path = os.path.join(base, marker)
         found = _follow(path)

@@ -16,12 +16,12 @@ from the row's key (the entry's pattern, which the whole key must match, whose n
 pattern does not match is out of scope, never deleted; a row whose owner is absent is unreferenced, and
 its grace runs as always.
 
-Owners are looked up in the sweep's own listing of the partition (one snapshot, read in the tags' slot:
-see sweep.observe.Observer.read). Fails closed: a partition the row store lacks, a match that leaves a
-group of the template unset, and a rule with `when_empty: abort` whose pattern matches no row of a
-non-empty partition all fail the source. The rule of an entry marked `created_by_stack` (the stack
-creates the partition on its first write) names nothing while the partition does not exist: there is no
-row to keep or to delete.
+Owners are looked up in the sweep's own listing of the partition (one snapshot, read in the tags' slot: see
+sweep.observe.Observer.read). Fails closed: a partition the row store lacks and a match that leaves a group
+of the template unset fail the source. A rule that owns nothing is believed: its owners come from the same
+listing as its rows (config.sources.OwnerReference.when_empty). The rule of an entry marked
+`created_by_stack` (the stack creates the partition on its first write) names nothing while the partition
+does not exist: there is no row to keep or to delete.
 """
 
 from __future__ import annotations
@@ -153,13 +153,6 @@ class _Rule:
             matched += 1
             if owner in rows and counts(rows[owner]):
                 owned.append(key)
-        if self.reference.expect_nonempty and rows and not matched:
-            raise ReferenceSourceError(
-                Source.OWNERS.value,
-                f"key_pattern {self.reference.key_pattern!r} matches none of the {len(rows)} rows of "
-                f"partition {self.reference.partition!r}, but the owner has when_empty: abort: check the "
-                "pattern against the job's keys",
-            )
         return _Found(len(rows), matched, owned)
 
 

@@ -77,11 +77,14 @@ class SidecarActor:
         config: Config,
         row_store_factory: RowStoreFactory | None = None,
         pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
+        dry_run: bool = False,
     ) -> None:
-        """`pressure_timing`: the fixed values, unless a test sets its own."""
+        """`pressure_timing`: the fixed values, unless a test sets its own. `dry_run`: every sweep of this
+        sidecar, scheduled or on demand, is a dry run (start_sidecar's, `tq-gc serve --dry-run`)."""
         self._log_lines = RecentLines()  # what `tq-gc serve` streams (log_lines)
-        configure_logging("INFO", config.log_format, config.secret_urls(), self._log_lines)
+        configure_logging("INFO", "text", config.secret_urls(), self._log_lines)
         self._config = config
+        self._dry_run = dry_run
         self._pressure_timing = pressure_timing
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
@@ -168,17 +171,17 @@ class SidecarActor:
         """Run one sweep now, after the one in progress if any; returns its report. Raises what the
         sweep raised (counted in tqgc_sweep_errors_total).
 
-        `dry_run` defaults to what `sidecar.execute` says; a sidecar configured with execute: false
-        never deletes, and refuses `dry_run=False`."""
-        execute = self._config.sidecar.execute
-        if dry_run is False and not execute:
+        `dry_run` defaults to how the sidecar was started; a sidecar started dry-run never deletes, and
+        refuses `dry_run=False`."""
+        if dry_run is False and self._dry_run:
             raise ConfigError(
-                f"the tq-gc sidecar {self._config.sidecar.name!r} has sidecar.execute: false, so it only "
-                "dry-runs; set sidecar.execute: true to let it delete"
+                f"the tq-gc sidecar {self._config.sidecar.name!r} was started dry-run "
+                "(start_sidecar(config, dry_run=True) or `tq-gc serve --dry-run`), so it only dry-runs: "
+                "start it without that to let it delete"
             )
         with self._sweep_lock:
             self._check_open()
-            return self._sweep(not execute if dry_run is None else dry_run).to_dict()
+            return self._sweep(self._dry_run if dry_run is None else dry_run).to_dict()
 
     def _scheduled_sweep(self) -> None:
         # A tick while sweep_now() runs is dropped, not queued: that sweep covers it.
@@ -187,7 +190,7 @@ class SidecarActor:
             return
         try:
             if not self._closed:
-                self._sweep(dry_run=not self._config.sidecar.execute)
+                self._sweep(dry_run=self._dry_run)
         except Exception:
             pass  # logged and counted by _sweep; the schedule goes on
         finally:
@@ -258,7 +261,7 @@ class SidecarActor:
             "ray_namespace": sidecar.ray_namespace,
             "namespace": self._config.namespace,
             "state_url": self._config.redacted()["state_url"],
-            "execute": sidecar.execute,
+            "execute": not self._dry_run,
             "schedule": self._describe_schedule(),
             "running": not self._closed,
             "paused": next_run is None,
@@ -352,7 +355,7 @@ class SidecarActor:
     def _describe_schedule(self) -> str:
         schedule = self._config.schedule
         every = f"cron {schedule.cron!r}" if schedule.cron else f"every {schedule.interval_seconds:g} s"
-        mode = "deleting" if self._config.sidecar.execute else "dry run"
+        mode = "dry run" if self._dry_run else "deleting"
         pressure = self._config.pressure
         under = ""
         if pressure.headroom_below is not None:

@@ -39,6 +39,8 @@ def start_sidecar(
     config: ConfigLike,
     row_store_factory: RowStoreFactory | None = None,
     pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
+    *,
+    dry_run: bool = False,
 ) -> Any:
     """Start the sidecar actor in this Ray cluster, or return the one already running under
     `config.sidecar.name` in `config.sidecar.ray_namespace` if it was started with this same config (a
@@ -51,7 +53,9 @@ def start_sidecar(
     attaches to the job's TQ at its first sweep: until the TQ exists, sweeps end aborted with the reason.
     `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
     a module-level function importable in Ray's workers, or a functools.partial of one.
-    `pressure_timing`: the fixed values, unless a test or a demo sets its own.
+    `pressure_timing`: the fixed values, unless a test or a demo sets its own. `dry_run=True`: every
+    sweep of the sidecar is a dry run, to watch what it would reclaim (reports, metrics) before letting
+    it (`tq-gc serve --dry-run`); a running sidecar started the other way is refused, as another config is.
     """
     config = as_config(config)
     if not ray.is_initialized():
@@ -68,10 +72,10 @@ def start_sidecar(
             lifetime=None,  # owned by this driver, dies with the job (see the module docstring)
             max_restarts=0,
         )
-        .remote(config, row_store_factory, pressure_timing)
+        .remote(config, row_store_factory, pressure_timing, dry_run)
     )
     try:
-        ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
+        status = ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
         # Ray's message is the actor's whole traceback; its last line is the error that stopped it.
         lines = [line for line in str(exc).splitlines() if line.strip()]
@@ -79,6 +83,7 @@ def start_sidecar(
             f"the tq-gc sidecar {sidecar.name!r} did not start: {lines[-1] if lines else exc}"
         ) from exc
     _check_same_config(handle, config)
+    _check_same_mode(config, deletes=bool(status["execute"]), dry_run=dry_run)
     return handle
 
 
@@ -110,6 +115,18 @@ def _check_same_config(handle: Any, config: Config) -> None:
         f"{running.namespace!r}, this one's {config.namespace!r}). It is not this job's sidecar: give this "
         "one another sidecar.name, or stop that one first. With state_url memory:// each sidecar holds a "
         "registry and lease of its own, so a job needs exactly one sidecar"
+    )
+
+
+def _check_same_mode(config: Config, deletes: bool, dry_run: bool) -> None:
+    """Refuse a running sidecar of this name that deletes where this start asked for a dry run, or the
+    other way round."""
+    if deletes != dry_run:
+        return
+    running, asked = ("deletes", "a dry run (dry_run=True)") if deletes else ("dry-runs", "deleting sweeps")
+    raise TqGcError(
+        f"a tq-gc sidecar named {config.sidecar.name!r} already runs with this config, but it {running}, and "
+        f"this start asked for {asked}: stop that one first to change how it sweeps"
     )
 
 

@@ -54,7 +54,7 @@ AUDIT_MAXLEN = 100_000
 # (single-threaded) for a few ms at most, and a million rows are a few dozen fields.
 GENERATION_ROWS = 50_000
 
-# XREVRANGE page size, in batches (up to transfer_queue.pacing.batch rows each), when reading the audit log.
+# XREVRANGE page size, in batches (up to the store's batch, 2,000 rows, each), when reading the audit log.
 AUDIT_PAGE = 16
 
 # Braces would break the hash tag; `:` is fine (config allows `job:42`).

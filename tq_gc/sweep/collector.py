@@ -32,7 +32,7 @@ from tq_gc.sweep.clocks import utc_now_iso
 from tq_gc.sweep.cyclic_gc import paused_cyclic_gc
 from tq_gc.sweep.delete import Deleter
 from tq_gc.sweep.fill import read_storage_fill
-from tq_gc.sweep.lease import SweepLease, default_holder
+from tq_gc.sweep.lease import LEASE_TTL_SECONDS, SweepLease, default_holder
 from tq_gc.sweep.observe import Observer
 from tq_gc.sweep.record import Recorder
 from tq_gc.sweep.run import PhaseListener, Progress, SweepRun
@@ -49,10 +49,12 @@ class Collector:
         holder: str | None = None,
         *,
         pause_cyclic_gc: bool = False,
+        lease_ttl_seconds: float = LEASE_TTL_SECONDS,
     ):
         """`pause_cyclic_gc`: the process is tq-gc's own (the sidecar's actor, the CLI), so a sweep may
         switch the cyclic garbage collector off while it runs (cyclic_gc.paused_cyclic_gc). Embedded in a
         trainer's process, leave it False: the trainer's own objects are that collector's too.
+        `lease_ttl_seconds`: the fixed 60 s, unless a test wants a lease that lapses sooner.
 
         Each sweep holds the row store's claim for this collector's state (stores/claims.py) once
         attached: a TQ claimed for another state store skips the sweep. The claim lasts until close(),
@@ -67,7 +69,7 @@ class Collector:
         self.holder = holder or default_holder()
         self._stop = threading.Event()
         self._pause_cyclic_gc = pause_cyclic_gc
-        self.lease = SweepLease(config, state, self.holder)
+        self.lease = SweepLease(config, state, self.holder, lease_ttl_seconds)
         self.observer = Observer(config, state, row_store)
         self.recorder = Recorder(config, state, row_store)
         self.deleter = Deleter(state, row_store, self.lease, self._stop_if_asked)

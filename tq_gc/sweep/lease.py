@@ -24,6 +24,10 @@ from tq_gc.sweep.run import SweepRun
 
 log = logging.getLogger(__name__)
 
+# The lease's time to live, fixed: a third of it between background renewals, so two can fail in a row
+# before it lapses; a crashed sweeper blocks the next one for at most this long (a CronJob's next run, 5
+# minutes later, finds it free). Tests hand the collector a shorter one (Collector's lease_ttl_seconds).
+LEASE_TTL_SECONDS = 60.0
 # The lease is renewed in the background every third of its TTL (BackgroundRenewal): two renewals can fail
 # in a row before it lapses, and a long attach or listing (a million rows) never outlasts it.
 RENEW_FRACTION = 1 / 3
@@ -41,9 +45,12 @@ class SweepLease:
     """What a sweep does with its lease. The lease itself, and when the sweeping thread last renewed
     it, are the run's (SweepRun.lease, SweepRun.renewed_at)."""
 
-    def __init__(self, config: Config, state: StateStore, holder: str) -> None:
+    def __init__(
+        self, config: Config, state: StateStore, holder: str, ttl_seconds: float = LEASE_TTL_SECONDS
+    ) -> None:
         self.holder = holder
-        self.ttl_ms = int(config.lease_ttl_seconds * 1000)
+        self.ttl_seconds = ttl_seconds
+        self.ttl_ms = int(ttl_seconds * 1000)
         self._config = config
         self._state = state
 
@@ -87,7 +94,7 @@ class SweepLease:
     def check_fresh(self, run: SweepRun) -> None:
         """Right before a clear: were we paused since the renewal? The store would not tell us in time."""
         elapsed = time.monotonic() - run.renewed_at
-        if elapsed > self._config.lease_ttl_seconds * CLEAR_WITHIN_TTL_FRACTION:
+        if elapsed > self.ttl_seconds * CLEAR_WITHIN_TTL_FRACTION:
             raise SweeperPaused(elapsed)
 
     def renewed_in_background(self, run: SweepRun) -> BackgroundRenewal:
@@ -97,7 +104,7 @@ class SweepLease:
         def failed(exc: Exception) -> None:
             run.interrupted = run.interrupted or f"a lease renewal failed: {exc}"
 
-        every_seconds = self._config.lease_ttl_seconds * RENEW_FRACTION
+        every_seconds = self.ttl_seconds * RENEW_FRACTION
         return BackgroundRenewal(lambda: self.renew(run), every_seconds, failed)
 
     def release(self, run: SweepRun) -> None:

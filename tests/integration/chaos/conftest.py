@@ -89,17 +89,23 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             tmp_path / "tq-gc.yaml",
             namespace=namespace,
             state_url=state_url,
-            transfer_queue={
-                "ray_address": ray_cluster.address,
-                "pacing": {"batch": DELETE_BATCH, "duty_cycle": DUTY_CYCLE},
-            },
+            transfer_queue={"ray_address": ray_cluster.address, "pacing": {"duty_cycle": DUTY_CYCLE}},
             scope=[{"partition": tq_partition, "all_keys": True}],
             grace_seconds=grace_s,
             allow_short_grace=True,
-            lease_ttl_seconds=lease_ttl_s,
             manifests=[{"glob": f"{manifests}/**/gc-manifest.json"}],
             limits={"max_delete_fraction": 1.0},  # nearly all of the partition is orphans, on purpose
         )
-        return Job(tq_partition, config, namespace, orphans, admitted, manifested, state_url)
+        return Job(
+            tq_partition,
+            config,
+            namespace,
+            orphans,
+            admitted,
+            manifested,
+            state_url,
+            DELETE_BATCH,
+            lease_ttl_s,
+        )
 
     return make

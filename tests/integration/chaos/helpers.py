@@ -23,6 +23,8 @@ import yaml
 from harness import CliResult
 
 from tools.testbed.cli import TQ_GC, cli_env
+from tools.testbed.tuned_cli import row_store_factory, tuned_cli_command
+from tq_gc.wiring import Runtime
 
 CLI_TIMEOUT_S = 90.0
 POLL_S = 0.02  # chaos polls TQ while a sweep deletes: finer than the default
@@ -82,12 +84,13 @@ class Processes:
         self.workdir = workdir
         self._started: list[Cli] = []
 
-    def start(self, *args: str) -> Cli:
+    def start(self, *args: str, command: Sequence[str] = (str(TQ_GC),)) -> Cli:
+        """`command` (the `tq-gc` console script, or a Job's tuned CLI) with `args`."""
         n = len(self._started)
         stdout_path, stderr_path = self.workdir / f"cli-{n}.out", self.workdir / f"cli-{n}.err"
         with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
-                [str(TQ_GC), *args],
+                [*command, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
@@ -98,8 +101,10 @@ class Processes:
         self._started.append(cli)
         return cli
 
-    def run(self, *args: str, timeout_seconds: float = CLI_TIMEOUT_S) -> CliResult:
-        return self.start(*args).wait(timeout_seconds)
+    def run(
+        self, *args: str, command: Sequence[str] = (str(TQ_GC),), timeout_seconds: float = CLI_TIMEOUT_S
+    ) -> CliResult:
+        return self.start(*args, command=command).wait(timeout_seconds)
 
     def close(self) -> None:
         for cli in self._started:
@@ -147,6 +152,19 @@ class Job:
     admitted: set[str]
     manifested: set[str]
     state_url: str
+    # What the test tunes and users cannot (tools/testbed/tuned_cli.py): the store's delete batch and the
+    # sweep lease's TTL.
+    batch: int
+    lease_ttl_s: float
+
+    @property
+    def cli(self) -> list[str]:
+        """The command of this job's CLI subprocesses: `tq-gc` over the job's tuning."""
+        return tuned_cli_command(self.batch, self.lease_ttl_s)
+
+    def runtime(self) -> Runtime:
+        """The job's tuning, for the CLI run in this process."""
+        return Runtime(row_store_factory=row_store_factory(self.batch), lease_ttl_seconds=self.lease_ttl_s)
 
     @property
     def referenced(self) -> set[str]:

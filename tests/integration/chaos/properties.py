@@ -52,12 +52,12 @@ Sweep = Callable[[], CliResult]
 
 
 def in_process_sweep(capsys: Any, job: Job) -> Sweep:
-    return lambda: tq_gc_in_process(capsys, *job.sweep_args())
+    return lambda: tq_gc_in_process(capsys, *job.sweep_args(), runtime=job.runtime())
 
 
 def in_process_dry_run(capsys: Any, job: Job) -> Sweep:
     """A dry run observes like any sweep (its sightings count towards the grace) and deletes nothing."""
-    return lambda: tq_gc_in_process(capsys, *job.dry_run_args())
+    return lambda: tq_gc_in_process(capsys, *job.dry_run_args(), runtime=job.runtime())
 
 
 def store_clock_ms(job: Job) -> int:
@@ -210,6 +210,6 @@ def start_deleting_sweep(processes: Processes, capsys: Any, tq: Any, job: Job) -
     """Mark and observe (in this process), then a deleting sweep (a subprocess) until it has deleted
     KILL_AFTER rows; returns it, and the rows left at that moment."""
     mark_and_observe(capsys, job, ORPHANS)
-    sweeper = processes.start(*job.sweep_args())
+    sweeper = processes.start(*job.sweep_args(), command=job.cli)
     wait_for_deletes(tq, job.partition, len(job.all_keys), KILL_AFTER, sweeper, timeout_seconds=90)
     return sweeper, keys_in(tq, job.partition)

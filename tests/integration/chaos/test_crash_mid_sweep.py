@@ -78,7 +78,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     observe_until_due(in_process_dry_run(capsys, job), job, marked, ORPHANS)
 
     # 2. The deleting sweep, SIGKILLed well into its delete phase.
-    victim = processes.start(*job.sweep_args())
+    victim = processes.start(*job.sweep_args(), command=job.cli)
     total = len(job.all_keys)
     left_when_seen = wait_for_deletes(tq, job.partition, total, KILL_AFTER, victim, timeout_seconds=90)
     victim.kill()
@@ -89,7 +89,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     # Right away, while the dead sweeper's lease has not expired: `status` names it (a process of
     # its own), and a new sweep is fenced off by it (in this process).
     status_cli = processes.start(*status_args)
-    early = tq_gc_in_process(capsys, *job.sweep_args())
+    early = tq_gc_in_process(capsys, *job.sweep_args(), runtime=job.runtime())
     status = status_cli.wait(timeout_seconds=30)
     checked = time.monotonic()
     assert checked - killed < LEASE_TTL_S * 0.9, f"checks took {checked - killed:.1f} s: raise LEASE_TTL_S"
@@ -121,7 +121,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
         state.close()
     record_timing("chaos: kill -> lease expired", time.monotonic() - killed)
     mark_and_observe(capsys, job, len(remaining))
-    recover = processes.run(*job.sweep_args())
+    recover = processes.run(*job.sweep_args(), command=job.cli)
     assert recover.code == 0, recover.why()
     report = recover.json()
     counts = report["counts"]
@@ -151,7 +151,7 @@ def test_sigkill_mid_delete_then_the_next_sweeps_converge(
     assert {row["key"] for row in victim_rows if row["confirmed"]} <= job.orphans - remaining
 
     # 5. Converged: a last sweep finds nothing to do.
-    idle = processes.run(*job.sweep_args())
+    idle = processes.run(*job.sweep_args(), command=job.cli)
     assert idle.code == 0, idle.why()
     counts = idle.json()["counts"]
     assert counts["deleted"] == counts["eligible"] == counts["within_grace"] == 0, counts

@@ -32,7 +32,8 @@ def test_two_sweeps_started_at_once_one_sweeps_the_other_exits_3(
     job = make_job(redis_url, lease_ttl_s=30.0, grace_s=FAULT_GRACE_S)
     mark_and_observe(capsys, job, ORPHANS)
 
-    first, second = processes.start(*job.sweep_args()), processes.start(*job.sweep_args())
+    first = processes.start(*job.sweep_args(), command=job.cli)
+    second = processes.start(*job.sweep_args(), command=job.cli)
     results = [first.wait(), second.wait()]
     assert sorted(r.code for r in results) == [0, 3], "\n".join(r.why() for r in results)
     done, skipped = sorted(results, key=lambda r: r.code)

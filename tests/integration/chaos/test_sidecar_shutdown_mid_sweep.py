@@ -19,8 +19,8 @@ import ray
 import yaml
 from harness import SWEEP_TAIL_WITHIN_S, keys_in, wait_until
 
-from tq_gc import start_sidecar
-from tq_gc.sidecar.client import stop_sidecar
+from tools.testbed.tuned_cli import row_store_factory
+from tq_gc.sidecar.client import start_sidecar, stop_sidecar
 
 from .conftest import DELETE_BATCH, KILL_AFTER, MAX_DELETES_PER_SECOND, ORPHANS, MakeJob
 from .helpers import Job
@@ -71,7 +71,7 @@ def test_sidecar_shutdown_mid_delete_stops_between_batches(
 ) -> None:
     job = make_job(redis_url, grace_s=GRACE_S)
     config = sidecar_config(job)
-    handle = start_sidecar(config)
+    handle = start_sidecar(config, row_store_factory=row_store_factory(job.batch))
     sidecars.append(handle)
     total = len(job.all_keys)
     wait_until(

@@ -53,17 +53,19 @@ def make_config(ray_cluster: Any, tq: Any, tq_partition: str) -> MakeConfig:
 
 @pytest.fixture
 def sidecar(record_timing: RecordTiming) -> Iterator[StartSidecar]:
-    """sidecar(config, row_store_factory=None, pressure_timing=the fixed one) -> handle; every sidecar
-    started is shut down and killed at the end of the test, whatever happened."""
+    """sidecar(config, row_store_factory=None, pressure_timing=the fixed one, dry_run=False) -> handle;
+    every sidecar started is shut down and killed at the end of the test, whatever happened."""
     handles: list[Any] = []
 
     def start(
         config: Config,
         row_store_factory: RowStoreFactory | None = None,
         pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
+        *,
+        dry_run: bool = False,
     ) -> Any:
         started = time.monotonic()
-        handle = start_sidecar(config, row_store_factory, pressure_timing)
+        handle = start_sidecar(config, row_store_factory, pressure_timing, dry_run=dry_run)
         record_timing("start_sidecar (actor up, TQ attached)", time.monotonic() - started)
         handles.append(handle)
         return handle

@@ -67,6 +67,8 @@ def test_start_sidecar_is_idempotent_and_shutdown_closes_it(
     config = make_config()
     first = sidecar(config)
     again = start_sidecar(config)  # a second start (another driver, a retry) finds the running one
+    with pytest.raises(TqGcError, match=r"deletes, and this start asked for a dry run \(dry_run=True\)"):
+        start_sidecar(config, dry_run=True)  # not the sidecar that was asked for
 
     assert call(again, "status")["actor_id"] == call(first, "status")["actor_id"]
     named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == config.sidecar.name]

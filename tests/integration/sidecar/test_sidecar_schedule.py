@@ -60,11 +60,11 @@ def test_the_schedule_reclaims_orphans_once_their_grace_has_passed(
             state.close()
 
 
-def test_with_execute_off_the_scheduled_sweeps_are_dry_runs(
+def test_a_sidecar_started_dry_run_only_dry_runs(
     make_config: MakeConfig, sidecar: StartSidecar, tq: Any, tq_partition: str, put_rows: Any
 ) -> None:
     put_rows(tq_partition, ["orphan/1"])
-    handle = sidecar(make_config(sidecar={"execute": False}))
+    handle = sidecar(make_config(), dry_run=True)
 
     eligible = wait_until(
         "a dry run finds the orphan eligible",
@@ -74,6 +74,7 @@ def test_with_execute_off_the_scheduled_sweeps_are_dry_runs(
     assert eligible[0]["outcome"] == "dry_run"
     assert all(r["dry_run"] for r in reports(handle))
     assert call(handle, "sweep_now")["dry_run"] is True  # on demand too, by default
-    with pytest.raises(ConfigError, match="execute: false"):
+    assert "dry run" in call(handle, "status")["schedule"] and call(handle, "status")["execute"] is False
+    with pytest.raises(ConfigError, match=r"started dry-run .*dry_run=True.*--dry-run"):
         call(handle, "sweep_now", dry_run=False)
     assert keys_in(tq, tq_partition) == {"orphan/1"}

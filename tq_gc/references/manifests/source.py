@@ -116,7 +116,7 @@ def _match(source: ManifestSource) -> MatchedFiles:
     """The files `source.glob` matches now, or ReferenceSourceError naming the path and the OS error.
     CheckpointInProgress if the format knows how a checkpoint being written looks, and one is there."""
     try:
-        check_volume(source.base, source.marker, source.mount_point)
+        check_volume(source.base, source.marker)
         return MatchedFiles(source, reader_of(source).files(source))
     except (UnreadablePath, ValueError) as exc:
         raise ReferenceSourceError(Source.MANIFESTS.value, f"glob {source.glob!r}: {exc}") from exc

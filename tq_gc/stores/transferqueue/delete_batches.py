@@ -15,7 +15,7 @@ from tq_gc.stores.transferqueue.quiet import QuietMoments
 
 
 class DeleteBatches:
-    """`request_batch`: the store's request size (transfer_queue.pacing.batch); `quiet`: its quiet moments
+    """`request_batch`: the store's request size (FixedPacing.batch); `quiet`: its quiet moments
     (None: it does not wait for them); `stop_if_asked`: raises Interrupted once the store is asked to
     stop; `wait_for_quiet`: the store's wait for a quiet moment."""
 

@@ -19,7 +19,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tq_gc.config.models import QUIET_WAIT_MAX_MS, REQUEST_TARGET_MS
+# The most keys (or global indexes) one request asks for, and the most rows one delete batch carries
+# (each re-checked right before its clear): pacing adapts each request's size between a quarter of this
+# and this. A request of this many keys holds the controller's request thread for its whole length: tens
+# of ms at 2,000, seconds at a million.
+BATCH = 2000
+# A request slower than this halves the next one's size: how long tq-gc may hold the job's controller in
+# one go. 10 ms: windows of ~1,000-2,000 rows at 1M rows, each holding the controller under 10 ms
+# (docs/performance.md, "Cost to the training job").
+REQUEST_TARGET_MS = 10.0
+# Before each request (a listing window, a delete batch), wait until the controller's request thread has
+# served nothing for this long (quiet.py): the job's steps come in bursts, and a request made between two
+# of them is over before the next. Deletes then go in batches of BATCH/4. 20: above the gaps within a
+# step measured here (under 10 ms). Tests and benches set 0 (never wait; delete batches of BATCH).
+QUIET_MS = 20.0
+# The longest wait for a quiet moment. The wait runs on the controller's actor thread, so this is how
+# long the job's own calls to that thread may queue behind it.
+QUIET_WAIT_MAX_MS = 250.0
 
 
 @dataclass
@@ -76,18 +92,26 @@ def smallest_window(max_window: int) -> int:
 
 @dataclass(frozen=True)
 class FixedPacing:
-    """What a user does not set (tq_gc.config.models: the values and why); tests set their own. `quiet_ms`
-    None: the config's transfer_queue.pacing.quiet_ms."""
+    """What a user does not set (the values above, and why); tests and benches set their own. The one
+    setting is transfer_queue.pacing.duty_cycle."""
 
+    batch: int = BATCH
     request_target_ms: float = REQUEST_TARGET_MS
+    quiet_ms: float = QUIET_MS
     quiet_wait_max_ms: float = QUIET_WAIT_MAX_MS
     index_range_reuse_seconds: float = 0.0
-    quiet_ms: float | None = None
 
-    def quiet_seconds(self, configured_ms: float) -> tuple[float, float]:
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be at least 1, got {self.batch}")
+        if self.quiet_ms < 0:
+            raise ValueError(f"quiet_ms must be at least 0, got {self.quiet_ms}")
+        if self.quiet_wait_max_ms <= 0:
+            raise ValueError(f"quiet_wait_max_ms must be above 0, got {self.quiet_wait_max_ms}")
+
+    def quiet_seconds(self) -> tuple[float, float]:
         """(how long the controller must be idle, the longest wait for that), in seconds."""
-        quiet_ms = configured_ms if self.quiet_ms is None else self.quiet_ms
-        return quiet_ms / 1000, self.quiet_wait_max_ms / 1000
+        return self.quiet_ms / 1000, self.quiet_wait_max_ms / 1000
 
 
 FIXED_PACING = FixedPacing()

@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Any
 
 from tq_gc.config import TransferQueueConfig, redact_url
-from tq_gc.config.models import DEFAULT_DUTY_CYCLE, REQUEST_TARGET_MS
+from tq_gc.config.models import DEFAULT_DUTY_CYCLE
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.ray_cluster import join_ray
@@ -73,7 +73,7 @@ from tq_gc.stores.transferqueue.internals import (
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
 from tq_gc.stores.transferqueue.leftovers import audit_leftovers
 from tq_gc.stores.transferqueue.listing import PartitionListing
-from tq_gc.stores.transferqueue.pacing import FIXED_PACING, FixedPacing, Pacer
+from tq_gc.stores.transferqueue.pacing import FIXED_PACING, REQUEST_TARGET_MS, FixedPacing, Pacer
 from tq_gc.stores.transferqueue.quiet import NO_WAIT, QuietMoments, QuietSettings, QuietWait
 from tq_gc.stores.transferqueue.requests import (
     OP_KV_LIST,
@@ -163,8 +163,9 @@ class TransferQueueRowStore(RowStore):
         controller_probe: Probe | None = None,
         fixed: FixedPacing = FIXED_PACING,
     ) -> TransferQueueRowStore:
-        """Attach to the TQ of the Ray cluster at `config.ray_address`, paced by `config.pacing` (and
-        `fixed`: tests set their own). Never creates a TQ.
+        """Attach to the TQ of the Ray cluster at `config.ray_address`, paced by `config.pacing` (its duty
+        cycle) and `fixed` (the batch, the quiet moments: tests and benches set their own). Never creates
+        a TQ.
 
         A process already connected to Ray (the sidecar actor, a test) uses that connection and ignores
         `ray_address`. Raises ConfigError when no Ray cluster answers at the address, TransferQueueNotFound
@@ -173,7 +174,7 @@ class TransferQueueRowStore(RowStore):
         """
         import ray
 
-        owns_ray_connection, pacing = join_ray(config.ray_address), config.pacing
+        owns_ray_connection = join_ray(config.ray_address)
         try:
             controller = find_controller(config.ray_address)
             fit = probe_controller(controller, REQUEST_TIMEOUT_SECONDS, controller_probe)
@@ -186,17 +187,17 @@ class TransferQueueRowStore(RowStore):
             raise
         return cls(
             client,
-            request_batch=pacing.batch,
+            request_batch=fixed.batch,
             ray_address=config.ray_address,
             owns_ray_connection=owns_ray_connection,
             request_timeout_seconds=request_timeout_seconds,
             controller=controller,
             request_target_ms=fixed.request_target_ms,
-            duty_cycle=pacing.duty_cycle,
+            duty_cycle=config.pacing.duty_cycle,
             index_range_reuse_seconds=fixed.index_range_reuse_seconds,
             index_paging=index_paging,
             key_windows=key_windows,
-            quiet=QuietSettings(*fixed.quiet_seconds(pacing.quiet_ms), request_thread_watch),
+            quiet=QuietSettings(*fixed.quiet_seconds(), request_thread_watch),
             controller_fit=fit,
             instance=instance,
         )
@@ -293,7 +294,7 @@ class TransferQueueRowStore(RowStore):
         yield from self._delete_batches(keys)
 
     def wait_for_quiet(self) -> QuietWait:
-        """Wait until the controller's request thread has been idle transfer_queue.pacing.quiet_ms (at
+        """Wait until the controller's request thread has been idle FixedPacing.quiet_ms (20 ms; at
         most 250 ms): delete_batches waits so before yielding each batch, so that the batch's
         requests come between two of the job's bursts without widening the re-check's window.
         The store's listings and identity reads wait so before each of their requests by themselves (an
