@@ -11,13 +11,14 @@ Their JSON (to_dict) is part of the sweep report (a contract): fields are added,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
 from itertools import repeat
 from typing import Any
 
 from tq_gc.decisions import KEEP_BY_SOURCE, PLANNED, Decision
+from tq_gc.row_sizes import RowSizes
 from tq_gc.rows import Listing
 
 SizesByPartition = Mapping[str, Mapping[str, int]]
@@ -82,6 +83,9 @@ def _add_partition(
     known: Mapping[str, int],
     listed: Mapping[str, object] | None,
 ) -> None:
+    if isinstance(known, RowSizes) and listed is not None and known.covers(listed):
+        _add_listed(found, rows, known, len(listed))
+        return
     eligible = _looked_up(known, rows[Decision.DELETE], rows[Decision.KEEP_OVER_CAP])
     within_grace = _looked_up(known, rows[Decision.KEEP_GRACE])
     referenced_rows = [rows[decision] for decision in _REFERENCED]
@@ -92,6 +96,40 @@ def _add_partition(
         referenced = _Summed(total - eligible.bytes - within_grace.bytes, sized, referenced_count - sized)
     else:
         referenced = _looked_up(known, *referenced_rows)
+    _add(found, eligible, within_grace, referenced)
+
+
+def _add_listed(
+    found: Bytes, rows: Mapping[Decision, AbstractSet[str]], known: RowSizes, listed: int
+) -> None:
+    """As _add_partition, by the sizes read in the very listing the plan was made from: every planned
+    row is one of its rows, so each bucket's bytes are its count times the rows' shared size, corrected
+    by the rows apart (row_sizes.py); where every listed row is in scope, the referenced bytes are the
+    listing's total less the orphans'."""
+    eligible = _summed(known, rows[Decision.DELETE], rows[Decision.KEEP_OVER_CAP])
+    within_grace = _summed(known, rows[Decision.KEEP_GRACE])
+    referenced_rows = [rows[decision] for decision in _REFERENCED]
+    if sum(map(len, rows.values())) == listed:
+        total_bytes, total_sized = known.total()
+        sized = total_sized - eligible.sized - within_grace.sized
+        referenced_count = sum(map(len, referenced_rows))
+        referenced = _Summed(
+            total_bytes - eligible.bytes - within_grace.bytes, sized, referenced_count - sized
+        )
+    else:
+        referenced = _summed(known, *referenced_rows)
+    _add(found, eligible, within_grace, referenced)
+
+
+def _summed(known: RowSizes, *groups: AbstractSet[str]) -> _Summed:
+    summed = sized = count = 0
+    for rows in groups:
+        group_bytes, group_sized = known.listed_bytes(rows)
+        summed, sized, count = summed + group_bytes, sized + group_sized, count + len(rows)
+    return _Summed(summed, sized, count - sized)
+
+
+def _add(found: Bytes, eligible: _Summed, within_grace: _Summed, referenced: _Summed) -> None:
     found.eligible += eligible.bytes
     found.within_grace += within_grace.bytes
     found.referenced += referenced.bytes
@@ -124,8 +162,14 @@ def _as_set(keys: Iterable[str]) -> AbstractSet[str]:
     return keys if isinstance(keys, (set, frozenset)) else set(keys)
 
 
-def bytes_of_keys(sizes: Mapping[str, int], keys: Iterable[str]) -> int:
-    """The bytes of `keys` whose size is known."""
+def bytes_of_keys(
+    sizes: Mapping[str, int], keys: Collection[str], listed: Mapping[str, object] | None = None
+) -> int:
+    """The bytes of `keys` whose size is known. With the `listed` rows `keys` are among (the listing
+    the plan was made from, for the rows a sweep deleted), no lookup per row where the sizes were read
+    in that listing (row_sizes.py)."""
+    if isinstance(sizes, RowSizes) and listed is not None and sizes.covers(listed):
+        return sizes.listed_bytes(keys)[0]
     return sum(map(sizes.get, keys, repeat(0)))
 
 

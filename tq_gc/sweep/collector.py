@@ -218,6 +218,7 @@ class Collector:
         run.sizes = {
             entry.partition: self.row_store.row_sizes(entry.partition) for entry in self.config.scope
         }
+        run.listing = listing
         run.report.bytes = bytes_of(run.plan.buckets, run.sizes, listing)
         if run.plan.abort_reason:
             raise BlastRadiusExceeded(run.plan.abort_reason)

@@ -90,7 +90,8 @@ class Deleter:
         # Kept too: recreated under the same key (new global index or tags) or already gone. Each is a
         # race we lost, counted, not an error; its record is dropped, so its grace starts again.
         counts.deleted += len(cleared)
-        run.report.bytes.reclaimed += bytes_of_keys(run.sizes.get(batch.partition, {}), cleared)
+        sizes, listed = run.sizes.get(batch.partition, {}), run.listing.get(batch.partition)
+        run.report.bytes.reclaimed += bytes_of_keys(sizes, cleared, listed)  # cleared: planned, so listed
         counts.recheck_saved += len(keys) - len(cleared)
         self.state.confirm_deletes(run.held_lease, intent_id, intent, cleared, forget=batch.keys)
         run.sample(intent, cleared)

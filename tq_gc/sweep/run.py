@@ -12,6 +12,7 @@ from tq_gc.audit import AuditBatch, DeletedRow
 from tq_gc.footprint import SizesByPartition
 from tq_gc.plan import FirstSeenByPartition, Plan, PlanPolicy
 from tq_gc.report import DELETED_SAMPLE_SIZE, Cause, Outcome, SweepReport
+from tq_gc.rows import Listing
 from tq_gc.state.base import Lease
 from tq_gc.sweep.clocks import timed_phase
 
@@ -43,6 +44,8 @@ class SweepRun:
     first_seen: FirstSeenByPartition = field(default_factory=dict)
     # {partition: {key: bytes}} of the in-scope rows whose size the listing read.
     sizes: SizesByPartition = field(default_factory=dict)
+    # What the plan was made from: the rows the sizes are looked up among (footprint.bytes_of_keys).
+    listing: Listing = field(default_factory=dict)
     # How many rows the report's deleted_sample holds: None for all.
     sample_size: int | None = DELETED_SAMPLE_SIZE
     phase_listener: PhaseListener | None = None

@@ -28,6 +28,10 @@ def row_bytes_reader() -> RowBytesReader:
         fixed = None if meta.is_nested else shape_bytes(meta.shape, itemsize)
         return meta.global_indexes, fixed, meta.per_sample_shapes, itemsize
 
+    def covers(rows: Any, indexes: Sequence[int]) -> bool:
+        """Whether every index has the field: a look-up per index, no set of the window built."""
+        return (rows if isinstance(rows, (set, frozenset)) else set(rows)).issuperset(indexes)
+
     def packed_sizes(backend: Any, name: str, rows: set[int]) -> dict[int, int]:
         """The sizes a backend recorded for this field of these rows (Mooncake's `packed_size`)."""
         packed = {}
@@ -39,17 +43,22 @@ def row_bytes_reader() -> RowBytesReader:
 
     def read_bytes(status: Any, indexes: Sequence[int]) -> list[int]:
         # Set operations in C, not a loop per row and field: inside the job's controller, at 1M rows.
-        wanted = set(indexes)
+        # The window's own set only where a field does not cover it or a backend recorded sizes: built
+        # for every window, it was most of what sizes added to the key windows (~0.5 ms of 4,096).
         backend = status.field_custom_backend_meta
-        with_backend_meta = wanted.intersection(backend.keys()) if backend else set()
+        wanted = set(indexes) if backend else None
+        with_backend_meta = wanted.intersection(backend.keys()) if wanted is not None else set()
         common, everyone_sized = 0, False  # the bytes of fields every wanted row has at one size
         extra: dict[int, int] = {}  # {index: bytes} of every row sized apart (the others: common)
         for name, meta in list(status.field_metadata.items()):
             rows, fixed, shapes, itemsize = field_bytes(meta)
             packed = packed_sizes(backend, name, with_backend_meta.intersection(rows))
-            if fixed is not None and not packed and wanted.issubset(rows):
+            if not itemsize and not packed:
+                continue  # no tensor dtype, no recorded size: it counts nothing in any row
+            if fixed is not None and not packed and covers(rows, indexes):
                 common, everyone_sized = common + fixed, True  # the usual field: no set built
                 continue
+            wanted = set(indexes) if wanted is None else wanted
             for index, recorded in packed.items():
                 extra[index] = extra.get(index, 0) + recorded
             for index in wanted.intersection(rows).difference(packed):

@@ -7,8 +7,9 @@ on its one thread: these hold it a few milliseconds each, a duty cycle's pause b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
+from tq_gc.row_sizes import RowSizes
 from tq_gc.rows import Tags
 from tq_gc.stores.transferqueue.clearing import retrieve_meta
 from tq_gc.stores.transferqueue.index_range import IndexRanges
@@ -39,11 +40,11 @@ class PartitionListing:
         self._pacer = pacer
         self._sleep = sleep
         # {partition: {key: bytes}} of the rows the last listing of each read a size for (key windows)
-        self._sizes: dict[str, dict[str, int]] = {}
+        self._sizes: dict[str, Mapping[str, int]] = {}
         # The partitions whose tag listings read sizes too (None: all of them)
         self.sized: frozenset[str] | None = None
 
-    def sizes(self, partition: str) -> dict[str, int]:
+    def sizes(self, partition: str) -> Mapping[str, int]:
         """{key: bytes} of the rows of `partition`'s last `keys` listing whose size the controller's field
         metadata gave (read in the same key windows); empty where none was read."""
         return self._sizes.get(partition, {})
@@ -114,13 +115,14 @@ class PartitionListing:
         pacer = self._pacer()
         self._sleep(0)
         keys: dict[str, int] = {}
-        sizes: dict[str, int] = {}
+        sizes = RowSizes(keys)  # its keys are the windows' keys, all of them in `keys`
         for window in self._index_windows(partition, pacer, reuse_seconds, beside_requests=True):
-            owners, seconds = self._keys_of(partition, window, pacer, beside_requests=True, sizes=sizes)
+            owners, seconds, window_keys, row_bytes = self._sized_keys_of(partition, window, pacer)
             pacer.adapt(seconds)  # (then paused)
+            listed_before = len(keys)
             keys.update((key, index) for index, key in owners.items())
-        sizes.pop(None, None)  # type: ignore[call-overload]  # an index without a row (fast path below)
-        self._sizes[partition] = sizes  # its keys are the windows' keys, all of them in `keys`
+            sizes.add(window_keys, row_bytes, relisted=len(keys) - listed_before < len(owners))
+        self._sizes[partition] = sizes
         return keys
 
     def _index_windows(
@@ -138,18 +140,20 @@ class PartitionListing:
             start += len(window)
             yield window
 
-    def _keys_of(
-        self,
-        partition: str,
-        window: list[int],
-        pacer: Pacer,
-        beside_requests: bool = False,
-        sizes: dict[str, int] | None = None,
-    ) -> tuple[dict[int, str], float]:
-        """({global index: key} of the window's indexes that have a key now, the request's seconds),
-        in a quiet moment, then the duty cycle's pause. `beside_requests`: on the controller's actor
-        thread if that fits, with each keyed row's bytes into `sizes` where the controller gave them."""
+    def _keys_of(self, partition: str, window: list[int], pacer: Pacer) -> tuple[dict[int, str], float]:
+        """({global index: key} of the window's indexes that have a key now, the request's seconds), by
+        kv_retrieve_keys in a quiet moment, then the duty cycle's pause."""
+        owners, seconds, _, _ = self._sized_keys_of(partition, window, pacer, beside_requests=False)
+        return owners, seconds
+
+    def _sized_keys_of(
+        self, partition: str, window: list[int], pacer: Pacer, beside_requests: bool = True
+    ) -> tuple[dict[int, str], float, list[str | None], list[int] | None]:
+        """As _keys_of, on the controller's actor thread if that fits (`beside_requests`), and with the
+        key of each of the window's indexes (None where it has none) and each one's bytes (-1 unknown;
+        None where the controller gave no sizes)."""
         read = self._controller_keys.read(partition, window) if beside_requests else None
+        row_bytes = None
         if read is None:
             self._wait_for_quiet()
             started = time.perf_counter()
@@ -161,10 +165,9 @@ class PartitionListing:
             seconds = time.perf_counter() - started
         else:
             keys, row_bytes, seconds = read
-            if sizes is not None and row_bytes is not None:
-                add_sizes(sizes, keys, row_bytes)
         self._sleep(pacer.pause_after(seconds))
-        return {index: key for index, key in zip(window, keys, strict=True) if key is not None}, seconds
+        owners = {index: key for index, key in zip(window, keys, strict=True) if key is not None}
+        return owners, seconds, keys, row_bytes
 
     def _add_tags(
         self, partition: str, owners: dict[int, str], rows: dict[str, Tags], listed: ListedPass | None
@@ -188,13 +191,3 @@ class PartitionListing:
                 if listed is not None:
                     listed.add(index, key)
         return time.perf_counter() - started
-
-
-def add_sizes(sizes: dict[str, int], keys: list[str | None], row_bytes: list[int]) -> None:
-    """Each key's bytes into `sizes`, but where unknown (-1); a None key may be added (the caller drops
-    it). At C speed when every size is known, the usual window: a filter per row cost a 100k-row listing
-    ~10 ms more."""
-    if -1 in row_bytes:
-        sizes.update((key, size) for key, size in zip(keys, row_bytes, strict=True) if key and size >= 0)
-    else:
-        sizes.update(zip(keys, row_bytes, strict=True))  # type: ignore[arg-type]
