@@ -911,7 +911,7 @@ def test_namespace_with_braces_is_refused() -> None:
 def replica_of(primary: RedisServer) -> RedisServer:
     replica = RedisServer().start()
     redis.Redis(port=replica.port).replicaof("127.0.0.1", primary.port)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a hang guard: a starved machine may take a while
     while time.monotonic() < deadline:
         if redis.Redis(port=replica.port).info("replication").get("master_link_status") == "up":
             return replica
