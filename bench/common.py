@@ -127,9 +127,6 @@ def config_for(data: DataSet, state_url: str = "memory://", **overrides: Any) ->
         "limits": {"max_deletes_per_run": 10_000_000, "max_delete_fraction": 0.6},
     }
     raw.update(overrides)
-    transfer_queue = dict(raw.get("transfer_queue", {}))
-    transfer_queue["pacing"] = {"batch": BATCH, **transfer_queue.get("pacing", {})}
-    raw["transfer_queue"] = transfer_queue
     return parse_config(raw)
 
 

@@ -1,0 +1,18 @@
+"""The benchmarks' configs load: each bench builds its tq-gc config with bench/common.py's config_for, and
+a config key a release removed would stop every bench at its start."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from common import DataSet, config_for
+
+
+def test_the_bench_config_loads_with_and_without_overrides(tmp_path: Path) -> None:
+    data = DataSet(1000, 10, 2, tmp_path)
+    assert config_for(data).transfer_queue.pacing.duty_cycle > 0
+    paced = config_for(data, "memory://", transfer_queue={"pacing": {"duty_cycle": 0.5}})
+    assert paced.transfer_queue.pacing.duty_cycle == 0.5
