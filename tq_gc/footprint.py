@@ -11,9 +11,10 @@ Their JSON (to_dict) is part of the sweep report (a contract): fields are added,
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
+from functools import partial
 from itertools import repeat
 from typing import Any
 
@@ -83,41 +84,27 @@ def _add_partition(
     known: Mapping[str, int],
     listed: Mapping[str, object] | None,
 ) -> None:
+    """Add one partition's buckets. Sizes read in the very listing the plan was made from (RowSizes
+    covering `listed`) are summed without a lookup per row (row_sizes.py); where every listed row is in
+    scope, the referenced bytes are the listing's total less the orphans'."""
+    summed: Callable[..., _Summed]
     if isinstance(known, RowSizes) and listed is not None and known.covers(listed):
-        _add_listed(found, rows, known, len(listed))
-        return
-    eligible = _looked_up(known, rows[Decision.DELETE], rows[Decision.KEEP_OVER_CAP])
-    within_grace = _looked_up(known, rows[Decision.KEEP_GRACE])
-    referenced_rows = [rows[decision] for decision in _REFERENCED]
-    if listed is not None and _all_listed_in_scope(rows, known, listed):
-        sized = len(known) - eligible.sized - within_grace.sized
-        total = sum(known.values())
-        referenced_count = sum(map(len, referenced_rows))
-        referenced = _Summed(total - eligible.bytes - within_grace.bytes, sized, referenced_count - sized)
+        summed, total = partial(_summed, known), known.total
+        whole = sum(map(len, rows.values())) == len(listed)
     else:
-        referenced = _looked_up(known, *referenced_rows)
-    _add(found, eligible, within_grace, referenced)
-
-
-def _add_listed(
-    found: Bytes, rows: Mapping[Decision, AbstractSet[str]], known: RowSizes, listed: int
-) -> None:
-    """As _add_partition, by the sizes read in the very listing the plan was made from: every planned
-    row is one of its rows, so each bucket's bytes are its count times the rows' shared size, corrected
-    by the rows apart (row_sizes.py); where every listed row is in scope, the referenced bytes are the
-    listing's total less the orphans'."""
-    eligible = _summed(known, rows[Decision.DELETE], rows[Decision.KEEP_OVER_CAP])
-    within_grace = _summed(known, rows[Decision.KEEP_GRACE])
+        summed, total = partial(_looked_up, known), lambda: (sum(known.values()), len(known))
+        whole = listed is not None and _all_listed_in_scope(rows, known, listed)
+    eligible = summed(rows[Decision.DELETE], rows[Decision.KEEP_OVER_CAP])
+    within_grace = summed(rows[Decision.KEEP_GRACE])
     referenced_rows = [rows[decision] for decision in _REFERENCED]
-    if sum(map(len, rows.values())) == listed:
-        total_bytes, total_sized = known.total()
+    if whole:
+        total_bytes, total_sized = total()
         sized = total_sized - eligible.sized - within_grace.sized
         referenced_count = sum(map(len, referenced_rows))
-        referenced = _Summed(
-            total_bytes - eligible.bytes - within_grace.bytes, sized, referenced_count - sized
-        )
+        orphaned_bytes = eligible.bytes + within_grace.bytes
+        referenced = _Summed(total_bytes - orphaned_bytes, sized, referenced_count - sized)
     else:
-        referenced = _summed(known, *referenced_rows)
+        referenced = summed(*referenced_rows)
     _add(found, eligible, within_grace, referenced)
 
 

@@ -191,11 +191,10 @@ def refuse_emptied(config: Config, last: Mapping[str, int], emptied: Collection[
 
 def _explain(source: ConfiguredSource, last_count: int) -> str:
     rows = f"{last_count} row" + ("" if last_count == 1 else "s")
-    where = "its scope entry's owner" if isinstance(source, OwnerReference) else "the source"
     return (
         f"it named {rows} at the last sweep that read every source {_what_to_check(source)}. Nothing is "
         "deleted while it reads as empty. If it is empty on purpose, accept it for one sweep with "
-        f"`tq-gc sweep --accept-empty '{source.source_id}'`, or set `when_empty: accept` on {where}."
+        f"`tq-gc sweep --accept-empty '{source.source_id}'`, or set `when_empty: accept` on the source."
     )
 
 
@@ -207,10 +206,7 @@ def _what_to_check(source: ConfiguredSource) -> str:
             f"and names none now: do the rows of {source.partition!r} still carry {source.key_path!r} (a "
             "renamed field?), and is this the job's TransferQueue?"
         )
-    return (
-        f"and none of its rows has its owner now: does {source.partition!r} still hold the owner rows, "
-        "under the keys the rule computes, and is this the job's TransferQueue?"
-    )
+    return "and names none now"  # an owner rule's never gets here: those always accept being empty
 
 
 def _volume(source: ManifestSource) -> str:
