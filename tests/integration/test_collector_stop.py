@@ -28,7 +28,8 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
 ) -> None:
     keys = [f"row-{i}" for i in range(ROWS)]
     put_rows(tq_partition, keys, {"t": 1})
-    # Windows of 2-8 indexes and a pause of 99x each request: the listing alone would take minutes.
+    # Windows of 2-8 indexes and a pause of 99x each request: the listing alone would take minutes (the
+    # job never idle: an idle job's controller gets no pauses).
     pacing = {"ray_address": ray_cluster.address, "pacing": {"duty_cycle": 0.01}}
     config = parse_config(
         {
@@ -41,7 +42,7 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
         }
     )
     # As the sidecar holds it: attached on first use, stop() forwarded to the store attached.
-    fixed = FixedPacing(batch=8)
+    fixed = FixedPacing(batch=8, job_idle_ms=3_600_000)
     store = DeferredRowStore(lambda: TransferQueueRowStore.attach(TransferQueueConfig(**pacing), fixed=fixed))
     try:
         collector = Collector(config, MemoryState("stop-test"), store, holder="test")

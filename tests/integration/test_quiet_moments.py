@@ -19,6 +19,9 @@ from tq_gc.stores.transferqueue.requests import TqRequests
 
 pytestmark = pytest.mark.ray
 
+# A job idle for this long is never reached in a test: the store paces as beside a busy job.
+NEVER_IDLE_MS = 3_600_000.0
+
 
 @pytest.fixture
 def controller_functions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -83,7 +86,7 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     quiet_seconds = 0.1
     # duty 1: no pauses, so the listing is its waits and its reads
     config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=1))
-    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000)
+    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=NEVER_IDLE_MS)
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
         store.take_request_stats()
         controller_functions.clear()
@@ -112,7 +115,7 @@ def test_the_store_says_how_long_it_waited_for_quiet_moments_and_paused_for_its_
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     quiet_seconds = 0.1
     config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.5))
-    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000)
+    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=NEVER_IDLE_MS)
     with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
         store.take_request_stats()
         store.take_pacing_stats()
@@ -182,7 +185,8 @@ def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
     and clear that fit in what is left of one), else request_batch."""
     config = TransferQueueConfig(ray_address=ray_cluster.address)
     keys = [f"k{i}" for i in range(2 * rows + 1)]
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=2000, quiet_ms=quiet_ms)) as store:
+    fixed = FixedPacing(batch=2000, quiet_ms=quiet_ms, job_idle_ms=NEVER_IDLE_MS)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys)]
     assert sizes == [rows, rows, 1]
 
@@ -207,3 +211,64 @@ def test_while_requests_wait_for_quiet_moments_even_a_small_partition_is_read_in
     assert "get_partition_index_range" not in quiet_requests
     assert len(quiet_requests["partition_index_page"]) >= 2  # the size, then the pages
     assert len(requests["get_partition_index_range"]) == 1  # without the wait: one copy
+
+
+def _wait_until_the_job_is_idle(store: TransferQueueRowStore, deadline_seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + deadline_seconds
+    while not store.wait_for_quiet().job_idle:
+        assert time.monotonic() < deadline, "the wait never found the job idle"
+
+
+def test_a_job_idle_for_a_while_is_found_so_and_the_stores_own_requests_leave_it_idle(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """A job that has made no request for job_idle_ms is idle: the wait says so. tq-gc's own requests
+    (a re-check, a listing) go through the same request thread and do not end the job's idleness."""
+    put_rows(tq_partition, [f"k{i}" for i in range(10)])
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(quiet_ms=20, quiet_wait_max_ms=10_000, job_idle_ms=100)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
+        _wait_until_the_job_is_idle(store)
+        store.identities(tq_partition, ["k1", "k2"])
+        assert store.wait_for_quiet().job_idle
+        store.list_keys(tq_partition)
+        assert store.wait_for_quiet().job_idle
+
+
+def test_a_request_of_the_jobs_ends_its_idleness(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """The job's first request after an idle spell: the next wait no longer finds the job idle, and it
+    waits for a quiet moment again."""
+    put_rows(tq_partition, ["k"])
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(quiet_ms=20, quiet_wait_max_ms=10_000, job_idle_ms=100)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
+        _wait_until_the_job_is_idle(store)
+        tq.get_client().kv_retrieve_meta(["k"], tq_partition, create=False)  # the job's request
+        wait = store.wait_for_quiet()
+        assert wait.found and not wait.job_idle
+
+
+def test_while_the_job_is_idle_deletes_go_in_whole_batches_with_no_duty_pause(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any
+) -> None:
+    """The naive clear's pace when nobody else uses the controller: batches of request_batch (not a
+    quarter of it), and no duty cycle's pause after them. A busy job gets quarter batches (the
+    test above with quiet moments)."""
+    keys = [f"k{i}" for i in range(40)]
+    put_rows(tq_partition, keys)
+    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.25))
+    fixed = FixedPacing(batch=8, quiet_ms=20, quiet_wait_max_ms=10_000, job_idle_ms=100)
+    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
+        expected = store.identities(tq_partition, keys)
+        _wait_until_the_job_is_idle(store)
+        store.take_pacing_stats()
+        sizes = []
+        for batch in store.delete_batches(tq_partition, keys):
+            sizes.append(len(batch))
+            store.delete_if_unchanged(tq_partition, {key: expected[key] for key in batch})
+        pacing = store.take_pacing_stats()
+        assert sizes == [8] * 5
+        assert pacing.get("duty_pause", 0.0) == 0.0, pacing
+        assert store.list_keys(tq_partition) == {}

@@ -757,9 +757,10 @@ def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_sti
     ray_cluster: Any, tq_partition: str, put_rows: PutRows
 ) -> None:
     put_rows(tq_partition, [f"row-{i}" for i in range(300)], {"t": 1})
-    # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes.
+    # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes (the job
+    # never idle: an idle job's controller gets no pauses).
     config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.01))
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=8)) as store:
+    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=8, job_idle_ms=3_600_000)) as store:
         outcome: list[BaseException | dict[str, Any]] = []
 
         def listing() -> None:

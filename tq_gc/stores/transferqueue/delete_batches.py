@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from tq_gc.stores.base import batches_of
 from tq_gc.stores.transferqueue.pacing import smallest_window
 from tq_gc.stores.transferqueue.quiet import QuietMoments
 
@@ -32,17 +31,21 @@ class DeleteBatches:
         self._wait_for_quiet = wait_for_quiet
 
     def __call__(self, keys: Sequence[str]) -> Iterator[list[str]]:
-        """`keys` in the plan's order, in batches of rows_per_batch(); before each, the check that the
-        store was not asked to stop, then the quiet moment's wait."""
-        for batch in batches_of(keys, self.rows_per_batch()):
+        """`keys` in the plan's order, in batches; before each, the check that the store was not asked to
+        stop, then the quiet moment's wait, whose answer sizes the batch (rows_per_batch)."""
+        done = 0
+        while done < len(keys):
             self._stop_if_asked()
             self._wait_for_quiet()
-            yield batch
+            size = self.rows_per_batch()
+            yield list(keys[done : done + size])
+            done += size
 
     def rows_per_batch(self) -> int:
         """While requests wait for quiet moments, request_batch/4, so that a batch's re-check and clear
         fit in what is left of one (500 rows: ~2 + 3 ms held at 1M rows; 2,000: ~4 + 7 ms, measured
-        alone); else request_batch."""
-        if self._quiet is not None and self._quiet.fits:
+        alone); else, or when the latest wait found the job idle (quiet.py), request_batch."""
+        quiet = self._quiet
+        if quiet is not None and quiet.fits and not quiet.last.job_idle:
             return smallest_window(self._request_batch)
         return self._request_batch

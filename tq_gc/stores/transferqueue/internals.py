@@ -69,9 +69,10 @@ PageReader = Callable[[Any, str, int, int], tuple[int, int, list[int]]]
 # metadata tells (-1 where it does not), or None where that metadata does not fit: see row_bytes_reader).
 KeysReader = Callable[[Any, str, Sequence[int]], tuple[list[str | None], list[int] | None]]
 
-# (controller, quiet seconds, most seconds to wait, seconds between looks) -> (seconds waited, whether
-# the request thread was idle that long)
-RequestThreadWatch = Callable[[Any, float, float, float], tuple[float, bool]]
+# (controller, quiet seconds, most seconds to wait, seconds between looks, the job's idleness) -> (seconds
+# waited, whether the request thread was idle that long, the request it served last, the seconds the
+# job has been idle): request_thread_watch()
+RequestThreadWatch = Callable[..., tuple[float, bool, "str | None", float]]
 
 # controller -> what controller_probe() found (see there)
 Probe = Callable[[Any], dict[str, Any]]
@@ -116,19 +117,39 @@ def keys_reader() -> KeysReader:
 def request_thread_watch() -> RequestThreadWatch:
     """Wait until the request thread has waited for a request (`recv_multipart` called from TQ's request
     loop, REQUEST_LOOPS) for `quiet_seconds`, or `max_wait_seconds` at most. Reads which function that
-    thread is in (`sys._current_frames()`), and nothing else. A thread waiting anywhere else raises
-    KeyError: the wait does not fit this controller."""
+    thread is in (`sys._current_frames()`), and the request its loop served last (the loop's local
+    `request_msg`: its `request_id` and `sender_id`), nothing else. A thread waiting anywhere else raises
+    KeyError: the wait does not fit this controller.
+
+    The job's idleness, `idle`: (the request the thread had served last at tq-gc's previous quiet
+    moment, tq-gc's own client id, how long the job had been idle when this wait was asked for, how long
+    an idle job must have been so). While every request the thread is seen to have served last is that
+    one, or one of tq-gc's own (a clear of tq-gc's may still be finishing as the wait starts), the job
+    has made no request, and once it has made none that long the wait returns.
+
+    The answer: (seconds waited, found, the request served last where found (else None), the seconds
+    the job has been idle (else 0))."""
     loops = REQUEST_LOOPS
 
     def wait_quiet(
-        controller: Any, quiet_seconds: float, max_wait_seconds: float, sample_seconds: float
-    ) -> tuple[float, bool]:
+        controller: Any,
+        quiet_seconds: float,
+        max_wait_seconds: float,
+        sample_seconds: float,
+        idle: tuple[str | None, str, float, float] | None = None,
+    ) -> tuple[float, bool, str | None, float]:
         import sys
         import time
 
+        def served_last(frame: Any) -> tuple[str | None, str | None]:
+            request = frame.f_back.f_locals.get("request_msg")
+            return getattr(request, "request_id", None), getattr(request, "sender_id", None)
+
         thread_id = controller.process_request_thread.ident
         started = time.monotonic()
+        seen_last, own_sender, idle_seconds, idle_enough = idle or (None, "", 0.0, 0.0)
         idle_frame, idle_since = None, started
+        job_idle_since = None if idle is None else started - idle_seconds
         while True:
             frame = sys._current_frames().get(thread_id)
             now = time.monotonic()
@@ -138,11 +159,19 @@ def request_thread_watch() -> RequestThreadWatch:
                 if frame.f_back is None or frame.f_back.f_code.co_name not in loops:
                     raise KeyError("the request thread waits outside TQ's request loop")
                 idle_frame, idle_since = frame, now
-            elif now - idle_since >= quiet_seconds:
-                return now - started, True
+                if job_idle_since is not None:
+                    last, sender = served_last(frame)
+                    if last is None or (last != seen_last and sender != own_sender):
+                        job_idle_since = None  # the job's request
+            if idle_frame is not None:
+                if job_idle_since is not None and now - job_idle_since >= idle_enough:
+                    return now - started, True, served_last(idle_frame)[0], now - job_idle_since
+                if now - idle_since >= quiet_seconds:
+                    since = idle_since if job_idle_since is None else min(idle_since, job_idle_since)
+                    return now - started, True, served_last(idle_frame)[0], now - since
             del frame
             if now - started >= max_wait_seconds:
-                return now - started, False
+                return now - started, False, None, 0.0
             time.sleep(sample_seconds)
 
     return wait_quiet

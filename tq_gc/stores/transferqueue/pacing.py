@@ -36,6 +36,9 @@ QUIET_MS = 20.0
 # The longest wait for a quiet moment. The wait runs on the controller's actor thread, so this is how
 # long the job's own calls to that thread may queue behind it.
 QUIET_WAIT_MAX_MS = 250.0
+# A job that has made no request for this long is idle (quiet.py): tq-gc's requests then go at once, in
+# whole batches of BATCH, with no duty cycle's pause. Longer than any gap between a step's bursts.
+JOB_IDLE_MS = 250.0
 
 
 @dataclass
@@ -100,6 +103,7 @@ class FixedPacing:
     quiet_ms: float = QUIET_MS
     quiet_wait_max_ms: float = QUIET_WAIT_MAX_MS
     index_range_reuse_seconds: float = 0.0
+    job_idle_ms: float = JOB_IDLE_MS
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -108,6 +112,8 @@ class FixedPacing:
             raise ValueError(f"quiet_ms must be at least 0, got {self.quiet_ms}")
         if self.quiet_wait_max_ms <= 0:
             raise ValueError(f"quiet_wait_max_ms must be above 0, got {self.quiet_wait_max_ms}")
+        if self.job_idle_ms <= 0:
+            raise ValueError(f"job_idle_ms must be above 0, got {self.job_idle_ms}")
 
     def quiet_seconds(self) -> tuple[float, float]:
         """(how long the controller must be idle, the longest wait for that), in seconds."""

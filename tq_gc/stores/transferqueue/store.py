@@ -197,7 +197,7 @@ class TransferQueueRowStore(RowStore):
             index_range_reuse_seconds=fixed.index_range_reuse_seconds,
             index_paging=index_paging,
             key_windows=key_windows,
-            quiet=QuietSettings(*fixed.quiet_seconds(), request_thread_watch),
+            quiet=QuietSettings(*fixed.quiet_seconds(), request_thread_watch, fixed.job_idle_ms / 1000),
             controller_fit=fit,
             instance=instance,
         )
@@ -273,7 +273,7 @@ class TransferQueueRowStore(RowStore):
             deleted.update(clear_batch_if_unchanged(self._requests, partition, batch, expected, len(deleted)))
             seconds = time.perf_counter() - started
             pacer.adapt(seconds / 2)  # two requests: the re-check and the clear
-            pause_seconds = pacer.pause_after(seconds)
+            pause_seconds = 0.0 if self._job_idle() else pacer.pause_after(seconds)
             time.sleep(pause_seconds)
             self._requests.log.waited(WAIT_DUTY, pause_seconds)
         return deleted
@@ -396,8 +396,15 @@ class TransferQueueRowStore(RowStore):
         request waits for its quiet moment (quiet.py) by itself."""
         self._sleep_unless_interrupted(pacer.after(latency_seconds))
 
+    def _job_idle(self) -> bool:
+        """The latest quiet moment's wait found the job idle (quiet.py): no duty cycle's pause."""
+        return self._quiet is not None and self._quiet.last.job_idle
+
     def _sleep_unless_interrupted(self, seconds: float) -> None:
-        """The duty cycle's pause (recorded as such), cut short by interrupt()."""
+        """The duty cycle's pause (recorded as such), cut short by interrupt(); none while the job is
+        idle (the latest quiet moment's wait found it so: quiet.py)."""
+        if self._job_idle():
+            seconds = 0.0
         started = time.perf_counter()
         interrupted = self._interrupted.wait(max(0.0, seconds))
         if seconds > 0:
