@@ -182,3 +182,25 @@ def test_a_controller_checkpoint_loaded_makes_the_next_listing_a_full_one(
         assert full_listing(store, tq_partition) == full_listing(full_store, tq_partition)
         assert set(store.list_keys(tq_partition)) == {"a", "b", "c"}
         assert journalled(store).full_listings == 2
+
+
+def test_a_tq_version_not_read_gets_no_journal_and_full_listings_said_once(
+    ray_cluster: Any,
+    tq: Any,
+    tq_partition: str,
+    put_rows: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tq_gc.stores.transferqueue import change_journal
+
+    monkeypatch.setattr(change_journal, "MUTATIONS", {"0.0.1": change_journal.MUTATIONS["0.1.9"]})
+    put_rows(tq_partition, ["a"])
+    with attach(ray_cluster.address) as store, caplog.at_level("WARNING"):
+        store.list_keys(tq_partition)
+        put_rows(tq_partition, ["b"])
+        assert set(store.list_keys(tq_partition)) == {"a", "b"}
+        assert journalled(store).full_listings == 2
+        assert on_controller(lambda c: JOURNAL_ATTRIBUTE in c.__dict__) is False
+    refusals = [r for r in caplog.records if "no change journal" in r.getMessage()]
+    assert len(refusals) == 1 and "was not read" in refusals[0].getMessage()
