@@ -6,6 +6,7 @@ sizes."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -110,6 +111,27 @@ class JournalMachine(RuleBasedStateMachine):
             None, "clear_partition", self.full._requests.client.async_clear_partition(partition)
         )
         self.keys[partition].clear()
+
+    @rule(data=st.data(), cleared=keys_strategy, put_keys=keys_strategy, width=width_strategy)
+    def listing_raced_by_the_job(
+        self, data: st.DataObject, cleared: list[str], put_keys: list[str], width: int
+    ) -> None:
+        """A journalled listing while the job clears and puts: whatever it missed, the next one sees (its
+        journal seq is read before its re-reads)."""
+        partition = self._partition(data)
+        self.keys[partition].difference_update(cleared)
+        self.keys[partition].update(put_keys)
+        job = threading.Thread(target=self.clear_then_put_in, args=(partition, cleared, put_keys, width))
+        job.start()
+        try:
+            self.journalled.list_keys(partition)
+        finally:
+            job.join(timeout=120)
+        assert not job.is_alive()
+
+    def clear_then_put_in(self, partition: str, cleared: list[str], put_keys: list[str], width: int) -> None:
+        self.tq.kv_clear(cleared, partition)
+        put(self.tq, partition, put_keys, width, {"v": 4})
 
     @invariant()
     def journalled_listing_equals_a_full_one(self) -> None:
