@@ -1,5 +1,6 @@
 """The kept listing of the change journal's listing (journalled_keys.KeptKeys): the touched indexes
-forgotten, then read again, give the listing the partition has now."""
+forgotten, then read again, give the listing the partition has now. And the journal's look at the
+threads' stacks for a mutating call from before its wrappers."""
 
 from __future__ import annotations
 
@@ -60,3 +61,35 @@ def test_a_key_moved_to_another_index_leaves_nothing_at_the_old_one() -> None:
 def test_the_journal_holds_at_least_one_index() -> None:
     with pytest.raises(ValueError, match="capacity_indexes"):
         JournalSettings(capacity_indexes=0)
+
+
+def test_a_mutating_call_from_before_the_wrappers_keeps_the_journal_unsettled_until_it_returns() -> None:
+    """The journal's look at every thread's stack (change_journal._unrecorded_calls): a thread inside a
+    wrapped method's own code with no wrapper below it is a call the journal will not record."""
+    import threading
+
+    from tq_gc.stores.transferqueue.change_journal import _unrecorded_calls
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def clear_meta() -> None:  # stands for the controller's own method, running unwrapped
+        inside.set()
+        leave.wait(30)
+
+    def journalled() -> None:  # stands for the journal's wrapper around it
+        clear_meta()
+
+    unrecorded = _unrecorded_calls()
+    state = {"original_codes": {clear_meta.__code__}, "wrapper_code": journalled.__code__}
+    for target, expected in ((clear_meta, True), (journalled, False)):
+        inside.clear()
+        leave.clear()
+        thread = threading.Thread(target=target)
+        thread.start()
+        try:
+            assert inside.wait(30)
+            assert unrecorded(state) is expected
+        finally:
+            leave.set()
+            thread.join(30)
+        assert unrecorded(state) is False
