@@ -13,6 +13,7 @@ from tq_gc.row_sizes import RowSizes
 from tq_gc.rows import Tags
 from tq_gc.stores.transferqueue.clearing import retrieve_meta
 from tq_gc.stores.transferqueue.index_range import IndexRanges
+from tq_gc.stores.transferqueue.journalled_keys import ChangeJournal, JournalledKeys, JournalSettings
 from tq_gc.stores.transferqueue.key_windows import ControllerKeys
 from tq_gc.stores.transferqueue.pacing import Pacer
 from tq_gc.stores.transferqueue.requests import OP_KEYS, OP_META, TqRequests
@@ -43,6 +44,36 @@ class PartitionListing:
         self._sizes: dict[str, Mapping[str, int]] = {}
         # The partitions whose tag listings read sizes too (None: all of them)
         self.sized: frozenset[str] | None = None
+        self.journalled: JournalledKeys | None = None  # keys() by the change journal (use_journal)
+
+    def use_journal(self, journal: ChangeJournal, settings: JournalSettings) -> None:
+        """List keys() by the change journal from now on (journalled_keys.py): the last full listing
+        kept, the indexes touched since re-read into it."""
+        self.journalled = JournalledKeys(
+            journal, settings, self._read_window, lambda: self._controller_keys.size, self._listed_keys
+        )
+
+    def close_journal(self) -> None:
+        """Leave the change journal, if used (the last holder puts the controller's methods back)."""
+        if self.journalled is not None:
+            self.journalled.journal.close()
+
+    def _read_window(
+        self, partition: str, window: list[int]
+    ) -> tuple[list[str | None], list[int] | None] | None:
+        """The keys and bytes of a window of indexes on the controller's actor thread, then the duty
+        cycle's pause; None if that does not fit the controller."""
+        read = self._controller_keys.read(partition, window)
+        if read is None:
+            return None
+        keys, row_bytes, seconds = read
+        self._sleep(self._pacer().pause_after(seconds))
+        return keys, row_bytes
+
+    def _listed_keys(self, partition: str) -> tuple[dict[str, int], Mapping[str, int]]:
+        """A full listing of keys with no older listing's indexes reused: the journal's base."""
+        keys = self._keys(partition, 0.0)
+        return keys, self._sizes[partition]
 
     def sizes(self, partition: str) -> Mapping[str, int]:
         """{key: bytes} of the rows of `partition`'s last `keys` listing whose size the controller's field
@@ -111,7 +142,14 @@ class PartitionListing:
         is seen by the next sweep). No tags: no kv_retrieve_meta, which copies each row's.
         Within `reuse_seconds` of the last listing, the indexes it had: a row put since at an index it
         did not have waits for a later listing, and a row it had keeps its index while it lives, so its
-        first-seen record stays (a tags source's listing always asks again)."""
+        first-seen record stays (a tags source's listing always asks again).
+        With the change journal (use_journal), the last full listing and the indexes touched since."""
+        if self.journalled is None:
+            return self._keys(partition, reuse_seconds)
+        keys, self._sizes[partition] = self.journalled.keys(partition)
+        return keys
+
+    def _keys(self, partition: str, reuse_seconds: float) -> dict[str, int]:
         pacer = self._pacer()
         self._sleep(0)
         keys: dict[str, int] = {}

@@ -42,8 +42,11 @@ OP_PARTITIONS = "get_partition_list"
 
 OP_KV_LIST = "kv_list"
 
+OP_JOURNAL = "change_journal"
+
 TQ_REQUEST_OPS = (
     OP_INDEX_PAGE, OP_INDEX_RANGE, OP_KEYS_WINDOW, OP_KEYS, OP_META, OP_CLEAR, OP_PARTITIONS, OP_KV_LIST,
+    OP_JOURNAL,
 )  # fmt: skip
 
 # What the store's pacing waits for between its requests, as take_pacing_stats() and the metrics name it:

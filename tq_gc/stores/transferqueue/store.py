@@ -70,6 +70,7 @@ from tq_gc.stores.transferqueue.internals import (
     Probe,
     RequestThreadWatch,
 )
+from tq_gc.stores.transferqueue.journalled_keys import ChangeJournal, JournalSettings
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
 from tq_gc.stores.transferqueue.leftovers import audit_leftovers
 from tq_gc.stores.transferqueue.listing import PartitionListing
@@ -108,6 +109,7 @@ class TransferQueueRowStore(RowStore):
         quiet: QuietSettings | None = None,
         controller_fit: ControllerFit | None = None,
         instance: str | None = None,
+        change_journal: JournalSettings | None = None,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
 
@@ -115,7 +117,9 @@ class TransferQueueRowStore(RowStore):
         `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller. With
         `controller_fit` (what the probe at attach found), a function run on the controller that does
         not fit it is never tried: TQ's own call from the start. `instance` (controller_instance() at
-        attach) tells ensure_attached() whether the job's controller is still that one."""
+        attach) tells ensure_attached() whether the job's controller is still that one. With `change_journal`
+        (off by default), list_keys re-reads only what changed since its last full listing
+        (journalled_keys.py)."""
         self._client = client
         self._controller = controller
         self._instance = instance
@@ -150,6 +154,10 @@ class TransferQueueRowStore(RowStore):
             skip_misfits(controller_fit, self._controller_functions())
         self._interrupted = threading.Event()
         self._claims: list[TqClaim] = []  # handed out by claim(), ended by close()
+        if controller is not None and change_journal is not None:
+            self._listing.use_journal(
+                ChangeJournal(self._requests, controller, change_journal), change_journal
+            )
 
     @classmethod
     def attach(
@@ -162,10 +170,11 @@ class TransferQueueRowStore(RowStore):
         request_thread_watch: RequestThreadWatch | None = None,
         controller_probe: Probe | None = None,
         fixed: FixedPacing = FIXED_PACING,
+        change_journal: JournalSettings | None = None,
     ) -> TransferQueueRowStore:
         """Attach to the TQ of the Ray cluster at `config.ray_address`, paced by `config.pacing` (its duty
         cycle) and `fixed` (the batch, the quiet moments: tests and benches set their own). Never creates
-        a TQ.
+        a TQ. `change_journal`: list_keys by the controller's change journal (off by default).
 
         A process already connected to Ray (the sidecar actor, a test) uses that connection and ignores
         `ray_address`. Raises ConfigError when no Ray cluster answers at the address, TransferQueueNotFound
@@ -200,6 +209,7 @@ class TransferQueueRowStore(RowStore):
             quiet=QuietSettings(*fixed.quiet_seconds(), request_thread_watch, fixed.job_idle_ms / 1000),
             controller_fit=fit,
             instance=instance,
+            change_journal=change_journal,
         )
 
     # ---- RowStore ----
@@ -366,6 +376,7 @@ class TransferQueueRowStore(RowStore):
         claims, self._claims = self._claims, []
         for claim in claims:
             claim.release()
+        self._listing.close_journal()
         if self._requests.close() and self._owns_ray_connection:
             ray.shutdown()
 
