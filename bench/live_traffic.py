@@ -319,10 +319,13 @@ class Bench:
             namespace=NAMESPACE,
             schedule=schedule,
             grace_seconds=900,
-            transfer_queue={"pacing": self._pacing()},
-            sidecar={"name": f"tq-gc-bench-{config}"},
         )
-        handle = start_sidecar(sidecar_config, self._row_store_factory())
+        handle = start_sidecar(
+            sidecar_config,
+            self._row_store_factory(),
+            duty_cycle=self._duty_cycle(),
+            name=f"tq-gc-bench-{config}",  # one sidecar per configuration run, each of its own
+        )
         if self.args.sweeper_nice:
             ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
@@ -348,16 +351,18 @@ class Bench:
             }
             settings = {
                 "sweeper_nice": self.args.sweeper_nice,
-                "transfer_queue": {"pacing": self._pacing()},
+                "duty_cycle": self._duty_cycle(),
                 "fixed_pacing": {"batch": self._fixed().batch, "quiet_ms": self._fixed().quiet_ms},
             }
             return summary(config, self.data.rows, loop, {**sweeps, **phases, **gc_pauses, **settings})
         finally:
             stop_sidecar(handle)
 
-    def _pacing(self) -> dict[str, float]:
-        """transfer_queue.pacing given on the command line (its default otherwise)."""
-        return {} if self.args.duty_cycle is None else {"duty_cycle": self.args.duty_cycle}
+    def _duty_cycle(self) -> float:
+        """The sidecar's duty cycle: --duty-cycle, else the default (start_sidecar's duty_cycle)."""
+        from tq_gc.wiring import DEFAULT_DUTY_CYCLE
+
+        return DEFAULT_DUTY_CYCLE if self.args.duty_cycle is None else float(self.args.duty_cycle)
 
     def _fixed(self) -> Any:
         """The store's fixed pacing, with --batch and --quiet-ms where given."""
@@ -565,8 +570,8 @@ def main() -> None:
     parser.add_argument(
         "--duty-cycle",
         type=float,
-        help="transfer_queue.pacing.duty_cycle, the one throttle of listings and deletes (default: the "
-        "config's)",
+        help="the sidecar's duty cycle (start_sidecar's duty_cycle, `tq-gc --duty-cycle`), the one throttle "
+        "of listings and deletes (default: 0.25)",
     )
     parser.add_argument(
         "--batch", type=int, help="the store's request and delete batch, FixedPacing.batch (default: 2000)"

@@ -65,14 +65,16 @@ class Sides:
         from tq_gc.publish.registry import AdmissionRegistry
         from tq_gc.state import open_state
         from tq_gc.stores.transferqueue import TransferQueueRowStore
+        from tq_gc.wiring import DEFAULT_DUTY_CYCLE
 
         self.data = data
-        pacing = {} if duty_cycle is None else {"duty_cycle": duty_cycle}
-        self.config = config_for(data, state_url, transfer_queue={"pacing": pacing})
+        self.config = config_for(data, state_url)
+        self.duty_cycle = DEFAULT_DUTY_CYCLE if duty_cycle is None else duty_cycle
         self.fixed = fixed_pacing(quiet_ms=quiet_ms)
         self.state = open_state(state_url, "bench")
-        self.rows = TransferQueueRowStore.attach(self.config.transfer_queue, fixed=self.fixed)
-        self.unsized_rows = attach_unsized(self.config, self.fixed) if unsized else None
+        attached = {"duty_cycle": self.duty_cycle, "fixed": self.fixed}
+        self.rows = TransferQueueRowStore.attach(self.config.transfer_queue, **attached)
+        self.unsized_rows = attach_unsized(self.config, self.duty_cycle, self.fixed) if unsized else None
         self.registry = AdmissionRegistry(self.state)
 
         self._published = False
@@ -143,7 +145,7 @@ class Sides:
         return naive_clear(self.data, self.registry)
 
 
-def attach_unsized(config: Any, fixed: Any) -> Any:
+def attach_unsized(config: Any, duty_cycle: float, fixed: Any) -> Any:
     """A second row store on the same TQ that reads no sizes and no storage fill (side c)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
     from tq_gc.stores.transferqueue.key_windows import KeyWindows
@@ -153,7 +155,10 @@ def attach_unsized(config: Any, fixed: Any) -> Any:
             return None
 
     return UnsizedRowStore.attach(
-        config.transfer_queue, key_windows=KeyWindows(reader=keys_only_reader()), fixed=fixed
+        config.transfer_queue,
+        duty_cycle=duty_cycle,
+        key_windows=KeyWindows(reader=keys_only_reader()),
+        fixed=fixed,
     )
 
 
@@ -285,7 +290,7 @@ def result(
         "tq_gc_phases_ms": _rounded(timed_phases),
         "tq_gc_longest_tq_request": timed_longest,
         "tq_gc_tq_requests": timed_requests,
-        "duty_cycle": sides.config.transfer_queue.pacing.duty_cycle,
+        "duty_cycle": sides.duty_cycle,
         "quiet_ms": sides.fixed.quiet_ms,
         **(
             {
@@ -316,7 +321,7 @@ def main() -> None:
     parser.add_argument(
         "--duty-cycle",
         type=float,
-        help="transfer_queue.pacing.duty_cycle for tq-gc (default: the config default)",
+        help="tq-gc's duty cycle, as `tq-gc --duty-cycle` chooses it (default: 0.25)",
     )
     parser.add_argument(
         "--quiet-ms",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tq_gc.sidecar.names import SIDECAR_NAME, SIDECAR_RAY_NAMESPACE
+
 if TYPE_CHECKING:
     from tq_gc.config import Config, ConfigLike, load_config
     from tq_gc.errors import (
@@ -64,19 +66,30 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def start_sidecar(config: ConfigLike, *, dry_run: bool = False) -> Any:
-    """Start the sidecar actor in the current Ray cluster, or return the running one (idempotent).
+def start_sidecar(
+    config: ConfigLike,
+    *,
+    dry_run: bool = False,
+    duty_cycle: float | None = None,
+    metrics_port: int | None = None,
+) -> Any:
+    """Start the sidecar actor (`tq-gc`, one per Ray cluster) in the current Ray cluster, or return the
+    running one (idempotent).
 
-    `config` is a Config, a mapping of its fields, or the path of its YAML file. `dry_run=True`: its
-    sweeps delete nothing (`tq-gc serve --dry-run`). Returns the actor's handle. (Imported lazily: Ray is
-    slow to import, and publishers need not.)"""
+    `config` is a Config, a mapping of its fields, or the path of its YAML file. Chosen here, not in the
+    config (as `tq-gc serve`'s options): `dry_run=True`, its sweeps delete nothing; `duty_cycle`, the most
+    of the wall time its requests to the job's TransferQueue may take (0 < d <= 1; None: 0.25);
+    `metrics_port`, where it serves Prometheus metrics (0: any free port; None: off). Returns the actor's
+    handle. (Imported lazily: Ray is slow to import, and publishers need not.)"""
     from tq_gc.sidecar.client import start_sidecar as start
 
-    return start(config, dry_run=dry_run)
+    if duty_cycle is None:  # the default, which lives with the TransferQueue store's pacing
+        return start(config, dry_run=dry_run, metrics_port=metrics_port)
+    return start(config, dry_run=dry_run, metrics_port=metrics_port, duty_cycle=duty_cycle)
 
 
 def sidecar_registry(
-    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
+    name: str = SIDECAR_NAME, namespace: str = SIDECAR_RAY_NAMESPACE, ray_address: str = "auto"
 ) -> AdmissionRegistry:
     """The admission registry hosted by the running sidecar (state_url memory://), for publishers."""
     from tq_gc.sidecar.client import sidecar_registry as registry

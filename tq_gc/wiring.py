@@ -12,15 +12,19 @@ from dataclasses import dataclass
 
 from tq_gc.config import Config
 from tq_gc.metrics import StoreSeries
+from tq_gc.sidecar.names import SIDECAR_NAME
 from tq_gc.state import open_state
 from tq_gc.state.base import StateStore
 from tq_gc.stores import RowStore, attach_transfer_queue
 from tq_gc.stores.base import as_row_store
 from tq_gc.stores.deferred import DeferredRowStore
+from tq_gc.stores.transferqueue.pacing import DUTY_CYCLE as DEFAULT_DUTY_CYCLE
+from tq_gc.stores.transferqueue.pacing import duty_cycle_problem
 from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import LEASE_TTL_SECONDS
 
-RowStoreFactory = Callable[[Config], RowStore]
+# (config, duty cycle) -> the row store a sweep attaches to, pressing on it at most that share of the time.
+RowStoreFactory = Callable[[Config, float], RowStore]
 
 
 @dataclass
@@ -32,12 +36,18 @@ class Runtime:
     row_store_factory: RowStoreFactory | None = None
     # The sweep lease's TTL: the fixed one, unless a test (a CLI subprocess of one) wants a shorter one.
     lease_ttl_seconds: float = LEASE_TTL_SECONDS
+    # How hard this process presses on the job's row store: chosen where it starts (`tq-gc --duty-cycle`,
+    # start_sidecar's duty_cycle), not in the config.
+    duty_cycle: float = DEFAULT_DUTY_CYCLE
+    # The sidecar this process starts or reads: its fixed name, unless a test runs one of its own.
+    sidecar_name: str = SIDECAR_NAME
 
     def attach(self, config: Config) -> RowStore:
-        """The row store handed in, else the job's TransferQueue (or what the factory builds)."""
+        """The row store handed in, else the job's TransferQueue (or what the factory builds), paced by
+        this process's duty cycle."""
         if self.row_store is not None:
             return self.row_store
-        return (self.row_store_factory or attach_transfer_queue)(config)
+        return (self.row_store_factory or attach_transfer_queue)(config, self.duty_cycle)
 
     @contextmanager
     def stores(
@@ -81,3 +91,6 @@ def store_series() -> StoreSeries:
     from tq_gc.stores.transferqueue import STORE_SERIES
 
     return STORE_SERIES
+
+
+__all__ = ["DEFAULT_DUTY_CYCLE", "RowStoreFactory", "Runtime", "duty_cycle_problem", "store_series"]

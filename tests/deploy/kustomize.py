@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 RAY = ROOT / "deploy" / "ray"
 OVERLAYS = ("dry-run", "execute")
-CONFIG_ARGS = ["--log-format", "json", "sweep", "--config", "/etc/tq-gc/config.yaml", "--json"]
+CONFIG_ARGS = [
+    *("--log-format", "json", "--duty-cycle", "0.25"),
+    *("sweep", "--config", "/etc/tq-gc/config.yaml", "--json"),
+]
 # A stand-in for the real Secret's value: the CronJob must take the state URL from the Secret, not from YAML.
 DUMMY_STATE_URL = "redis://:dummy-secret-password@redis.test.svc:6379/3"
 NON_ROOT_UID = 10001

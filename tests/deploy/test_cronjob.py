@@ -83,6 +83,14 @@ def test_the_cronjob_logs_json_lines_for_the_cluster_log_collector(overlay: str)
     assert global_options["log_format"] == "json"
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_cronjob_chooses_its_duty_cycle_on_the_command_line(overlay: str) -> None:
+    """How hard the CronJob presses on the job's TransferQueue is chosen where it starts, not in the
+    config (which refuses transfer_queue.pacing)."""
+    global_options, _ = _parse_cli(container(built(overlay))["args"])
+    assert global_options["duty_cycle"] == 0.25
+
+
 def test_the_cli_parser_refuses_what_it_should() -> None:
     with pytest.raises(click.UsageError):
         parse_cli([*CONFIG_ARGS, "--no-such-flag"])

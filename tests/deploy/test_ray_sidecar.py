@@ -31,15 +31,22 @@ def _ray_pod_templates() -> list[dict[str, Any]]:
     return [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
 
 
+def _entrypoint_option(name: str) -> str:
+    """The value of start_sidecar.py's `name` option in the RayJob's entrypoint (before its `--`)."""
+    words = shlex.split(_rayjob()["spec"]["entrypoint"])
+    own = words[: words.index("--")]
+    assert name in own, f"the entrypoint passes no {name}: {words}"
+    return own[own.index(name) + 1]
+
+
 def test_the_sidecar_config_is_valid() -> None:
     config = load_config(RAY / "gc.yaml", env={})
-    assert config.sidecar.metrics_port
     assert config.transfer_queue.ray_address == "auto"
 
 
 @pytest.mark.parametrize("version", supported_kubernetes_versions())
 def test_rayjob_pods_are_valid_and_expose_the_metrics_port(version: str) -> None:
-    port = load_config(RAY / "gc.yaml", env={}).sidecar.metrics_port
+    port = int(_entrypoint_option("--metrics-port"))  # where the sidecar serves them: chosen at its start
     ray_version = _rayjob()["spec"]["rayClusterSpec"]["rayVersion"]
     for template in _ray_pod_templates():
         wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
@@ -58,7 +65,7 @@ def test_rayjob_runtime_env_and_entrypoint() -> None:
     words = shlex.split(spec["entrypoint"])
     assert words[:2] == ["python", "start_sidecar.py"]
     assert (RAY / words[1]).is_file() and (RAY / words[2]).is_file()
-    assert words[3] == "--" and len(words) > 4
+    assert "--" in words and words.index("--") < len(words) - 1
 
 
 def test_the_documented_sidecar_api_exists() -> None:
@@ -73,9 +80,11 @@ def test_start_sidecar_example_starts_the_sidecar_then_runs_training(
     import tq_gc
 
     started: list[Config] = []
+    options: list[dict[str, Any]] = []
 
-    def fake_start_sidecar(config: Config) -> str:
+    def fake_start_sidecar(config: Config, **chosen: Any) -> str:
         started.append(config)
+        options.append(chosen)
         return "handle"
 
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(init=lambda **kwargs: None))
@@ -86,8 +95,15 @@ def test_start_sidecar_example_starts_the_sidecar_then_runs_training(
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
-    code = module.main([str(RAY / "gc.yaml"), "--", sys.executable, "-c", "raise SystemExit(7)"])
+    training = ["--", sys.executable, "-c", "raise SystemExit(7)"]
+    code = module.main([str(RAY / "gc.yaml"), *training])
     assert code == 7, "the training command's exit status is the job's"
     assert [config.namespace for config in started] == [load_config(RAY / "gc.yaml", env={}).namespace]
-    with pytest.raises(SystemExit, match="usage"):
-        module.main([str(RAY / "gc.yaml"), "python", "train.py"])
+    assert options == [{"metrics_port": None, "duty_cycle": 0.25}]  # no metrics endpoint, the default duty
+
+    port = _entrypoint_option("--metrics-port")
+    assert module.main([str(RAY / "gc.yaml"), "--metrics-port", port, "--duty-cycle", "0.5", *training]) == 7
+    assert options[-1] == {"metrics_port": int(port), "duty_cycle": 0.5}
+    for wrong in ([str(RAY / "gc.yaml"), "python", "train.py"], [str(RAY / "gc.yaml"), "--"]):
+        with pytest.raises(SystemExit, match="usage"):
+            module.main(wrong)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import TransferQueueConfig, parse_config
+from tq_gc.config import parse_config
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.deferred import DeferredRowStore
@@ -30,7 +30,6 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
     put_rows(tq_partition, keys, {"t": 1})
     # Windows of 2-8 indexes and a pause of 99x each request: the listing alone would take minutes (the
     # job never idle: an idle job's controller gets no pauses).
-    pacing = {"ray_address": ray_cluster.address, "pacing": {"duty_cycle": 0.01}}
     config = parse_config(
         {
             "namespace": "stop-test",
@@ -38,12 +37,14 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
             "grace_seconds": 0,
             "allow_short_grace": True,
             "limits": {"max_delete_fraction": 1.0},
-            "transfer_queue": pacing,
+            "transfer_queue": {"ray_address": ray_cluster.address},
         }
     )
     # As the sidecar holds it: attached on first use, stop() forwarded to the store attached.
     fixed = FixedPacing(batch=8, job_idle_ms=3_600_000)
-    store = DeferredRowStore(lambda: TransferQueueRowStore.attach(TransferQueueConfig(**pacing), fixed=fixed))
+    store = DeferredRowStore(
+        lambda: TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=0.01, fixed=fixed)
+    )
     try:
         collector = Collector(config, MemoryState("stop-test"), store, holder="test")
         reports: list[SweepReport] = []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from harness import wait_until
 
-from tq_gc.config import Pacing, TransferQueueConfig
+from tq_gc.config import TransferQueueConfig
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.key_windows import KeyWindows
 from tq_gc.stores.transferqueue.pacing import FixedPacing
@@ -85,9 +85,10 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     quiet_seconds = 0.1
     # duty 1: no pauses, so the listing is its waits and its reads
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=1))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=NEVER_IDLE_MS)
-    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
+    windows = KeyWindows(size=4)
+    with TransferQueueRowStore.attach(config, duty_cycle=1, key_windows=windows, fixed=fixed) as store:
         store.take_request_stats()
         controller_functions.clear()
         started = time.monotonic()
@@ -114,9 +115,10 @@ def test_the_store_says_how_long_it_waited_for_quiet_moments_and_paused_for_its_
     controller. Together with the requests, it is the listing's time, or less."""
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     quiet_seconds = 0.1
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.5))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=NEVER_IDLE_MS)
-    with TransferQueueRowStore.attach(config, key_windows=KeyWindows(size=4), fixed=fixed) as store:
+    windows = KeyWindows(size=4)
+    with TransferQueueRowStore.attach(config, duty_cycle=0.5, key_windows=windows, fixed=fixed) as store:
         store.take_request_stats()
         store.take_pacing_stats()
         started = time.monotonic()
@@ -258,7 +260,7 @@ def test_while_the_job_is_idle_deletes_go_in_whole_batches_with_no_duty_pause(
     test above with quiet moments)."""
     keys = [f"k{i}" for i in range(40)]
     put_rows(tq_partition, keys)
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.25))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     fixed = FixedPacing(batch=8, quiet_ms=20, quiet_wait_max_ms=10_000, job_idle_ms=100)
     with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         expected = store.identities(tq_partition, keys)

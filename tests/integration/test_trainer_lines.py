@@ -49,7 +49,6 @@ def example_config_file(tmp_path: Path, redis_url: str, ray_address: str, stagin
         grace_seconds=GRACE_S,
         allow_short_grace=True,
         schedule={"interval_seconds": 1},
-        sidecar={"name": f"tq-gc-{staging}"},
     )
     path = tmp_path / "nemo_rl.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -87,15 +86,12 @@ def test_the_readme_trainer_lines_protect_what_they_name(
 
 
 def verl_config_file(tmp_path: Path, ray_address: str, train: str) -> Path:
-    """deploy/examples/verl.yaml as shipped (memory:// state), with this test's partition, cluster and a
-    sidecar name of its own."""
+    """deploy/examples/verl.yaml as shipped (memory:// state), with this test's partition and cluster. The
+    sidecar it starts has the fixed name, as the trainer kit and `tq-gc check` find it: the test stops it."""
     values: dict[str, Any] = yaml.safe_load(VERL_EXAMPLE.read_text())
     for entry in values["scope"]:
         entry["partition"] = {"train": train, "val": f"{train}-val"}[entry["partition"]]
-    values.update(
-        transfer_queue={"ray_address": ray_address},
-        sidecar={"name": f"tq-gc-{train}"},
-    )
+    values.update(transfer_queue={"ray_address": ray_address})
     path = tmp_path / "verl.yaml"
     path.write_text(yaml.safe_dump(values))
     return path

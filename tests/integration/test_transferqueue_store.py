@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tq_gc.config import Pacing, TransferQueueConfig
+from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.rows import Identity, tags_digest
 from tq_gc.stores.transferqueue import TransferQueueRowStore
@@ -759,8 +759,9 @@ def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_sti
     put_rows(tq_partition, [f"row-{i}" for i in range(300)], {"t": 1})
     # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes (the job
     # never idle: an idle job's controller gets no pauses).
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=0.01))
-    with TransferQueueRowStore.attach(config, fixed=FixedPacing(batch=8, job_idle_ms=3_600_000)) as store:
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
+    fixed = FixedPacing(batch=8, job_idle_ms=3_600_000)
+    with TransferQueueRowStore.attach(config, duty_cycle=0.01, fixed=fixed) as store:
         outcome: list[BaseException | dict[str, Any]] = []
 
         def listing() -> None:
@@ -794,9 +795,9 @@ def test_delete_batches_shrink_when_the_re_check_and_clear_are_slow_and_stay_ful
     10 (40, 20, then 14 of 10: 16 clears for 200 rows); fast ones keep it at 40 (5 clears)."""
     keys = [f"row-{i:03d}" for i in range(200)]
     put_rows(tq_partition, keys, {"t": 1})
-    config = TransferQueueConfig(ray_address=ray_cluster.address, pacing=Pacing(duty_cycle=1.0))
+    config = TransferQueueConfig(ray_address=ray_cluster.address)
     fixed = FixedPacing(batch=40, request_target_ms=target_ms)
-    with TransferQueueRowStore.attach(config, fixed=fixed) as store:
+    with TransferQueueRowStore.attach(config, duty_cycle=1.0, fixed=fixed) as store:
         expected = store.identities(tq_partition, keys)
         store.take_request_stats()
         assert store.delete_if_unchanged(tq_partition, expected) == set(keys)

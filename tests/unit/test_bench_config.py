@@ -13,6 +13,6 @@ from common import DataSet, config_for
 
 def test_the_bench_config_loads_with_and_without_overrides(tmp_path: Path) -> None:
     data = DataSet(1000, 10, 2, tmp_path)
-    assert config_for(data).transfer_queue.pacing.duty_cycle > 0
-    paced = config_for(data, "memory://", transfer_queue={"pacing": {"duty_cycle": 0.5}})
-    assert paced.transfer_queue.pacing.duty_cycle == 0.5
+    assert config_for(data).grace_seconds > 0
+    scheduled = config_for(data, "memory://", schedule={"interval_seconds": 0.25})
+    assert scheduled.schedule.interval_seconds == 0.25

@@ -132,7 +132,7 @@ def test_a_failed_push_after_an_aborted_sweep_exits_4(cli: Cli, not_a_gateway: s
         ({"grace_seconds": 10}, "grace_seconds"),
         ({"scope": [{"partition": "rollout_data", "all_keys": True}]}, "protected"),
         ({"scope": [{"partition": STAGING, "prefixes": ["*"]}]}, "all_keys"),
-        ({"transfer_queue": {"pacing": {"duty_cycle": 0}}}, "transfer_queue.pacing.duty_cycle"),
+        ({"transfer_queue": {"pacing": {"duty_cycle": 0.5}}}, "--duty-cycle"),
         ({"state_url": "postgres://x"}, "state_url"),
         ({"grace_seconds": "15m"}, "grace_seconds"),
         ({"bogus_key": 1}, "bogus_key"),
@@ -141,7 +141,7 @@ def test_a_failed_push_after_an_aborted_sweep_exits_4(cli: Cli, not_a_gateway: s
             "protected",
         ),
         ({"grace_seconds": float("inf")}, "grace_seconds"),
-        ({"transfer_queue": {"pacing": {"max_deletes_per_second": 1}}}, "pacing.duty_cycle"),
+        ({"transfer_queue": {"pacing": {"max_deletes_per_second": 1}}}, "--duty-cycle"),
         ({"schedule": {"interval_seconds": 60, "cron": "*/5 * * * *"}}, "schedule"),
         (
             {"tag_references": [{"partition": "d", "key_path": "a..b", "target_partition": STAGING}]},

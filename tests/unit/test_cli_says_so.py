@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tq_gc.cli import EXIT_OK, EXIT_USAGE, commands, main
-from tq_gc.wiring import Runtime
+from tq_gc.cli import EXIT_OK, EXIT_USAGE, demo, main, serve
+from tq_gc.config import Config
+from tq_gc.sidecar.options import StartOptions
+from tq_gc.stores import RowStore
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, Runtime
 
 from support.cli_runner import STAGING, CliRunner
 
@@ -112,19 +115,77 @@ def test_serve_refuses_a_schedule_that_cannot_reclaim(cli: CliRunner) -> None:
     assert code == EXIT_USAGE and "3600" in err and "grace_seconds=5" in err
 
 
-@pytest.mark.parametrize(("argv", "dry_run"), [((), False), (("--dry-run",), True)])
-def test_serve_starts_a_deleting_sidecar_unless_dry_run(
-    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...], dry_run: bool
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        ((), StartOptions()),
+        (("--dry-run",), StartOptions(dry_run=True)),
+        (("--metrics-port", "9464"), StartOptions(metrics_port=9464)),
+        (("--metrics-port", "0"), StartOptions(metrics_port=0)),
+    ],
+)
+def test_serve_starts_the_sidecar_as_its_command_line_says(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...], options: StartOptions
 ) -> None:
-    """Whether the sidecar deletes is chosen where it is started, as `sweep --execute` chooses for one
-    sweep (the sidecar's own start is tests/integration/sidecar/test_sidecar_schedule.py)."""
-    started: list[bool] = []
-    monkeypatch.setattr(commands, "serve_forever", lambda _config, dry_run: started.append(dry_run))
+    """Whether the sidecar deletes, and where it serves its metrics, are chosen where it is started, as
+    `sweep --execute` chooses for one sweep (the sidecar's own start is tests/integration/sidecar/)."""
+    started: list[StartOptions] = []
+    monkeypatch.setattr(serve, "serve_forever", lambda _config, how, _name: started.append(how))
     code, _, err = cli.run("serve", *argv)
     assert code == EXIT_OK, err
-    assert started == [dry_run]
+    assert started == [options]
     _, help_text, _ = cli.run_argv("serve", "--help")
-    assert "--dry-run" in help_text
+    assert "--dry-run" in help_text and "--metrics-port" in help_text
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "http"])
+def test_a_bad_metrics_port_is_a_usage_error(cli: CliRunner, port: str) -> None:
+    code, _, err = cli.run("serve", "--metrics-port", port)
+    assert code == EXIT_USAGE and "--metrics-port" in err and "unexpected error" not in err
+
+
+# --duty-cycle: how hard this process presses on the job's TransferQueue ---------------------------
+
+
+@pytest.mark.parametrize("duty", ["0", "-0.5", "1.5", "nan", "inf", "fast"])
+def test_a_duty_cycle_outside_zero_to_one_is_a_usage_error(cli: CliRunner, duty: str) -> None:
+    code, out, err = cli.run_argv("--duty-cycle", duty, "sweep", "--config", str(cli.config_path))
+    assert code == EXIT_USAGE and out == ""
+    assert "--duty-cycle" in err and "above 0 and at most 1" in err, err
+    assert "unexpected error" not in err and cli.rows.calls == []
+
+
+@pytest.mark.parametrize(("argv", "duty"), [((), DEFAULT_DUTY_CYCLE), (("--duty-cycle", "1"), 1.0)])
+def test_the_duty_cycle_reaches_the_row_store_the_sweep_attaches(
+    cli: CliRunner, argv: tuple[str, ...], duty: float
+) -> None:
+    attached: list[float] = []
+
+    def attach(_config: Config, duty_cycle: float) -> RowStore:
+        attached.append(duty_cycle)
+        return cli.rows
+
+    cli.capsys.readouterr()
+    runtime = Runtime(cli.state, row_store_factory=attach)
+    code = main([*argv, "sweep", "--config", str(cli.config_path)], runtime)
+    assert code == EXIT_OK, cli.capsys.readouterr().err
+    assert attached == [duty]
+
+
+def test_serve_and_demo_take_the_duty_cycle_too(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[StartOptions] = []
+    monkeypatch.setattr(serve, "serve_forever", lambda _config, how, _name: started.append(how))
+    code, _, err = cli.run_argv("--duty-cycle", "1", "serve", "--config", str(cli.config_path))
+    assert code == EXIT_OK, err
+    assert started == [StartOptions(duty_cycle=1.0)]
+
+    demos: list[float] = []
+    monkeypatch.setattr(demo, "run_demo", lambda duty_cycle: demos.append(duty_cycle) or 0)
+    code, _, err = cli.run_argv("--duty-cycle", "0.5", "demo")
+    assert code == EXIT_OK, err
+    assert demos == [0.5]
+    _, help_text, _ = cli.run_argv("--help")
+    assert "--duty-cycle" in help_text
 
 
 def test_a_schedule_that_cannot_reclaim_is_refused_at_load(cli: CliRunner) -> None:
@@ -138,10 +199,10 @@ def test_a_schedule_that_cannot_reclaim_is_refused_at_load(cli: CliRunner) -> No
 
 @pytest.mark.parametrize("command", ["status", "admissions", "audit"])
 def test_a_memory_state_is_said_to_live_in_the_sidecar(cli: CliRunner, command: str) -> None:
-    cli.write_config(state_url="memory://", sidecar={"name": "gc-of-job"})
+    cli.write_config(state_url="memory://")
     code, out, err = cli.run(command, runtime=Runtime())
     assert code == EXIT_USAGE and out == ""
-    assert "memory://" in err and "sidecar" in err and "'gc-of-job'" in err and "'tq_gc'" in err
+    assert "memory://" in err and "sidecar" in err and "'tq-gc'" in err and "'tq_gc'" in err
     assert "redis://" in err
 
 

@@ -62,7 +62,6 @@ FLOAT_FIELDS = [
     ("grace_seconds", "grace_seconds: {}"),
     ("schedule.interval_seconds", "schedule: {{interval_seconds: {}}}"),
     ("limits.max_delete_fraction", "limits: {{max_delete_fraction: {}}}"),
-    ("transfer_queue.pacing.duty_cycle", "transfer_queue: {{pacing: {{duty_cycle: {}}}}}"),
 ]
 
 

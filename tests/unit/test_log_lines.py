@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tq_gc.cli.commands import stream_log_lines
+from tq_gc.cli.serve import stream_log_lines
 from tq_gc.logs import RecentLines, configure_logging
 
 

@@ -115,7 +115,6 @@ class Soak:
             ],
             "limits": {"max_delete_fraction": 1.0},
             "schedule": {"interval_seconds": s.interval_s},
-            "sidecar": {"name": f"tq-gc-soak-{uuid.uuid4().hex[:6]}"},
         }
         self.namespace = str(config["namespace"])
         path = self.workdir / "tq-gc.yaml"

@@ -128,7 +128,6 @@ def write_config(workdir: Path, ray_address: str) -> Path:
         grace_seconds=GRACE_S,
         allow_short_grace=True,
         schedule={"interval_seconds": INTERVAL_S},
-        sidecar={"name": f"tq-gc-soak-verl-{uuid.uuid4().hex[:6]}"},
     )
     path = workdir / "verl.yaml"
     path.write_text(yaml.safe_dump(values, sort_keys=False))

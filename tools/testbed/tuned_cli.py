@@ -30,13 +30,14 @@ def tuned_cli_command(batch: int | None = None, lease_ttl_seconds: float | None 
     return [sys.executable, "-m", MODULE, *tuning, "--"]
 
 
-def paced_row_store(batch: int, config: Config) -> RowStore:
-    """The job's TransferQueue, attached with requests and delete batches of `batch` rows at most. A
-    module-level function: a sidecar's Ray worker imports it by name (functools.partial of it)."""
+def paced_row_store(batch: int, config: Config, duty_cycle: float) -> RowStore:
+    """The job's TransferQueue, attached at `duty_cycle` with requests and delete batches of `batch` rows at
+    most. A module-level function: a sidecar's Ray worker imports it by name (functools.partial of it)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
     from tq_gc.stores.transferqueue.pacing import FIXED_PACING
 
-    return TransferQueueRowStore.attach(config.transfer_queue, fixed=replace(FIXED_PACING, batch=batch))
+    fixed = replace(FIXED_PACING, batch=batch)
+    return TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=duty_cycle, fixed=fixed)
 
 
 def row_store_factory(batch: int | None) -> RowStoreFactory | None:

@@ -27,6 +27,7 @@ from tq_gc.cli.footprint_view import human_bytes
 from tq_gc.config import Config, parse_config
 from tq_gc.footprint import StorageFill
 from tq_gc.sweep.clocks import utc_now_iso
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE
 
 CAPACITY_ROWS = 240
 # One storage unit: the fullest unit is what fails a put, and each unit is a worker process to start
@@ -68,7 +69,6 @@ def verl_config(example: Path = VERL_EXAMPLE, grace_seconds: float = GRACE_SECON
         grace_seconds=grace_seconds,
         allow_short_grace=True,
         schedule={"interval_seconds": SWEEP_INTERVAL_SECONDS},
-        sidecar={"name": "tq-gc-capacity-demo", "metrics_port": 0},
     )
     return parse_config(values, origin=str(example))
 
@@ -154,10 +154,13 @@ class VerlShapedLoop:
 
 
 class CapacityDemo:
-    def __init__(self, console: Console, record: Path | None = None) -> None:
+    def __init__(
+        self, console: Console, record: Path | None = None, duty_cycle: float = DEFAULT_DUTY_CYCLE
+    ) -> None:
         self.console = console
         self.say = Narrator(console).say
         self.record = record
+        self.duty_cycle = duty_cycle
 
     def run(self) -> int:
         # CRITICAL: the failed put the demo shows is logged by TQ as an ERROR, with its traceback.
@@ -175,11 +178,14 @@ class CapacityDemo:
         VerlShapedLoop(None).wipe()
         config = verl_config()
         handle = start_sidecar(
-            config, pressure_timing=PressureTiming(interval_seconds=0.5, check_seconds=0.5)
+            config,
+            pressure_timing=PressureTiming(interval_seconds=0.5, check_seconds=0.5),
+            duty_cycle=self.duty_cycle,
+            metrics_port=0,  # any free port: the demo reads what the sidecar reclaimed
         )
         if not wait_for_warm_up(handle):
             self.say("the sidecar is still importing TransferQueue: going on (a slow machine)")
-        registry = sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
+        registry = sidecar_registry()  # the sidecar's, by its fixed name
         registry.admit(f"verl/{RUN_ID}/trainer", {}, ttl_seconds=600)  # the integration's presence
         self._first_sweep(handle)  # the job starts with its sidecar attached, as deploy/ray runs them
         target = 3 * (alone.resumes + 1)
@@ -235,7 +241,11 @@ def failed_put(exc: Exception) -> str:
     return text[at:] if at >= 0 else f"{type(exc).__name__}: {text}"
 
 
-def run_capacity_demo(console: Console | None = None, record: Path | None = None) -> int:
+def run_capacity_demo(
+    console: Console | None = None, record: Path | None = None, duty_cycle: float = DEFAULT_DUTY_CYCLE
+) -> int:
+    """The capacity demo; its sidecar presses on the demo's TransferQueue at most `duty_cycle` of the
+    time."""
     console = console or Console()
     console.print("[bold]tq-gc demo --capacity[/bold]: a job that dies without tq-gc runs with it")
-    return CapacityDemo(console, record).run()
+    return CapacityDemo(console, record, duty_cycle).run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Mapping
+from functools import partial
 from itertools import islice
 from typing import Any
 
@@ -95,7 +96,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
             opened_here = runtime.state is None  # the CLI's own: with memory:// the sidecar's is elsewhere
 
             def protection() -> str:
-                return verl.protection(config, verl.admissions_swept_by(config, state, opened_here))
+                swept = verl.admissions_swept_by(config, state, opened_here, runtime.sidecar_name)
+                return verl.protection(config, swept)
 
             results.append(_check("verl in-flight protection", protection))
         row_store = _check("row store", _probe_rows(config, rows))
@@ -105,7 +107,8 @@ def run_checks(config: Config, runtime: Runtime) -> list[CheckResult]:
         holder = default_holder()
         claim = rows.claim(holder, state_address(config.state_url, holder)) if row_store["ok"] else None
         if claim is not None:  # the job's TQ: who may sweep it
-            results.append(_check("TransferQueue claim", lambda: describe_claim(config, claim, state)))
+            claimed = partial(describe_claim, config, claim, state, runtime.sidecar_name)
+            results.append(_check("TransferQueue claim", claimed))
         said = rows.describe() if row_store["ok"] else {}
         # e.g. a TQ controller function that does not fit falls back to TQ's own calls: said, not failed
         results += [{"name": title, "ok": True, "detail": detail} for title, detail in said.items()]

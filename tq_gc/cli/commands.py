@@ -1,4 +1,5 @@
 """tq-gc: the command line. Thin: it loads config, builds the stores, calls the collector, prints.
+`serve` is serve.py, `check`'s checks checks.py, what the commands share options.py.
 
 Exit codes (docs/operations.md): 0 done, 1 unexpected error, 2 bad usage or config, 3 skipped, 4 aborted.
 `--json` prints exactly one JSON document on stdout; logs and progress go to stderr.
@@ -8,10 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -20,8 +20,10 @@ import click
 
 from tq_gc.cli import render
 from tq_gc.cli.footprint_view import footprint_summary
+from tq_gc.cli.options import DutyCycle, config_option, json_option, load, secret_urls, wide_option
+from tq_gc.cli.serve import serve
 from tq_gc.cli.sidecar_state import refuse_a_state_out_of_reach
-from tq_gc.config import Config, config_schema, load_config, schedule_problem
+from tq_gc.config import config_schema
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.first_seen import first_seen_ms
 from tq_gc.liveness import liveness
@@ -31,7 +33,7 @@ from tq_gc.redaction import redact_text
 from tq_gc.report import DELETED_SAMPLE_SIZE, Outcome
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.sweep.lease import default_holder
-from tq_gc.wiring import Runtime, store_series
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, Runtime, store_series
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SKIPPED, EXIT_ABORTED = 0, 1, 2, 3, 4
 OUTCOME_EXIT = {
@@ -41,30 +43,6 @@ OUTCOME_EXIT = {
     Outcome.ABORTED: EXIT_ABORTED,
 }
 log = logging.getLogger("tq_gc")
-# The URLs this run was given (config, flags): their secrets are hidden in everything it prints.
-_secret_urls: list[str] = []
-
-
-def _config_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--config",
-        "config_path",
-        envvar="TQGC_CONFIG",
-        type=click.Path(dir_okay=False),
-        help="YAML config file (env TQGC_CONFIG). Env TQGC_... overrides it; flags override both.",
-    )(func)
-
-
-def _json_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document.")(func)
-
-
-def _wide_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--wide",
-        is_flag=True,
-        help="Tables as wide as their rows on a terminal too (piped, they always are).",
-    )(func)
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -86,26 +64,31 @@ LOG_FORMATS = ("text", "json")
     type=click.Choice(LOG_FORMATS, case_sensitive=False),
     help="How logs are printed on stderr: text, or json (JSON lines, for cluster log collectors).",
 )
+@click.option(
+    "--duty-cycle",
+    type=DutyCycle(),
+    help=f"The most of the wall time this process's requests to the job's TransferQueue may take (0 < F "
+    f"<= 1; default {DEFAULT_DUTY_CYCLE:g}, a sidecar beside the job's steps; 1, no pauses: a CronJob or a "
+    "manual sweep from another node). Used by sweep, serve and demo.",
+)
 @click.version_option(package_name="tq-gc")
 @click.pass_context
-def cli(ctx: click.Context, log_level: str, log_format: str) -> None:
+def cli(ctx: click.Context, log_level: str, log_format: str, duty_cycle: float | None) -> None:
     """Reclaim orphaned TransferQueue rows, safely. Dry run unless --execute."""
     ctx.ensure_object(Runtime)
+    if duty_cycle is not None:
+        ctx.obj = replace(ctx.obj, duty_cycle=duty_cycle)
     ctx.meta["log_level"] = log_level.upper()
     ctx.meta["log_format"] = log_format.lower()
 
 
-def _load(ctx: click.Context, config_path: str | None, **overrides: Any) -> Config:
-    config = load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
-    _secret_urls.extend(config.secret_urls())
-    configure_logging(ctx.meta.get("log_level", "INFO"), ctx.meta.get("log_format", "text"), _secret_urls)
-    return config
+cli.add_command(serve)
 
 
 @cli.command()
-@_config_option
+@config_option
 @click.option("--execute", is_flag=True, help="Really delete. Without it the sweep is a dry run.")
-@_json_option
+@json_option
 @click.option(
     "--max-deletes",
     type=click.IntRange(min=0),
@@ -139,8 +122,8 @@ def sweep(
     """One sweep: lease, fence, list, references, plan, re-check, delete, report. A dry run lists the
     rows it would delete, each with how long it is unreferenced, and counts the rows it keeps by reason."""
     if pushgateway:
-        _secret_urls.append(pushgateway)
-    config = _load(ctx, config_path)
+        secret_urls.append(pushgateway)
+    config = load(ctx, config_path)
     runtime: Runtime = ctx.obj
     with (
         runtime.open_sweeper(config, default_holder()) as collector,
@@ -165,14 +148,14 @@ def sweep(
 
 
 @cli.command()
-@_config_option
-@_json_option
+@config_option
+@json_option
 @click.option("--runs", default=10, show_default=True, type=click.IntRange(min=1), help="How many runs.")
-@_wide_option
+@wide_option
 @click.pass_context
 def status(ctx: click.Context, config_path: str | None, as_json: bool, runs: int, wide: bool) -> None:
     """Last runs, the lease holder, rows waiting out their grace."""
-    config = _load(ctx, config_path)
+    config = load(ctx, config_path)
     refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         now_ms = state.now_ms()
@@ -203,12 +186,12 @@ def _waiting_summary(first_seen_ms: Mapping[str, int], now_ms: int) -> dict[str,
 
 
 @cli.command()
-@_config_option
-@_json_option
+@config_option
+@json_option
 @click.pass_context
 def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Live admissions and the rows they hold."""
-    config = _load(ctx, config_path)
+    config = load(ctx, config_path)
     refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         now_ms = state.now_ms()
@@ -227,17 +210,17 @@ def admissions(ctx: click.Context, config_path: str | None, as_json: bool) -> No
 
 
 @cli.command()
-@_config_option
+@config_option
 @click.option("--run", "run_id", help="Only rows deleted by this run.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
-@_json_option
-@_wide_option
+@json_option
+@wide_option
 @click.pass_context
 def audit(
     ctx: click.Context, config_path: str | None, run_id: str | None, limit: int, as_json: bool, wide: bool
 ) -> None:
     """Deleted rows, newest first."""
-    config = _load(ctx, config_path)
+    config = load(ctx, config_path)
     refuse_a_state_out_of_reach(ctx.obj, config)
     with ctx.obj.stores(config, need_rows=False) as (state, _):
         rows = [row.to_dict() for row in state.read_audit(run_id, limit)]
@@ -249,99 +232,18 @@ def audit(
 
 
 @cli.command()
-@_config_option
-@_json_option
+@config_option
+@json_option
 @click.option("--offline", is_flag=True, help="Only validate the config: reach no store, no Ray, no file.")
 @click.pass_context
 def check(ctx: click.Context, config_path: str | None, as_json: bool, offline: bool) -> None:
     """Validate config, reach every store and source, touch nothing."""
     from tq_gc.cli.checks import config_checks, run_checks
 
-    config = _load(ctx, config_path)
+    config = load(ctx, config_path)
     results = config_checks(config, offline=True) if offline else run_checks(config, ctx.obj)
     _emit({"ok": all(r["ok"] for r in results), "checks": results}, as_json, render.checks)
     ctx.exit(EXIT_OK if all(r["ok"] for r in results) else EXIT_USAGE)
-
-
-@cli.command()
-@_config_option
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="The sidecar's sweeps delete nothing: watch what it would reclaim (reports, metrics) first.",
-)
-@click.pass_context
-def serve(ctx: click.Context, config_path: str | None, dry_run: bool) -> None:
-    """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT. Its sweeps
-    delete (the sidecar is how tq-gc runs in production) unless --dry-run."""
-    config = _load(ctx, config_path)
-    problem = schedule_problem(config)
-    if problem is not None:
-        raise ConfigError(problem)
-    serve_forever(config, dry_run=dry_run)
-
-
-# `tq-gc serve`: how often it checks that the sidecar still answers.
-HEALTH_CHECK_SECONDS = 5.0
-
-
-def serve_forever(config: Config, dry_run: bool = False) -> None:
-    """Start the sidecar (its sweeps dry runs if `dry_run`), say where its metrics are, and keep it until
-    SIGTERM/SIGINT. The sidecar is owned by this process: it ends when this returns."""
-    import ray
-
-    from tq_gc.sidecar.client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
-
-    owns_ray = not ray.is_initialized()
-    handle = start_sidecar(config, dry_run=dry_run)
-    try:
-        _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
-        _wait_for_signal(handle, CALL_TIMEOUT_SECONDS)
-    finally:
-        stop_sidecar(handle)
-        if owns_ray:
-            ray.shutdown()
-
-
-def _announce(status: dict[str, Any]) -> None:
-    port = status.get("metrics_port")
-    where = f"http://{status.get('node_ip') or '127.0.0.1'}:{port}/metrics" if port else "off"
-    print(
-        f"tq-gc sidecar {status['name']!r} (Ray namespace {status['ray_namespace']!r}) running, "
-        f"sweeping {status['schedule']}; metrics: {where}. Stop with Ctrl-C or SIGTERM.",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
-    """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
-    import ray
-
-    def fetch(seen: int) -> tuple[int, list[str]]:
-        after, lines = ray.get(handle.log_lines.remote(seen), timeout=call_timeout_seconds)
-        return int(after), list(lines)
-
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    seen = 0
-    try:
-        while not stop.wait(HEALTH_CHECK_SECONDS):
-            try:
-                seen = stream_log_lines(fetch, seen)  # the sidecar's sweeps; and a health check
-            except ray.exceptions.RayActorError as exc:
-                raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def stream_log_lines(fetch: Callable[[int], tuple[int, list[str]]], seen: int) -> int:
-    """Print to stderr the sidecar's log lines after the first `seen`; the count seen after them."""
-    after, lines = fetch(seen)
-    for line in lines:
-        click.echo(line, err=True)
-    return after
 
 
 @cli.command()
@@ -360,10 +262,11 @@ def demo(ctx: click.Context, capacity: bool, record: str | None) -> None:
 
         from tq_gc.cli.capacity_demo import run_capacity_demo
 
-        ctx.exit(run_capacity_demo(record=None if record is None else Path(record)))
+        recorded = None if record is None else Path(record)
+        ctx.exit(run_capacity_demo(record=recorded, duty_cycle=ctx.obj.duty_cycle))
     from tq_gc.cli.demo import run_demo
 
-    ctx.exit(run_demo())
+    ctx.exit(run_demo(duty_cycle=ctx.obj.duty_cycle))
 
 
 @cli.group(name="config")
@@ -387,7 +290,7 @@ def _emit(doc: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], 
 def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> int:
     """Entry point; returns the exit code. Tests call it with a Runtime holding memory stores. No
     secret of a URL it was given is printed, whatever the error (redaction.redact_text)."""
-    _secret_urls.clear()
+    secret_urls.clear()
     try:
         code = cli.main(
             args=list(argv) if argv is not None else None, obj=runtime or Runtime(), standalone_mode=False
@@ -400,14 +303,14 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
     except click.Abort:
         return EXIT_ERROR
     except ConfigError as exc:
-        click.echo(redact_text(f"error: {exc}", _secret_urls), err=True)
+        click.echo(redact_text(f"error: {exc}", secret_urls), err=True)
         return EXIT_USAGE
     except TqGcError as exc:
-        click.echo(redact_text(f"error: {exc}", _secret_urls), err=True)
+        click.echo(redact_text(f"error: {exc}", secret_urls), err=True)
         return EXIT_ERROR
     except Exception as exc:
         log.debug("unexpected error", exc_info=True)
-        click.echo(redact_text(f"unexpected error: {type(exc).__name__}: {exc}", _secret_urls), err=True)
+        click.echo(redact_text(f"unexpected error: {type(exc).__name__}: {exc}", secret_urls), err=True)
         return EXIT_ERROR
     return code if isinstance(code, int) else EXIT_OK
 

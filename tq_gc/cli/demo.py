@@ -23,6 +23,7 @@ from tq_gc.cli.render import output_console, print_table
 from tq_gc.cli.simulation import CANONICAL, STAGING, Fates, LeakScenario
 from tq_gc.config import Config, parse_config
 from tq_gc.rows import RowId
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE
 
 TQ_CONFIG = {
     "controller": {"polling_mode": True},
@@ -56,15 +57,15 @@ def demo_config(manifest_dir: Path, timings: DemoTimings) -> Config:
                 }
             ],
             "schedule": {"interval_seconds": timings.interval_seconds},
-            "sidecar": {"name": "tq-gc-demo", "metrics_port": 0},
         },
         origin="demo",
     )
 
 
 class Demo:
-    def __init__(self, console: Console, timings: DemoTimings) -> None:
+    def __init__(self, console: Console, timings: DemoTimings, duty_cycle: float) -> None:
         self.console = console
+        self.duty_cycle = duty_cycle
         self.narrator = Narrator(console)
         self.say = self.narrator.say
         self.reclaimed_bytes = 0
@@ -79,16 +80,17 @@ class Demo:
     def _play(self, config: Config, manifest_dir: Path) -> int:
         from tq_gc.sidecar.client import sidecar_registry, start_sidecar, wait_for_warm_up
 
-        handle = start_sidecar(config)
+        # Metrics on any free port: the demo reads what the sidecar counted.
+        handle = start_sidecar(config, duty_cycle=self.duty_cycle, metrics_port=0)
         if not wait_for_warm_up(handle):
             self.say("the sidecar is still importing TransferQueue: going on (a slow machine)")
         status = ray_get(handle.status.remote())
         self.say(
-            f"sidecar [bold]{config.sidecar.name}[/bold] started: sweeps every "
+            f"sidecar [bold]{status['name']}[/bold] started: sweeps every "
             f"{self.timings.interval_seconds:g} s, grace {self.timings.grace_seconds:g} s, "
             f"metrics on port {status.get('metrics_port')}"
         )
-        registry = sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
+        registry = sidecar_registry()  # the sidecar's, by its fixed name
         scenario = LeakScenario(registry, manifest_dir)
         for step in (scenario.generation, scenario.checkpoint, scenario.restore, scenario.abandon):
             for line in step():
@@ -198,9 +200,14 @@ def _sweep_line(report: dict[str, Any]) -> str:
     )
 
 
-def run_demo(timings: DemoTimings | None = None, console: Console | None = None) -> int:
+def run_demo(
+    timings: DemoTimings | None = None,
+    console: Console | None = None,
+    duty_cycle: float = DEFAULT_DUTY_CYCLE,
+) -> int:
+    """The demo; its sidecar presses on the demo's TransferQueue at most `duty_cycle` of the time."""
     console = console or output_console()
     console.print(
         "[bold]tq-gc demo[/bold]: a toy RL training job leaks TransferQueue rows; the sidecar reclaims them"
     )
-    return Demo(console, timings or DemoTimings()).run()
+    return Demo(console, timings or DemoTimings(), duty_cycle).run()

@@ -28,10 +28,8 @@ from tq_gc.config.models import (
     AdmissionsConfig,
     Config,
     Limits,
-    Pacing,
     Schedule,
     ScopeEntry,
-    SidecarConfig,
     TransferQueueConfig,
 )
 from tq_gc.config.policy import max_deletes_clamped, plan_policy
@@ -66,10 +64,8 @@ __all__ = [
     "ManifestSource",
     "Owner",
     "OwnerReference",
-    "Pacing",
     "Schedule",
     "ScopeEntry",
-    "SidecarConfig",
     "TagReference",
     "TransferQueueConfig",
     "WhenEmpty",

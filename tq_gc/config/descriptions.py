@@ -29,16 +29,10 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "tag_references": "Rows whose tags name other rows, which are referenced while those rows exist.",
         "limits": "The blast radius of one sweep.",
         "schedule": "When the sidecar sweeps: interval_seconds or cron.",
-        "sidecar": "The sidecar actor in the job's Ray cluster.",
         "pressure": "Storage pressure: sweep sooner while TransferQueue's storage is nearly full.",
     },
     "TransferQueueConfig": {
         "ray_address": "The Ray cluster to join: auto, host:6379 (GCS) or ray://head:10001.",
-        "pacing": "How hard tq-gc may press on the job's TransferQueue controller (one set of defaults).",
-    },
-    "Pacing": {
-        "duty_cycle": "The most of the wall time tq-gc's requests may take while it lists and deletes (1: no "
-        "pauses): the one throttle, of listings and deletes alike.",
     },
     "ScopeEntry": {
         "partition": "The partition swept.",
@@ -79,10 +73,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
     "Schedule": {
         "interval_seconds": "Seconds between two sweeps of the sidecar (at most grace_seconds / 2).",
         "cron": "A crontab expression instead of interval_seconds (longest gap <= grace_seconds / 2).",
-    },
-    "SidecarConfig": {
-        "name": "The sidecar actor's name in Ray.",
-        "metrics_port": "Serve Prometheus metrics on this port (0: any free port; unset: off).",
     },
     "PressureConfig": {
         "headroom_below": "Below this free fraction of the fullest storage unit, the sidecar sweeps at once "

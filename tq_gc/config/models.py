@@ -18,10 +18,6 @@ from tq_gc.state.url import STATE_SCHEMES, not_a_state_url
 
 MIN_GRACE_SECONDS = 60.0
 
-# transfer_queue.pacing.duty_cycle's default, the one (the store's own default is this). The store's fixed
-# values (its batch, its quiet moments, its request target) are in tq_gc/stores/transferqueue/pacing.py.
-DEFAULT_DUTY_CYCLE = 0.25
-
 # The canonical samples: protected even when protected_partitions leaves them out.
 CANONICAL_PARTITION = "rollout_data"
 
@@ -90,19 +86,11 @@ class ScopeEntry(Frozen):
         return OwnerReference(self.partition, self.key_pattern, self.owner, self.created_by_stack)
 
 
-class Pacing(Frozen):
-    """How hard tq-gc may press on the job's TransferQueue controller, which serves one request at a time:
-    the store reads this (tq_gc/stores/transferqueue/); its fixed values are FixedPacing's."""
-
-    # The most of the wall time tq-gc's requests may take while it lists and deletes: after a request
-    # of t seconds it pauses t * (1 - duty_cycle) / duty_cycle. A job request then waits behind one of
-    # tq-gc's at most this often. 1 never pauses. The one throttle, of listings and deletes alike.
-    duty_cycle: float = Field(default=DEFAULT_DUTY_CYCLE, gt=0.0, le=1.0, allow_inf_nan=False)
-
-
 class TransferQueueConfig(Frozen):
+    # How hard this process presses on the job's TransferQueue controller is not here: it is chosen where
+    # the process starts (`tq-gc --duty-cycle`, start_sidecar's duty_cycle), with its default and fixed
+    # values in tq_gc/stores/transferqueue/pacing.py.
     ray_address: str = "auto"
-    pacing: Pacing = Pacing()
 
 
 class AdmissionsConfig(Frozen):
@@ -170,13 +158,6 @@ class PressureConfig(Frozen):
     check_seconds: ClassVar[float] = 15.0
 
 
-class SidecarConfig(Frozen):
-    name: str = "tq-gc"
-    ray_namespace: ClassVar[str] = "tq_gc"
-    num_cpus: ClassVar[float] = 0.1  # a fraction of a CPU: it fits beside the job
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-
-
 class Config(Frozen):
     namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     state_url: str = "memory://"
@@ -191,7 +172,6 @@ class Config(Frozen):
     tag_references: tuple[TagReference, ...] = ()
     limits: Limits = Limits()
     schedule: Schedule = Schedule()
-    sidecar: SidecarConfig = SidecarConfig()
     pressure: PressureConfig = PressureConfig()
 
     @field_validator("grace_seconds", mode="before")

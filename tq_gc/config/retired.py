@@ -13,20 +13,37 @@ _WHEN_EMPTY = "when_empty (abort, abort_if_it_had_rows or accept): the two oppos
 _FIXED = "removed: tq-gc uses a fixed value"
 _FIXED_BATCH = (
     f"{_FIXED} (2000, the most keys of a TransferQueue request and rows of a delete batch; pacing adapts "
-    "each request between a quarter of it and it, and transfer_queue.pacing.duty_cycle presses less)"
+    "each request between a quarter of it and it, and a lower `tq-gc --duty-cycle` presses less)"
 )
 _FIXED_QUIET = (
     f"{_FIXED} (20 ms: each request waits until the job's TransferQueue controller served nothing that "
     "long, 250 ms at most)"
 )
+# How hard a process presses on the job's TransferQueue controller is chosen where it starts.
+_DUTY_CYCLE = (
+    "chosen where the process starts: `tq-gc --duty-cycle F <command>` (sweep, serve, demo; 0 < F <= 1, "
+    "default 0.25: a sidecar beside the job's steps; 1, no pauses: a CronJob or a manual sweep from another "
+    "node), or start_sidecar(config, duty_cycle=F)"
+)
 _ONE_THROTTLE = (
-    "transfer_queue.pacing.duty_cycle is the one throttle, of listings and deletes alike (lower it to "
-    "press less on the job's TransferQueue controller)"
+    f"the duty cycle is the one throttle, of listings and deletes alike, {_DUTY_CYCLE} (lower it to press "
+    "less on the job's TransferQueue controller)"
+)
+_SIDECAR_NAME = (
+    "the sidecar's actor is always named tq-gc (Ray namespace tq_gc): one sidecar per Ray cluster, as "
+    "TransferQueue runs one controller per Ray cluster and its claim lets one state store sweep it"
+)
+_METRICS_PORT = (
+    "where the sidecar serves its metrics is chosen where it is started: `tq-gc serve --metrics-port N` "
+    "(0: any free port; without it: off), or start_sidecar(config, metrics_port=N)"
 )
 
 RETIRED: Mapping[str, str] = {
     "transfer_queue.request_batch": _FIXED_BATCH,
-    "transfer_queue.duty_cycle": "renamed to transfer_queue.pacing.duty_cycle",
+    "transfer_queue.duty_cycle": f"removed: {_DUTY_CYCLE}",
+    "transfer_queue.pacing": "removed: the section went with its last setting, the duty cycle, "
+    f"{_DUTY_CYCLE}",
+    "transfer_queue.pacing.duty_cycle": f"removed: {_DUTY_CYCLE}",
     "transfer_queue.quiet_ms": _FIXED_QUIET,
     "transfer_queue.pacing.batch": _FIXED_BATCH,
     "transfer_queue.pacing.quiet_ms": _FIXED_QUIET,
@@ -41,6 +58,9 @@ RETIRED: Mapping[str, str] = {
     "limits.fraction_min_rows": f"{_FIXED} (100: below that many eligible rows the fraction guard is quiet)",
     "schedule.jitter_seconds": "removed: sweeps start on the schedule, without jitter",
     "schedule.misfire_grace_seconds": f"{_FIXED} (30 s)",
+    "sidecar": f"removed: the section went with its last two settings: {_SIDECAR_NAME}; {_METRICS_PORT}",
+    "sidecar.name": f"removed: {_SIDECAR_NAME}",
+    "sidecar.metrics_port": f"removed: {_METRICS_PORT}",
     "sidecar.ray_namespace": "removed: the sidecar lives in the Ray namespace tq_gc",
     "sidecar.num_cpus": f"{_FIXED} (0.1 CPU)",
     "pressure.interval_seconds": f"{_FIXED} (30 s between the sweeps under storage pressure)",

@@ -43,6 +43,7 @@ from tq_gc.config import Config, load_config
 from tq_gc.errors import ConfigError, TqGcError
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.holders import public_name
+from tq_gc.sidecar.names import SIDECAR_NAME, SIDECAR_RAY_NAMESPACE
 from tq_gc.state.base import AdmissionStore
 from tq_gc.state.url import is_memory_url
 
@@ -86,17 +87,19 @@ def protection(config: Config, state: AdmissionStore) -> str:
     )
 
 
-def admissions_swept_by(config: Config, state: AdmissionStore, opened_here: bool) -> AdmissionStore:
-    """The admissions the sweeps of `config` read. With memory:// state they live in the sidecar actor,
-    and a state this process opened for itself (the CLI's) is empty: read the sidecar's, or raise
-    TqGcError saying that they cannot be read from here."""
+def admissions_swept_by(
+    config: Config, state: AdmissionStore, opened_here: bool, sidecar_name: str = SIDECAR_NAME
+) -> AdmissionStore:
+    """The admissions the sweeps of `config` read. With memory:// state they live in the sidecar actor
+    (`sidecar_name`: its fixed name, unless a test runs its own), and a state this process opened for
+    itself (the CLI's) is empty: read the sidecar's, or raise TqGcError saying that they cannot be read
+    from here."""
     if not (opened_here and is_memory_url(config.state_url)):
         return state
     from tq_gc.sidecar.client import sidecar_admissions  # imports Ray: only for the sidecar's state
 
-    sidecar = config.sidecar
     try:
-        return sidecar_admissions(sidecar.name, sidecar.ray_namespace, config.transfer_queue.ray_address)
+        return sidecar_admissions(sidecar_name, SIDECAR_RAY_NAMESPACE, config.transfer_queue.ray_address)
     except TqGcError as exc:
         raise TqGcError(
             f"cannot read the sidecar's state: {exc}. With state_url memory:// the admissions live in the "
@@ -111,7 +114,7 @@ def client_for(config: Config) -> GcClient:
     if is_memory_url(config.state_url):
         from tq_gc.sidecar.client import sidecar_registry  # imports Ray: only for the sidecar's registry
 
-        return GcClient(sidecar_registry(config.sidecar.name, config.sidecar.ray_namespace))
+        return GcClient(sidecar_registry(SIDECAR_NAME, SIDECAR_RAY_NAMESPACE))
     return GcClient.connect(config.state_url, config.namespace)
 
 

@@ -71,8 +71,9 @@ class AdmissionRegistry:
             # A memory:// registry made here would live in this process only: the collector would
             # never see it and would delete the rows it claims to protect.
             raise ConfigError(
-                "with state_url memory:// the registry lives inside the tq-gc sidecar actor: pass the "
-                "sidecar's registry adapter to AdmissionRegistry(backend), or use a redis:// state_url"
+                "with state_url memory:// the registry lives inside the tq-gc sidecar actor: use "
+                "tq_gc.sidecar_registry() (it finds the sidecar, one per Ray cluster, by its name), or a "
+                "redis:// state_url"
             )
         state = open_state(url, namespace)
         registry = cls(state)

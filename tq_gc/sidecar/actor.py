@@ -20,8 +20,8 @@ clients find it by name and admit again what they hold within their renewal peri
 the grace), and it deletes nothing for a grace after its first sweep, its first-seen records having
 started empty with it (tq_gc/sidecar/client.py, SidecarAdmissionBackend).
 
-One state store per TQ: with memory:// the state lives in this actor, so a second sidecar (another
-name: another job's, a restart beside a live one) has a lease and registry of its own. Each executing
+One state store per TQ: with memory:// the state lives in this actor, so a second sidecar (one started
+under another name, as tests do, or beside a live one) has a lease and registry of its own. Each executing
 sweep holds the job's TQ's claim for this sidecar's state (stores/claims.py), which its
 row store owns: a sidecar of another state finds it held and its sweeps are skipped (tq_claimed), nothing
 deleted, until this one shuts down or dies.
@@ -53,6 +53,8 @@ from tq_gc.logs import RecentLines, configure_logging
 from tq_gc.metrics import SweepMetrics
 from tq_gc.publish.registry import checked_name, checked_rows, checked_whole_ms
 from tq_gc.report import Cause, SweepReport
+from tq_gc.sidecar.names import SIDECAR_NAME, SIDECAR_RAY_NAMESPACE
+from tq_gc.sidecar.options import DEFAULT_START, StartOptions
 from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming, PressureWatch
 from tq_gc.state.base import AdmissionRows
 from tq_gc.state.keys import RUNS_KEPT
@@ -70,21 +72,25 @@ PRESSURE_JOB_ID = "pressure"
 
 
 class SidecarActor:
-    """The actor's body: `start_sidecar` applies `ray.remote` to it with the config's resource ask."""
+    """The actor's body: `start_sidecar` applies `ray.remote` to it with its resource ask."""
 
     def __init__(
         self,
         config: Config,
         row_store_factory: RowStoreFactory | None = None,
         pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
-        dry_run: bool = False,
+        options: StartOptions = DEFAULT_START,
+        name: str = SIDECAR_NAME,
     ) -> None:
-        """`pressure_timing`: the fixed values, unless a test sets its own. `dry_run`: every sweep of this
-        sidecar, scheduled or on demand, is a dry run (start_sidecar's, `tq-gc serve --dry-run`)."""
+        """`pressure_timing`: the fixed values, unless a test sets its own. `options`: how it was started
+        (start_sidecar's keywords, `tq-gc serve`'s options): with dry_run, every sweep of this sidecar,
+        scheduled or on demand, is a dry run. `name`: its actor's name, for what it says."""
         self._log_lines = RecentLines()  # what `tq-gc serve` streams (log_lines)
         configure_logging("INFO", "text", config.secret_urls(), self._log_lines)
         self._config = config
-        self._dry_run = dry_run
+        self._options = options
+        self._dry_run = options.dry_run
+        self._name = name
         self._pressure_timing = pressure_timing
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
@@ -99,15 +105,15 @@ class SidecarActor:
         except BaseException:
             self._closing.close()
             raise
-        log.info("tq-gc sidecar %r up: %s", config.sidecar.name, self._describe_schedule())
+        log.info("tq-gc sidecar %r up: %s", name, self._describe_schedule())
 
     def _open(self, row_store_factory: RowStoreFactory) -> None:
         config = self._config
         # The TQ is attached at the first sweep, not here: the job may create it after the sidecar.
         if row_store_factory is attach_transfer_queue:
             import_transfer_queue_soon()
-        runtime = Runtime(row_store_factory=row_store_factory)
-        holder = sidecar_holder(config.sidecar.name, default_holder())
+        runtime = Runtime(row_store_factory=row_store_factory, duty_cycle=self._options.duty_cycle)
+        holder = sidecar_holder(self._name, default_holder())
         # The TQ's claim is held from the first executing sweep that reaches the TQ until the row store
         # closes at shutdown, after the sweep stopped (or this process's death, which Ray ends it with).
         self._collector = self._closing.enter_context(
@@ -115,7 +121,7 @@ class SidecarActor:
         )
         self._state = self._collector.state
         self._metrics = SweepMetrics(store=store_series(), pressure_below=config.pressure.headroom_below)
-        self._metrics_port = self._serve_metrics(config.sidecar.metrics_port)
+        self._metrics_port = self._serve_metrics(self._options.metrics_port)
         self._scheduler = self._start_scheduler(config.schedule)
         self._watch_pressure()
 
@@ -175,7 +181,7 @@ class SidecarActor:
         refuses `dry_run=False`."""
         if dry_run is False and self._dry_run:
             raise ConfigError(
-                f"the tq-gc sidecar {self._config.sidecar.name!r} was started dry-run "
+                f"the tq-gc sidecar {self._name!r} was started dry-run "
                 "(start_sidecar(config, dry_run=True) or `tq-gc serve --dry-run`), so it only dry-runs: "
                 "start it without that to let it delete"
             )
@@ -235,6 +241,10 @@ class SidecarActor:
         """The config this sidecar was started with: start_sidecar compares it with its own."""
         return self._config
 
+    def started_how(self) -> StartOptions:
+        """The options this sidecar was started with: start_sidecar compares them with its own."""
+        return self._options
+
     def _observe_liveness(self, report: dict[str, Any]) -> None:
         """The liveness gauges, from the run summaries in the state store: read once (at the first sweep,
         which they include: a restarted sidecar goes on from its predecessor's), then this sidecar's own
@@ -255,13 +265,13 @@ class SidecarActor:
         port."""
         job = None if self._closed else self._scheduler.get_job(SWEEP_JOB_ID)
         next_run = job.next_run_time if job is not None else None
-        sidecar = self._config.sidecar
         return {
-            "name": sidecar.name,
-            "ray_namespace": sidecar.ray_namespace,
+            "name": self._name,
+            "ray_namespace": SIDECAR_RAY_NAMESPACE,
             "namespace": self._config.namespace,
             "state_url": self._config.redacted()["state_url"],
             "execute": not self._dry_run,
+            "duty_cycle": self._options.duty_cycle,
             "schedule": self._describe_schedule(),
             "running": not self._closed,
             "paused": next_run is None,
@@ -300,7 +310,7 @@ class SidecarActor:
         with self._sweep_lock:
             self._closed = True
             self._closing.close()
-        log.info("tq-gc sidecar %r shut down", self._config.sidecar.name)
+        log.info("tq-gc sidecar %r shut down", self._name)
 
     # -- the admission registry, hosted here (with memory:// it is this actor's state) -------------
     # Any process in the cluster can call these on the actor's handle, not only AdmissionRegistry: each
@@ -338,7 +348,7 @@ class SidecarActor:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise TqGcError(f"the tq-gc sidecar {self._config.sidecar.name!r} has been shut down")
+            raise TqGcError(f"the tq-gc sidecar {self._name!r} has been shut down")
 
     def _lease(self) -> dict[str, Any] | None:
         if self._closed:

@@ -21,9 +21,11 @@ from tq_gc.errors import StoreUnavailable, TqGcError
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.ray_cluster import join_ray
 from tq_gc.sidecar.actor import SidecarActor
+from tq_gc.sidecar.names import SIDECAR_NAME, SIDECAR_RAY_NAMESPACE
+from tq_gc.sidecar.options import StartOptions
 from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming
 from tq_gc.state.base import AdmissionRows, AdmissionStore
-from tq_gc.wiring import RowStoreFactory
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, RowStoreFactory
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ MAX_CONCURRENCY = 16
 # Creating the actor imports Ray, torch and TQ in a fresh worker: seconds on a busy 2-core node.
 READY_TIMEOUT_SECONDS = 120.0
 CALL_TIMEOUT_SECONDS = 30.0
+NUM_CPUS = 0.1  # a fraction of a CPU: it fits beside the job
 
 
 def start_sidecar(
@@ -41,49 +44,55 @@ def start_sidecar(
     pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
     *,
     dry_run: bool = False,
+    duty_cycle: float = DEFAULT_DUTY_CYCLE,
+    metrics_port: int | None = None,
+    name: str = SIDECAR_NAME,
 ) -> Any:
-    """Start the sidecar actor in this Ray cluster, or return the one already running under
-    `config.sidecar.name` in `config.sidecar.ray_namespace` if it was started with this same config (a
-    retry, another driver of the same job). One running there with another config (another job, a
-    changed config beside a live sidecar) is refused with TqGcError naming the fields that differ: it
-    is not this job's sidecar, and with memory:// its registry and lease are its own.
+    """Start the sidecar actor in this Ray cluster, or return the one already running (the sidecar's
+    fixed name, in the Ray namespace tq_gc: one per cluster, tq_gc/sidecar/names.py) if it was started
+    with this same config and options (a retry, another driver of the same job). One running with
+    another config (another job, a changed config beside a live sidecar) or other options is refused with
+    TqGcError naming what differs: it is not this job's sidecar, and with memory:// its registry and lease
+    are its own.
 
     Joins the cluster at `config.transfer_queue.ray_address` if Ray is not initialized. Returns once the
     actor is up (its state store open, its schedule started); a failed start raises TqGcError. The actor
     attaches to the job's TQ at its first sweep: until the TQ exists, sweeps end aborted with the reason.
     `row_store_factory` (default: attach to the job's TQ) runs inside the actor, so it must pickle:
     a module-level function importable in Ray's workers, or a functools.partial of one.
-    `pressure_timing`: the fixed values, unless a test or a demo sets its own. `dry_run=True`: every
-    sweep of the sidecar is a dry run, to watch what it would reclaim (reports, metrics) before letting
-    it (`tq-gc serve --dry-run`); a running sidecar started the other way is refused, as another config is.
+    `pressure_timing`: the fixed values, unless a test or a demo sets its own.
+
+    Chosen here, not in the config (`tq-gc serve`'s options): `dry_run=True`, every sweep of the sidecar
+    is a dry run, to watch what it would reclaim (reports, metrics) before letting it; `duty_cycle`, the
+    most of the wall time its requests to the job's TransferQueue may take (0 < d <= 1); `metrics_port`,
+    where it serves Prometheus metrics (0: any free port; None: off). `name`: tests only, which run many
+    sidecars in one cluster.
     """
     config = as_config(config)
+    options = StartOptions(dry_run=dry_run, duty_cycle=duty_cycle, metrics_port=metrics_port)
     if not ray.is_initialized():
         join_ray(config.transfer_queue.ray_address)
-    sidecar = config.sidecar
     handle: Any = (  # Ray's stubs do not type actor method calls (handle.method.remote)
         ray.remote(SidecarActor)
         .options(
-            num_cpus=sidecar.num_cpus,  # a fraction of a CPU: it fits beside the job
+            num_cpus=NUM_CPUS,
             max_concurrency=MAX_CONCURRENCY,  # threaded: calls are served while a sweep runs
-            name=sidecar.name,
-            namespace=sidecar.ray_namespace,
+            name=name,
+            namespace=SIDECAR_RAY_NAMESPACE,
             get_if_exists=True,  # atomic find-or-create: two drivers racing get one sidecar
             lifetime=None,  # owned by this driver, dies with the job (see the module docstring)
             max_restarts=0,
         )
-        .remote(config, row_store_factory, pressure_timing, dry_run)
+        .remote(config, row_store_factory, pressure_timing, options, name)
     )
     try:
-        status = ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
+        ray.get(handle.status.remote(), timeout=READY_TIMEOUT_SECONDS)
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
         # Ray's message is the actor's whole traceback; its last line is the error that stopped it.
         lines = [line for line in str(exc).splitlines() if line.strip()]
-        raise TqGcError(
-            f"the tq-gc sidecar {sidecar.name!r} did not start: {lines[-1] if lines else exc}"
-        ) from exc
-    _check_same_config(handle, config)
-    _check_same_mode(config, deletes=bool(status["execute"]), dry_run=dry_run)
+        raise TqGcError(f"the tq-gc sidecar {name!r} did not start: {lines[-1] if lines else exc}") from exc
+    _check_same_config(handle, config, name)
+    _check_same_options(handle, options, name)
     return handle
 
 
@@ -100,33 +109,34 @@ def wait_for_warm_up(handle: Any, timeout_seconds: float = READY_TIMEOUT_SECONDS
     return True
 
 
-def _check_same_config(handle: Any, config: Config) -> None:
+def _check_same_config(handle: Any, config: Config, name: str) -> None:
     """Refuse a running sidecar of this name that was started with another config."""
     running: Config = ray.get(handle.started_with.remote(), timeout=CALL_TIMEOUT_SECONDS)
     if running == config:
         return
     ours, theirs = config.model_dump(), running.model_dump()
-    differing = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
-    sidecar = config.sidecar
+    differing = sorted(field for field in ours.keys() | theirs.keys() if ours.get(field) != theirs.get(field))
     # Field names only: a value may be a state_url with its password.
     raise TqGcError(
-        f"a tq-gc sidecar named {sidecar.name!r} already runs in Ray namespace {sidecar.ray_namespace!r}, "
+        f"a tq-gc sidecar named {name!r} already runs in Ray namespace {SIDECAR_RAY_NAMESPACE!r}, "
         f"started with another config (differing: {', '.join(differing)}; its namespace is "
-        f"{running.namespace!r}, this one's {config.namespace!r}). It is not this job's sidecar: give this "
-        "one another sidecar.name, or stop that one first. With state_url memory:// each sidecar holds a "
-        "registry and lease of its own, so a job needs exactly one sidecar"
+        f"{running.namespace!r}, this one's {config.namespace!r}). It is not this job's sidecar: one "
+        "sidecar per Ray cluster (TransferQueue runs one controller per cluster), so stop that one first. "
+        "With state_url memory:// each sidecar holds a registry and lease of its own, so a job needs "
+        "exactly one sidecar"
     )
 
 
-def _check_same_mode(config: Config, deletes: bool, dry_run: bool) -> None:
-    """Refuse a running sidecar of this name that deletes where this start asked for a dry run, or the
-    other way round."""
-    if deletes != dry_run:
+def _check_same_options(handle: Any, options: StartOptions, name: str) -> None:
+    """Refuse a running sidecar of this name started otherwise (dry run or deleting, its duty cycle, its
+    metrics port)."""
+    running: StartOptions = ray.get(handle.started_how.remote(), timeout=CALL_TIMEOUT_SECONDS)
+    differing = running.differing(options)
+    if not differing:
         return
-    running, asked = ("deletes", "a dry run (dry_run=True)") if deletes else ("dry-runs", "deleting sweeps")
     raise TqGcError(
-        f"a tq-gc sidecar named {config.sidecar.name!r} already runs with this config, but it {running}, and "
-        f"this start asked for {asked}: stop that one first to change how it sweeps"
+        f"a tq-gc sidecar named {name!r} already runs with this config, but started otherwise: "
+        f"{', '.join(differing)}. Stop that one first to change how it sweeps"
     )
 
 
@@ -235,7 +245,7 @@ class SidecarAdmissionBackend(AdmissionStore):
 
 
 def sidecar_registry(
-    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
+    name: str = SIDECAR_NAME, namespace: str = SIDECAR_RAY_NAMESPACE, ray_address: str = "auto"
 ) -> AdmissionRegistry:
     """The admission registry hosted by the running sidecar, for publishers (same API as
     AdmissionRegistry.connect). Joins Ray at `ray_address` if this process has not yet."""
@@ -243,7 +253,7 @@ def sidecar_registry(
 
 
 def sidecar_admissions(
-    name: str = "tq-gc", namespace: str = "tq_gc", ray_address: str = "auto"
+    name: str = SIDECAR_NAME, namespace: str = SIDECAR_RAY_NAMESPACE, ray_address: str = "auto"
 ) -> SidecarAdmissionBackend:
     """The running sidecar's admissions and fences (its memory:// state), for publishers and for the CLI's
     reads of what the sidecar's sweeps see. Joins Ray at `ray_address` if this process has not yet;

@@ -17,11 +17,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def attach_transfer_queue(config: Config) -> RowStore:
-    """Attach to the running job's TransferQueue (imported lazily: Ray and torch are slow to import)."""
+def attach_transfer_queue(config: Config, duty_cycle: float) -> RowStore:
+    """Attach to the running job's TransferQueue, pressing on its controller at most `duty_cycle` of the
+    time (imported lazily: Ray and torch are slow to import)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
 
-    return TransferQueueRowStore.attach(config.transfer_queue)
+    return TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=duty_cycle)
 
 
 _IMPORT_THREAD_NAME = "tq-gc-import"

@@ -81,14 +81,15 @@ def sidecar_holder(sidecar_name: str, process: str) -> str:
     return f"sidecar:{sidecar_name}@{process}"
 
 
-def describe_claim(config: Config, claim: StoreClaim, state: StateStore) -> str:
+def describe_claim(config: Config, claim: StoreClaim, state: StateStore, sidecar_name: str) -> str:
     """For `tq-gc check`: who claims the row store (reading it only). TqGcError if a sweeper of another
-    state store does: this config's sweeps would be skipped."""
+    state store does: this config's sweeps would be skipped. `sidecar_name`: the sidecar whose memory://
+    state this config's is (the sidecar's fixed name, tq_gc/sidecar/names.py)."""
     ours, theirs = claim.holder_now(state)
     if theirs is None:
         return "no sweeper claims it: the first executing sweep takes it for its state"
     ours_memory = is_memory_url(config.state_url)
-    this_sidecar = theirs["holder"].startswith(sidecar_holder(config.sidecar.name, ""))
+    this_sidecar = theirs["holder"].startswith(sidecar_holder(sidecar_name, ""))
     if theirs["identity"] == ours["identity"] or (ours_memory and this_sidecar):
         return f"claimed by {theirs['holder']}, for this config's state"
     reason = refusal(ours, theirs)

@@ -89,7 +89,7 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             tmp_path / "tq-gc.yaml",
             namespace=namespace,
             state_url=state_url,
-            transfer_queue={"ray_address": ray_cluster.address, "pacing": {"duty_cycle": DUTY_CYCLE}},
+            transfer_queue={"ray_address": ray_cluster.address},
             scope=[{"partition": tq_partition, "all_keys": True}],
             grace_seconds=grace_s,
             allow_short_grace=True,
@@ -106,6 +106,7 @@ def make_job(ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_pa
             state_url,
             DELETE_BATCH,
             lease_ttl_s,
+            DUTY_CYCLE,
         )
 
     return make

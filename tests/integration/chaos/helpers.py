@@ -156,6 +156,8 @@ class Job:
     # sweep lease's TTL.
     batch: int
     lease_ttl_s: float
+    # How hard its sweepers press on the TQ: chosen where each starts (`tq-gc --duty-cycle`).
+    duty_cycle: float
 
     @property
     def cli(self) -> list[str]:
@@ -178,7 +180,7 @@ class Job:
         return (*self.dry_run_args(), "--execute")
 
     def dry_run_args(self) -> tuple[str, ...]:
-        return ("sweep", "--config", str(self.config), "--json")
+        return ("--duty-cycle", str(self.duty_cycle), "sweep", "--config", str(self.config), "--json")
 
 
 def write_manifest(directory: Path, partition: str, keys: Sequence[str]) -> Path:

@@ -58,7 +58,6 @@ def sidecar_config(job: Job) -> dict[str, Any]:
     values: dict[str, Any] = yaml.safe_load(job.config.read_text())
     values["grace_seconds"] = GRACE_S
     values["schedule"] = {"interval_seconds": INTERVAL_S}
-    values["sidecar"] = {"name": f"tq-gc-chaos-{uuid.uuid4().hex[:8]}"}
     return values
 
 
@@ -71,7 +70,12 @@ def test_sidecar_shutdown_mid_delete_stops_between_batches(
 ) -> None:
     job = make_job(redis_url, grace_s=GRACE_S)
     config = sidecar_config(job)
-    handle = start_sidecar(config, row_store_factory=row_store_factory(job.batch))
+    handle = start_sidecar(
+        config,
+        row_store_factory=row_store_factory(job.batch),
+        duty_cycle=job.duty_cycle,
+        name=f"tq-gc-chaos-{uuid.uuid4().hex[:8]}",  # a name of its own in the tests' shared cluster
+    )
     sidecars.append(handle)
     total = len(job.all_keys)
     wait_until(

@@ -1,7 +1,8 @@
 """Sidecar fixtures: a config maker, and sidecars that are always shut down and killed.
 
 Ray and the TransferQueue come from tests/support/ray_fixtures.py (this pytest process plays the
-training job). Every sidecar gets a name of its own, so a test never finds another test's actor.
+training job). Every sidecar gets a name of its own (start_sidecar's test-only `name`), so a test never
+finds another test's actor.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ def make_config(ray_cluster: Any, tq: Any, tq_partition: str) -> MakeConfig:
             "allow_short_grace": True,
             "limits": {"max_delete_fraction": 1.0},
             "schedule": {"interval_seconds": INTERVAL_S},
-            "sidecar": {"name": f"tq-gc-test-{uuid.uuid4().hex[:8]}"},
         }
         for key, value in overrides.items():
             values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
@@ -53,8 +53,9 @@ def make_config(ray_cluster: Any, tq: Any, tq_partition: str) -> MakeConfig:
 
 @pytest.fixture
 def sidecar(record_timing: RecordTiming) -> Iterator[StartSidecar]:
-    """sidecar(config, row_store_factory=None, pressure_timing=the fixed one, dry_run=False) -> handle;
-    every sidecar started is shut down and killed at the end of the test, whatever happened."""
+    """sidecar(config, row_store_factory=None, pressure_timing=the fixed one, name=a fresh one, **options)
+    -> handle, options being start_sidecar's (dry_run, duty_cycle, metrics_port); every sidecar started
+    is shut down and killed at the end of the test, whatever happened."""
     handles: list[Any] = []
 
     def start(
@@ -62,10 +63,12 @@ def sidecar(record_timing: RecordTiming) -> Iterator[StartSidecar]:
         row_store_factory: RowStoreFactory | None = None,
         pressure_timing: PressureTiming = FIXED_PRESSURE_TIMING,
         *,
-        dry_run: bool = False,
+        name: str | None = None,
+        **options: Any,
     ) -> Any:
         started = time.monotonic()
-        handle = start_sidecar(config, row_store_factory, pressure_timing, dry_run=dry_run)
+        name = name or f"tq-gc-test-{uuid.uuid4().hex[:8]}"
+        handle = start_sidecar(config, row_store_factory, pressure_timing, name=name, **options)
         record_timing("start_sidecar (actor up, TQ attached)", time.monotonic() - started)
         handles.append(handle)
         return handle

@@ -30,6 +30,11 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout_seconds: float =
     return harness.wait_until(what, predicate, timeout_seconds)
 
 
+def name_of(handle: Any) -> str:
+    """The sidecar's actor name (each test's sidecar has its own)."""
+    return str(call(handle, "status")["name"])
+
+
 def reports(handle: Any) -> list[dict[str, Any]]:
     """The sidecar's recent reports, oldest first."""
     return list(reversed(call(handle, "status")["last_reports"]))

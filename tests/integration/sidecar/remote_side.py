@@ -125,12 +125,18 @@ class FailingListing(Wrapped):
             raise RuntimeError("injected listing failure")
 
 
-def slow_tq_store(config: Config, delay_s: float, events: str) -> RowStore:
-    return SlowListing(attach_transfer_queue(config), delay_s, Path(events))
+def slow_tq_store(config: Config, duty_cycle: float, delay_s: float, events: str) -> RowStore:
+    return SlowListing(attach_transfer_queue(config, duty_cycle), delay_s, Path(events))
 
 
-def failing_tq_store(config: Config, fail_while: str, failures: str) -> RowStore:
-    return FailingListing(attach_transfer_queue(config), Path(fail_while), Path(failures))
+def failing_tq_store(config: Config, duty_cycle: float, fail_while: str, failures: str) -> RowStore:
+    return FailingListing(attach_transfer_queue(config, duty_cycle), Path(fail_while), Path(failures))
+
+
+def duty_noting_tq_store(config: Config, duty_cycle: float, noted: str) -> RowStore:
+    """The job's TQ, attached at the duty cycle the sidecar hands its factory, which is noted in `noted`."""
+    Path(noted).write_text(repr(duty_cycle))
+    return attach_transfer_queue(config, duty_cycle)
 
 
 def max_concurrency(events: Path) -> tuple[int, int]:

@@ -3,6 +3,7 @@ running actor), shut it down; and finding a sidecar that is not there."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import ray
 
 from tq_gc.errors import TqGcError
 from tq_gc.sidecar.client import sidecar_registry, start_sidecar, wait_for_warm_up
+from tq_gc.sidecar.names import SIDECAR_NAME
 
 from . import remote_side
 from .helpers import INTERVAL_S, MakeConfig, StartSidecar, call, reports, wait_until
@@ -64,15 +66,24 @@ def idle_status(handle: Any) -> dict[str, Any] | None:
 def test_start_sidecar_is_idempotent_and_shutdown_closes_it(
     make_config: MakeConfig, sidecar: StartSidecar
 ) -> None:
+    """Under the fixed name, as users start it: a second start with the same config and options (another
+    driver, a retry, a second `tq-gc serve`) finds the running one; other options are refused."""
     config = make_config()
-    first = sidecar(config)
-    again = start_sidecar(config)  # a second start (another driver, a retry) finds the running one
-    with pytest.raises(TqGcError, match=r"deletes, and this start asked for a dry run \(dry_run=True\)"):
-        start_sidecar(config, dry_run=True)  # not the sidecar that was asked for
+    first = sidecar(config, name=SIDECAR_NAME, duty_cycle=0.5, metrics_port=0)
+    again = start_sidecar(config, duty_cycle=0.5, metrics_port=0)
+    for other, differing in [
+        ({"dry_run": True, "duty_cycle": 0.5, "metrics_port": 0}, "dry_run=False (this start: True)"),
+        ({"metrics_port": 0}, "duty_cycle=0.5 (this start: 0.25)"),
+        ({"duty_cycle": 0.5}, "metrics_port=0 (this start: None)"),
+    ]:
+        with pytest.raises(TqGcError, match=re.escape(differing)):
+            start_sidecar(config, **other)  # not the sidecar that was asked for
 
-    assert call(again, "status")["actor_id"] == call(first, "status")["actor_id"]
-    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == config.sidecar.name]
-    assert named == [{"name": config.sidecar.name, "namespace": config.sidecar.ray_namespace}]
+    status = call(again, "status")
+    assert status["actor_id"] == call(first, "status")["actor_id"]
+    assert (status["name"], status["duty_cycle"]) == (SIDECAR_NAME, 0.5) and status["metrics_port"]
+    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == SIDECAR_NAME]
+    assert named == [{"name": "tq-gc", "namespace": "tq_gc"}]
 
     call(first, "shutdown")
     call(first, "shutdown")  # idempotent

@@ -51,7 +51,7 @@ def test_a_sweep_that_raises_is_counted_and_the_schedule_goes_on(
     broken, failures = tmp_path / "broken", tmp_path / "failures"
     broken.touch()
     factory = functools.partial(failing_tq_store, fail_while=str(broken), failures=str(failures))
-    handle = sidecar(make_config(sidecar={"metrics_port": 0}), factory)
+    handle = sidecar(make_config(), factory, metrics_port=0)
 
     failed = call(handle, "sweep_now")  # an unforeseen error ends the sweep aborted, never completed
     assert (failed["outcome"], failed["cause"]) == ("aborted", "error")

@@ -66,9 +66,9 @@ def test_low_headroom_makes_the_sidecar_sweep_at_once_and_it_keeps_every_grace(
                 grace_seconds=PRESSURE_GRACE_S,
                 schedule={"interval_seconds": 3600},  # no scheduled sweep during the test
                 pressure={"headroom_below": threshold},
-                sidecar={"metrics_port": 0},
             )
-            handle = sidecar(config, pressure_timing=PressureTiming(interval_seconds=0.5, check_seconds=0.5))
+            timing = PressureTiming(interval_seconds=0.5, check_seconds=0.5)
+            handle = sidecar(config, pressure_timing=timing, metrics_port=0)
             port = call(handle, "status")["metrics_port"]
 
             wait_until("the sidecar sweeps under pressure", lambda: reports(handle))

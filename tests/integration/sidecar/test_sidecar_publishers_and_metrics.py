@@ -12,15 +12,15 @@ import pytest
 import ray
 from harness import keys_in
 
-from tq_gc.config import Config
 from tq_gc.metrics import KEEP_REASONS, kept_by_reason
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.registry import AdmissionRegistry
 from tq_gc.report import SweepReport
 from tq_gc.sidecar.client import sidecar_registry
+from tq_gc.sidecar.names import SIDECAR_RAY_NAMESPACE
 from tq_gc.state import RedisState
 
-from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, scrape, wait_until
+from .helpers import GRACE_S, INTERVAL_S, MakeConfig, StartSidecar, call, name_of, scrape, wait_until
 from .remote_side import admit_and_vanish
 
 pytestmark = pytest.mark.ray
@@ -29,8 +29,8 @@ TTL_S = 3.0  # renewed every second: a busy 2-core machine may hold a renewal up
 CLOCK_SLACK_S = 0.05  # the actor's wall clock against this process's monotonic one
 
 
-def registry_of(config: Config) -> AdmissionRegistry:
-    return sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
+def registry_of(handle: Any) -> AdmissionRegistry:
+    return sidecar_registry(name=name_of(handle), namespace=SIDECAR_RAY_NAMESPACE)
 
 
 def test_admitted_rows_are_kept_while_renewed_and_reclaimed_after_the_ttl(
@@ -43,17 +43,13 @@ def test_admitted_rows_are_kept_while_renewed_and_reclaimed_after_the_ttl(
 ) -> None:
     put_rows(tq_partition, ["renewed", "abandoned", "orphan"])
     config = make_config()  # memory://
-    sidecar(config)
-    registry = registry_of(config)
+    handle = sidecar(config)
+    registry = registry_of(handle)
 
     # A publisher in a Ray worker admits a row, then dies without renewing. admit() has returned only
     # once the sidecar recorded it, so the very next sweep sees it.
     admitted_at = time.monotonic()  # no later than the worker's admit: its lease ends after TTL_S from here
-    ray.get(
-        admit_and_vanish.remote(
-            config.sidecar.name, config.sidecar.ray_namespace, tq_partition, "abandoned", TTL_S
-        )
-    )
+    ray.get(admit_and_vanish.remote(name_of(handle), SIDECAR_RAY_NAMESPACE, tq_partition, "abandoned", TTL_S))
     # Admitted after the worker returned: starting a worker can take longer than the TTL on 2 cores.
     # The trainer kit renews it in a thread of its own (every third of the TTL), not between this
     # test's listings: a slow listing there once held a renewal past the TTL.
@@ -81,9 +77,9 @@ def test_metrics_served_over_http_match_the_reports(
     make_config: MakeConfig, sidecar: StartSidecar, tq_partition: str, put_rows: Any, redis_url: str
 ) -> None:
     put_rows(tq_partition, ["orphan/1", "orphan/2", "orphan/3", "admitted"])
-    config = make_config(redis_url, schedule={"interval_seconds": 3600}, sidecar={"metrics_port": 0})
-    handle = sidecar(config)  # only on-demand sweeps: every report is known
-    registry_of(config).admit("trainer", rows={tq_partition: ["admitted"]}, ttl_seconds=60)
+    config = make_config(redis_url, schedule={"interval_seconds": 3600})
+    handle = sidecar(config, metrics_port=0)  # only on-demand sweeps: every report is known
+    registry_of(handle).admit("trainer", rows={tq_partition: ["admitted"]}, ttl_seconds=60)
 
     history = [call(handle, "sweep_now")]  # first sight: three rows start their grace
     for _ in range(4):  # a gap in observing longer than the grace starts the clocks again

@@ -9,7 +9,7 @@ import ray
 from tq_gc.errors import TqGcError
 from tq_gc.sidecar.client import start_sidecar
 
-from .helpers import MakeConfig, StartSidecar, call
+from .helpers import MakeConfig, StartSidecar, call, name_of
 
 pytestmark = pytest.mark.ray
 
@@ -51,21 +51,19 @@ def test_a_sidecar_name_taken_by_one_with_another_config_is_refused_clearly(
 ) -> None:
     first_config = make_config(schedule={"interval_seconds": 3600})
     first = sidecar(first_config)
+    name = name_of(first)
     call(first, "admit", "held", ROWS, 60_000)
-    # Another job (another tq-gc namespace) in the same Ray cluster, same sidecar name.
-    second_config = make_config(
-        schedule={"interval_seconds": 3600}, sidecar={"name": first_config.sidecar.name}
-    )
+    # Another job (another tq-gc namespace) in the same Ray cluster: the same sidecar name (one per cluster).
+    second_config = make_config(schedule={"interval_seconds": 3600})
     assert second_config.namespace != first_config.namespace
 
     with pytest.raises(TqGcError, match="already runs") as caught:
-        start_sidecar(second_config)
+        start_sidecar(second_config, name=name)
     message = str(caught.value)
-    assert first_config.sidecar.name in message and "namespace" in message and "memory://" in message
+    assert name in message and "namespace" in message and "memory://" in message
+    assert "one sidecar per Ray cluster" in message and "stop that one first" in message
 
     assert call(first, "status")["namespace"] == first_config.namespace, "the running sidecar is untouched"
     assert call(first, "live_admissions") == {"held": ROWS}
-    named = [
-        a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == first_config.sidecar.name
-    ]
+    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == name]
     assert len(named) == 1

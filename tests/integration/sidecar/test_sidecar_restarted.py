@@ -5,6 +5,7 @@ keeps its rows, and later blocks of the old client are protected."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -14,8 +15,9 @@ from harness import keys_in
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.holders import by_public_name
 from tq_gc.sidecar.client import sidecar_registry
+from tq_gc.sidecar.names import SIDECAR_RAY_NAMESPACE
 
-from .helpers import MakeConfig, StartSidecar, call, reports, wait_until
+from .helpers import MakeConfig, StartSidecar, call, name_of, reports, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -41,15 +43,15 @@ def test_a_block_across_a_sidecar_restart_keeps_its_rows_and_later_blocks_are_pr
 ) -> None:
     put_rows(tq_partition, ["across", "orphan-1"])
     config = make_config(grace_seconds=GRACE_S)  # memory://
-    name, namespace = config.sidecar.name, config.sidecar.ray_namespace
-    first = sidecar(config)
+    name, namespace = f"tq-gc-test-{uuid.uuid4().hex[:8]}", SIDECAR_RAY_NAMESPACE
+    first = sidecar(config, name=name)
     registry = sidecar_registry(name=name, namespace=namespace)  # made before the restart
     with GcClient(registry, ttl_seconds=TTL_S) as gc:
         with gc.holding("across", {tq_partition: ["across"]}):
             wait_until("a sweep of the first sidecar", lambda: reports(first))
             ray.kill(first, no_restart=True)
             wait_until("the killed sidecar is gone", lambda: _gone(name, namespace))
-            second = sidecar(config)  # started again under its name, as a user (or Ray) would
+            second = sidecar(config, name=name)  # started again under its name, as a user (or Ray) would
             wait_until("the block is admitted again", lambda: "across" in admitted(second))
             wait_until(
                 "the new sidecar reclaimed an orphan", lambda: "orphan-1" not in keys_in(tq, tq_partition), 60
@@ -68,8 +70,8 @@ def test_a_client_of_a_sidecar_renews_within_a_third_of_its_grace(
     """The client knows the sidecar's grace: the default period is shortened to a third of it, and a
     longer one asked for is refused (an admission a restarted sidecar lost would come back too late)."""
     config = make_config(grace_seconds=GRACE_S)
-    sidecar(config)
-    registry = sidecar_registry(name=config.sidecar.name, namespace=config.sidecar.ray_namespace)
+    handle = sidecar(config)
+    registry = sidecar_registry(name=name_of(handle), namespace=SIDECAR_RAY_NAMESPACE)
     with pytest.raises(ValueError, match="third of the sweepers' grace"):
         GcClient(registry, ttl_seconds=60, renew_seconds=GRACE_S / 2)
     with GcClient(registry, ttl_seconds=60) as gc:  # by default min(60 / 3, 10) = 10 s: too long here

@@ -3,7 +3,9 @@ has passed (memory:// and redis:// state), and runs dry when told to."""
 
 from __future__ import annotations
 
+import functools
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +13,10 @@ from harness import keys_in
 
 from tq_gc.errors import ConfigError
 from tq_gc.state import RedisState
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE
 
 from .helpers import GRACE_S, MakeConfig, RecordTiming, StartSidecar, call, reports, wait_until
+from .remote_side import duty_noting_tq_store
 
 pytestmark = pytest.mark.ray
 
@@ -78,3 +82,19 @@ def test_a_sidecar_started_dry_run_only_dry_runs(
     with pytest.raises(ConfigError, match=r"started dry-run .*dry_run=True.*--dry-run"):
         call(handle, "sweep_now", dry_run=False)
     assert keys_in(tq, tq_partition) == {"orphan/1"}
+
+
+@pytest.mark.parametrize("duty_cycle", [None, 0.5])
+def test_the_sidecar_attaches_at_the_duty_cycle_it_was_started_with(
+    make_config: MakeConfig, sidecar: StartSidecar, tmp_path: Path, duty_cycle: float | None
+) -> None:
+    """How hard it presses on the job's TransferQueue is chosen where it starts (start_sidecar's
+    duty_cycle, `tq-gc --duty-cycle F serve`), and reaches the row store it attaches (the default: 0.25)."""
+    noted = tmp_path / "duty"
+    factory = functools.partial(duty_noting_tq_store, noted=str(noted))
+    chosen = {} if duty_cycle is None else {"duty_cycle": duty_cycle}
+    handle = sidecar(make_config(schedule={"interval_seconds": 3600}), factory, **chosen)
+    assert call(handle, "sweep_now")["outcome"] == "completed"
+    expected = DEFAULT_DUTY_CYCLE if duty_cycle is None else duty_cycle
+    assert float(noted.read_text()) == expected
+    assert call(handle, "status")["duty_cycle"] == expected

@@ -19,8 +19,9 @@ from harness import keys_in
 
 from tq_gc.cli.commands import EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, main
 from tq_gc.config import Config
+from tq_gc.wiring import Runtime
 
-from .helpers import GRACE_S, MakeConfig, StartSidecar, call, wait_until
+from .helpers import GRACE_S, MakeConfig, StartSidecar, call, name_of, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -53,7 +54,7 @@ def test_a_second_memory_sidecar_beside_a_live_one_deletes_nothing_until_that_on
     for report in sweeps_past_grace(second):
         assert (report["outcome"], report["cause"]) == ("skipped", "tq_claimed"), report
         assert report["counts"]["deleted"] == 0
-        assert first_config.sidecar.name in report["reason"] and "memory://" in report["reason"]
+        assert name_of(first) in report["reason"] and "memory://" in report["reason"]
     assert keys_in(tq, tq_partition) == {"held/1", "held/2"}, "the second sidecar deleted held rows"
     assert call(first, "sweep_now")["outcome"] == "completed", "the first goes on sweeping"
 
@@ -101,7 +102,7 @@ def test_one_redis_shares_the_tq_and_another_db_is_refused(
     for _ in range(2):  # the second run would delete what the first saw, if it swept
         code, report = cli_sweep(other_db, tmp_path / "db1.yaml", capsys)
         assert (code, report["outcome"], report["cause"]) == (EXIT_SKIPPED, "skipped", "tq_claimed"), report
-        assert shared.sidecar.name in report["reason"] and f"({shared.state_url})" in report["reason"]
+        assert name_of(side) in report["reason"] and f"({shared.state_url})" in report["reason"]
         time.sleep(GRACE_S + 0.5)
     assert keys_in(tq, tq_partition) == {"held/1"}
 
@@ -150,18 +151,22 @@ def test_check_names_a_claim_for_another_state(
     side = sidecar(side_config)
     assert call(side, "sweep_now")["outcome"] == "completed"
 
-    code, claim = cli_check(make_config(redis_url), tmp_path / "other.yaml", capsys)
+    name = name_of(side)
+    code, claim = cli_check(make_config(redis_url), tmp_path / "other.yaml", capsys, name)
     assert code == EXIT_USAGE and claim["ok"] is False, claim
-    assert side_config.sidecar.name in claim["detail"] and "tq_claimed" in claim["detail"]
-    code, claim = cli_check(side_config, tmp_path / "own.yaml", capsys)  # the sidecar's own config
-    assert claim["ok"] is True and side_config.sidecar.name in claim["detail"], claim
+    assert name in claim["detail"] and "tq_claimed" in claim["detail"]
+    code, claim = cli_check(side_config, tmp_path / "own.yaml", capsys, name)  # the sidecar's own config
+    assert claim["ok"] is True and name in claim["detail"], claim
 
 
-def cli_check(config: Config, path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
-    """`tq-gc check --json` in this process: its exit code and its claim check."""
+def cli_check(
+    config: Config, path: Path, capsys: pytest.CaptureFixture[str], sidecar_name: str
+) -> tuple[int, dict[str, Any]]:
+    """`tq-gc check --json` in this process, beside the sidecar `sidecar_name` (a test's own name, where
+    users' have the fixed one): its exit code and its claim check."""
     path.write_text(json.dumps(config.model_dump(mode="json")))
     capsys.readouterr()
-    code = main(["check", "--config", str(path), "--json"])
+    code = main(["check", "--config", str(path), "--json"], Runtime(sidecar_name=sidecar_name))
     checks = json.loads(capsys.readouterr().out)["checks"]
     return code, next(c for c in checks if c["name"] == "TransferQueue claim")
 

@@ -2,7 +2,7 @@
 one re-check and clear fits a quiet moment of the controller, each yielded only after that wait. The
 sweep re-checks a batch after it is yielded and clears it right after: so every wait here comes before
 the re-check, never between the re-check and the clear (docs/safety.md). The duty cycle's pause
-(transfer_queue.pacing.duty_cycle, the one throttle) follows each clear, in the store's
+(the one throttle, chosen where the process starts) follows each clear, in the store's
 delete_if_unchanged."""
 
 from __future__ import annotations

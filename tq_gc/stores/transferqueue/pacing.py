@@ -10,14 +10,21 @@ behind it. Two rules keep that short and rare, both from the latency tq-gc obser
   requests take at most `duty` of the wall time (0.5: a pause as long as the request). A loaded
   controller answers slower, and tq-gc then pauses longer: it backs off by itself.
 
-The duty cycle is the one throttle, of listings and deletes alike (transfer_queue.pacing.duty_cycle).
+The duty cycle is the one throttle, of listings and deletes alike. It is chosen where the process starts
+(`tq-gc --duty-cycle`, start_sidecar's duty_cycle), not in the config: DUTY_CYCLE without it.
 
 Pure: the store measures, the pacer decides, and the store sleeps.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+# The duty cycle of a process that chose none: a sidecar, which sweeps beside the job's own steps. After a
+# request of t seconds it pauses 3t, so a job request finds one of tq-gc's in progress at most a quarter
+# of the time (docs/performance.md). A CronJob or a manual sweep from another node may choose 1 (no pause).
+DUTY_CYCLE = 0.25
 
 # The most keys (or global indexes) one request asks for, and the most rows one delete batch carries
 # (each re-checked right before its clear): pacing adapts each request's size between a quarter of this
@@ -87,6 +94,13 @@ class Pacer:
         return max(0.0, latency_seconds) * (1 - self.duty) / self.duty
 
 
+def duty_cycle_problem(duty_cycle: float) -> str | None:
+    """Why `duty_cycle` cannot pace (it must be above 0 and at most 1, 1 never pausing), or None."""
+    if math.isfinite(duty_cycle) and 0 < duty_cycle <= 1:
+        return None
+    return f"{duty_cycle:g} is not a duty cycle: it must be above 0 and at most 1 (1: no pauses)"
+
+
 def smallest_window(max_window: int) -> int:
     """The fewest rows a paced request carries: a quarter of `max_window` (Pacer.starting_small says
     why not fewer)."""
@@ -95,8 +109,8 @@ def smallest_window(max_window: int) -> int:
 
 @dataclass(frozen=True)
 class FixedPacing:
-    """What a user does not set (the values above, and why); tests and benches set their own. The one
-    setting is transfer_queue.pacing.duty_cycle."""
+    """What a user does not set (the values above, and why); tests and benches set their own. The duty
+    cycle is chosen where the process starts (DUTY_CYCLE without a choice)."""
 
     batch: int = BATCH
     request_target_ms: float = REQUEST_TARGET_MS

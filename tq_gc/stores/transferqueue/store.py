@@ -40,7 +40,6 @@ from types import TracebackType
 from typing import Any
 
 from tq_gc.config import TransferQueueConfig, redact_url
-from tq_gc.config.models import DEFAULT_DUTY_CYCLE
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
 from tq_gc.footprint import Leftovers, StorageFill
 from tq_gc.ray_cluster import join_ray
@@ -74,7 +73,7 @@ from tq_gc.stores.transferqueue.journalled_keys import ChangeJournal, JournalSet
 from tq_gc.stores.transferqueue.key_windows import DEFAULT_KEY_WINDOWS, ControllerKeys, KeyWindows
 from tq_gc.stores.transferqueue.leftovers import audit_leftovers
 from tq_gc.stores.transferqueue.listing import PartitionListing
-from tq_gc.stores.transferqueue.pacing import FIXED_PACING, REQUEST_TARGET_MS, FixedPacing, Pacer
+from tq_gc.stores.transferqueue.pacing import DUTY_CYCLE, FIXED_PACING, REQUEST_TARGET_MS, FixedPacing, Pacer
 from tq_gc.stores.transferqueue.quiet import NO_WAIT, QuietMoments, QuietSettings, QuietWait
 from tq_gc.stores.transferqueue.requests import (
     OP_KV_LIST,
@@ -102,7 +101,7 @@ class TransferQueueRowStore(RowStore):
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         controller: Any = None,
         request_target_ms: float = REQUEST_TARGET_MS,
-        duty_cycle: float = DEFAULT_DUTY_CYCLE,
+        duty_cycle: float = DUTY_CYCLE,
         index_range_reuse_seconds: float = 0.0,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
@@ -164,6 +163,7 @@ class TransferQueueRowStore(RowStore):
         cls,
         config: TransferQueueConfig,
         *,
+        duty_cycle: float = DUTY_CYCLE,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         index_paging: IndexPaging = DEFAULT_INDEX_PAGING,
         key_windows: KeyWindows = DEFAULT_KEY_WINDOWS,
@@ -172,8 +172,8 @@ class TransferQueueRowStore(RowStore):
         fixed: FixedPacing = FIXED_PACING,
         change_journal: JournalSettings | None = None,
     ) -> TransferQueueRowStore:
-        """Attach to the TQ of the Ray cluster at `config.ray_address`, paced by `config.pacing` (its duty
-        cycle) and `fixed` (the batch, the quiet moments: tests and benches set their own). Never creates
+        """Attach to the TQ of the Ray cluster at `config.ray_address`, paced by `duty_cycle` (the process's
+        choice) and `fixed` (the batch, the quiet moments: tests and benches set their own). Never creates
         a TQ. `change_journal`: list_keys by the controller's change journal (off by default).
 
         A process already connected to Ray (the sidecar actor, a test) uses that connection and ignores
@@ -202,7 +202,7 @@ class TransferQueueRowStore(RowStore):
             request_timeout_seconds=request_timeout_seconds,
             controller=controller,
             request_target_ms=fixed.request_target_ms,
-            duty_cycle=config.pacing.duty_cycle,
+            duty_cycle=duty_cycle,
             index_range_reuse_seconds=fixed.index_range_reuse_seconds,
             index_paging=index_paging,
             key_windows=key_windows,
