@@ -8,7 +8,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -52,8 +53,9 @@ def serve(ctx: click.Context, config_path: str | None, dry_run: bool, metrics_po
 
 def serve_forever(config: Config, options: StartOptions, name: str) -> None:
     """Start the sidecar `name` (the fixed one, unless a test's) as `options` say, or find it running
-    with this config and these options; say where its metrics are, and keep it until SIGTERM/SIGINT. The
-    sidecar is owned by this process: it ends when this returns."""
+    with this config and these options; say where its metrics are, and keep it until SIGTERM/SIGINT. A
+    sidecar this process started is owned by it and ends when this returns; one another driver started
+    (found running) is left running."""
     import ray
 
     from tq_gc.sidecar.client import CALL_TIMEOUT_SECONDS, start_sidecar, stop_sidecar
@@ -66,46 +68,63 @@ def serve_forever(config: Config, options: StartOptions, name: str) -> None:
         metrics_port=options.metrics_port,
         name=name,
     )
+    started_here = True
+    stop = threading.Event()
     try:
-        _announce(ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS))
-        _wait_for_signal(handle, CALL_TIMEOUT_SECONDS)
+        with _stopped_by_signals(stop):  # before the announcement: a Ctrl-C right after it stops cleanly
+            status = ray.get(handle.status.remote(), timeout=CALL_TIMEOUT_SECONDS)
+            started_here = status.get("driver_job_id") == str(ray.get_runtime_context().get_job_id())
+            _announce(status, started_here)
+            _stream_until(stop, handle, CALL_TIMEOUT_SECONDS)
     finally:
-        stop_sidecar(handle)
+        if started_here:  # one another driver started is that driver's to stop
+            stop_sidecar(handle)
         if owns_ray:
             ray.shutdown()
 
 
-def _announce(status: dict[str, Any]) -> None:
+def _announce(status: dict[str, Any], started_here: bool) -> None:
     port = status.get("metrics_port")
     where = f"http://{status.get('node_ip') or '127.0.0.1'}:{port}/metrics" if port else "off"
+    stop = (
+        "Stop with Ctrl-C or SIGTERM."
+        if started_here
+        else "Started by another driver, which stops it: Ctrl-C or SIGTERM stops this command only."
+    )
     print(
         f"tq-gc sidecar {status['name']!r} (Ray namespace {status['ray_namespace']!r}) running, "
-        f"sweeping {status['schedule']}; metrics: {where}. Stop with Ctrl-C or SIGTERM.",
+        f"sweeping {status['schedule']}; metrics: {where}. {stop}",
         file=sys.stderr,
         flush=True,
     )
 
 
-def _wait_for_signal(handle: Any, call_timeout_seconds: float) -> None:
-    """Block until SIGTERM or SIGINT; raise if the actor dies meanwhile (so a supervisor notices)."""
+@contextmanager
+def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set `stop` while inside (their handlers put back after)."""
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stream_until(stop: threading.Event, handle: Any, call_timeout_seconds: float) -> None:
+    """Stream the sidecar's log lines until `stop` is set; raise if the actor dies meanwhile (so a
+    supervisor notices)."""
     import ray
 
     def fetch(seen: int) -> tuple[int, list[str]]:
         after, lines = ray.get(handle.log_lines.remote(seen), timeout=call_timeout_seconds)
         return int(after), list(lines)
 
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     seen = 0
-    try:
-        while not stop.wait(HEALTH_CHECK_SECONDS):
-            try:
-                seen = stream_log_lines(fetch, seen)  # the sidecar's sweeps; and a health check
-            except ray.exceptions.RayActorError as exc:
-                raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    while not stop.wait(HEALTH_CHECK_SECONDS):
+        try:
+            seen = stream_log_lines(fetch, seen)  # the sidecar's sweeps; and a health check
+        except ray.exceptions.RayActorError as exc:
+            raise TqGcError(f"the tq-gc sidecar died: {exc}") from exc
 
 
 def stream_log_lines(fetch: Callable[[int], tuple[int, list[str]]], seen: int) -> int:

@@ -91,6 +91,7 @@ class SidecarActor:
         self._options = options
         self._dry_run = options.dry_run
         self._name = name
+        self._driver_job_id = _job_id()
         self._pressure_timing = pressure_timing
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
@@ -285,6 +286,7 @@ class SidecarActor:
             "metrics_port": self._metrics_port,
             "node_ip": _node_ip(),
             "actor_id": _actor_id(),
+            "driver_job_id": self._driver_job_id,  # the driver that started it (and owns it)
         }
 
     def pause(self) -> None:
@@ -387,6 +389,13 @@ def _node_ip() -> str | None:
         return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
     except Exception:  # status() must answer even where Ray cannot say
         return None
+
+
+def _job_id() -> str | None:
+    """The Ray job of this process: in an actor, the driver's that created it."""
+    if not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().get_job_id())
 
 
 def _actor_id() -> str | None:

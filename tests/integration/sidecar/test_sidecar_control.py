@@ -4,12 +4,17 @@ running actor), shut it down; and finding a sidecar that is not there."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+import yaml
 
+from tools.testbed.cli import TQ_GC, cli_env
 from tq_gc.errors import TqGcError
 from tq_gc.sidecar.client import sidecar_registry, start_sidecar, wait_for_warm_up
 from tq_gc.sidecar.names import SIDECAR_NAME
@@ -96,3 +101,33 @@ def test_start_sidecar_is_idempotent_and_shutdown_closes_it(
 def test_sidecar_registry_without_a_sidecar_says_how_to_start_one(ray_cluster: Any) -> None:
     with pytest.raises(TqGcError, match="start it first"):
         sidecar_registry(name="no-such-sidecar", namespace="tq_gc_tests")
+
+
+def test_a_second_serve_leaves_the_running_sidecar_running_when_it_stops(
+    make_config: MakeConfig, sidecar: StartSidecar, tmp_path: Path
+) -> None:
+    """`tq-gc serve` beside a running sidecar (same config, same options) streams that one's log; Ctrl-C
+    on it stops the command, not the sidecar it did not start."""
+    config = make_config()
+    first = sidecar(config, name=SIDECAR_NAME)
+    config_file = tmp_path / "gc.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_defaults=True)))
+    serve = subprocess.Popen(
+        [str(TQ_GC), "serve", "--config", str(config_file)],
+        env=cli_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stderr is not None
+        announced = wait_until("serve's announcement", lambda: "running" in serve.stderr.readline(), 120)
+        assert announced
+        serve.send_signal(signal.SIGINT)
+        _, said = serve.communicate(timeout=120)
+        assert serve.returncode == 0, said
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    status = call(first, "status")
+    assert status["running"] is True and status["actor_id"] == call(first, "status")["actor_id"]
