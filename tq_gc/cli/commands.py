@@ -69,7 +69,8 @@ LOG_FORMATS = ("text", "json")
     type=DutyCycle(),
     help=f"The most of the wall time this process's requests to the job's TransferQueue may take (0 < F "
     f"<= 1; default {DEFAULT_DUTY_CYCLE:g}, a sidecar beside the job's steps; 1, no pauses: a CronJob or a "
-    "manual sweep from another node). Used by sweep, serve and demo.",
+    "manual sweep from another node), while the job uses the controller: a job idle for 250 ms gets no "
+    "pauses. Used by sweep, serve and demo.",
 )
 @click.version_option(package_name="tq-gc")
 @click.pass_context
