@@ -91,7 +91,7 @@ class SidecarActor:
         self._options = options
         self._dry_run = options.dry_run
         self._name = name
-        self._driver_job_id = _job_id()
+        self._whereabouts = _whereabouts()
         self._pressure_timing = pressure_timing
         self._closing = ExitStack()  # everything this actor opened, closed in reverse by shutdown()
         self._sweep_lock = threading.Lock()
@@ -284,9 +284,7 @@ class SidecarActor:
             "last_error": self._last_error,
             "lease": self._lease(),
             "metrics_port": self._metrics_port,
-            "node_ip": _node_ip(),
-            "actor_id": _actor_id(),
-            "driver_job_id": self._driver_job_id,  # the driver that started it (and owns it)
+            **self._whereabouts,
         }
 
     def pause(self) -> None:
@@ -382,27 +380,21 @@ def _trigger(schedule: Schedule) -> IntervalTrigger | CronTrigger:
     return IntervalTrigger(seconds=schedule.interval_seconds, timezone=UTC)
 
 
-def _node_ip() -> str | None:
+def _whereabouts() -> dict[str, str | None]:
+    """Where this actor runs: its node's IP, its actor id, and the Ray job of the driver that started it
+    (and owns it: `tq-gc serve` stops only one it started). None where Ray cannot say: status() must
+    answer all the same."""
+    found: dict[str, str | None] = dict.fromkeys(("node_ip", "actor_id", "driver_job_id"))
     try:
-        if not ray.is_initialized():
-            return None
-        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            actor_id = context.get_actor_id()
+            found["actor_id"] = None if actor_id is None else str(actor_id)
+            found["driver_job_id"] = str(context.get_job_id())
+            found["node_ip"] = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
     except Exception:  # status() must answer even where Ray cannot say
-        return None
-
-
-def _job_id() -> str | None:
-    """The Ray job of this process: in an actor, the driver's that created it."""
-    if not ray.is_initialized():
-        return None
-    return str(ray.get_runtime_context().get_job_id())
-
-
-def _actor_id() -> str | None:
-    if not ray.is_initialized():
-        return None
-    actor_id = ray.get_runtime_context().get_actor_id()
-    return str(actor_id) if actor_id is not None else None
+        pass
+    return found
 
 
 __all__ = ["SidecarActor"]

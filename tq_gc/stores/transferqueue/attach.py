@@ -38,14 +38,13 @@ from typing import Any
 
 from tq_gc.errors import ConfigError, StoreUnavailable, TransferQueueNotFound
 from tq_gc.redaction import redact_url
-from tq_gc.stores.transferqueue.controller_fit import ControllerFit
-from tq_gc.stores.transferqueue.internals import (
-    Probe,
-    controller_probe,
+from tq_gc.stores.transferqueue.client_internals import (
     local_request_types,
     local_tq_version,
     published_client_settings,
 )
+from tq_gc.stores.transferqueue.controller_fit import ControllerFit
+from tq_gc.stores.transferqueue.internals import Probe, controller_probe
 
 CONTROLLER_NAME = "TransferQueueController"
 

@@ -22,6 +22,9 @@ Present with the same shape in all three unless said otherwise:
 - `transfer_queue.__version__`, `transfer_queue.utils.zmq_utils.ZMQRequestType`: the version check
 - the client's `storage_manager.storage_unit_infos` ({unit id: ZMQServerInfo}), a unit's `GET_METRICS` answer
   (`capacity`, `active_keys`), `ZMQMessage`: storage fill (storage_units.py)
+- the loop's local `request_msg` (`request_id`, `sender_id`) while it waits: the job's idleness (quiet.py)
+
+The client's side of these (this process's TQ) is read in client_internals.py.
 
 The functions run inside the controller (through Ray's `__ray_call__`) are closures made here, so that
 Ray ships their code by value: the controller's process need not have tq-gc installed. They read and
@@ -117,18 +120,13 @@ def keys_reader() -> KeysReader:
 def request_thread_watch() -> RequestThreadWatch:
     """Wait until the request thread has waited for a request (`recv_multipart` called from TQ's request
     loop, REQUEST_LOOPS) for `quiet_seconds`, or `max_wait_seconds` at most. Reads which function that
-    thread is in (`sys._current_frames()`), and the request its loop served last (the loop's local
-    `request_msg`: its `request_id` and `sender_id`), nothing else. A thread waiting anywhere else raises
-    KeyError: the wait does not fit this controller.
+    thread is in (`sys._current_frames()`) and its loop's `request_msg` (the request it served last: id,
+    sender), nothing else. A thread waiting anywhere else raises KeyError: the wait does not fit.
 
-    The job's idleness, `idle`: (the request the thread had served last at tq-gc's previous quiet
-    moment, tq-gc's own client id, how long the job had been idle when this wait was asked for, how long
-    an idle job must have been so). While every request the thread is seen to have served last is that
-    one, or one of tq-gc's own (a clear of tq-gc's may still be finishing as the wait starts), the job
-    has made no request, and once it has made none that long the wait returns.
-
-    The answer: (seconds waited, found, the request served last where found (else None), the seconds
-    the job has been idle (else 0))."""
+    `idle`: (the request served last at tq-gc's previous quiet moment, tq-gc's client id, the job's
+    idleness by then and since, the idleness that ends the wait). While the request served last is that
+    one or tq-gc's own, the job made none; idle that long, the wait returns. Answers (seconds waited,
+    found, the request served last where found, the seconds the job has been idle (else 0))."""
     loops = REQUEST_LOOPS
 
     def wait_quiet(
@@ -373,42 +371,3 @@ def _quiet_waits_misfit(loops: Sequence[str]) -> Misfit:
         return "no request loop of the controller waits in request_handle_socket.recv_multipart"
 
     return quiet_waits_misfit
-
-
-def local_tq_version() -> str:
-    """This process's transferqueue version."""
-    import transfer_queue
-
-    return str(transfer_queue.__version__)
-
-
-def local_request_types() -> frozenset[str]:
-    """Every request type this process's TQ client may send a controller (and the controller's answers)."""
-    from transfer_queue.utils.zmq_utils import ZMQRequestType
-
-    return frozenset(str(member.value) for member in ZMQRequestType)
-
-
-def client_loop(client: Any) -> Any:
-    """The event loop a TransferQueueClient runs its coroutines on (its sync methods submit to it)."""
-    return client._loop
-
-
-def published_client_settings(conf: Any) -> tuple[Any, str, Any]:
-    """(the controller's ZMQ info, the storage backend's name, its config) from the config the controller
-    publishes (`get_config()`), as TQ's own `_init_from_existing()` reads them."""
-    backend = str(conf.backend.storage_backend)
-    return conf.controller.zmq_info, backend, conf.backend[backend]
-
-
-# The ZMQ identity prefix TQ's own metrics collector uses toward the storage units (0.1.11's units drop
-# requests from identities without a known prefix; 0.1.9's check none).
-METRICS_IDENTITY_PREFIX = "metrics_collector_"
-
-
-def storage_unit_addresses(client: Any) -> dict[str, str]:
-    """{storage unit id: its put/get socket's address} from the client's SimpleStorage manager
-    (`storage_manager.storage_unit_infos`, {id: ZMQServerInfo}, `.to_addr("put_get_socket")`: 0.1.9 to
-    0.1.11). AttributeError for a backend without storage units."""
-    infos = client.storage_manager.storage_unit_infos
-    return {str(unit): str(info.to_addr("put_get_socket")) for unit, info in infos.items()}

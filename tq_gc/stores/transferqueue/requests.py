@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from tq_gc.errors import StoreUnavailable
-from tq_gc.stores.transferqueue.internals import client_loop
+from tq_gc.stores.transferqueue.client_internals import client_loop
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from tq_gc.footprint import StorageFill, UnitFill
-from tq_gc.stores.transferqueue.internals import storage_unit_addresses
+from tq_gc.stores.transferqueue.client_internals import storage_unit_addresses
 
 # The longest tq-gc waits for one unit's answer: a unit busy with a large put answers after it.
 UNIT_METRICS_TIMEOUT_SECONDS = 5.0
@@ -47,7 +47,7 @@ def _ask_unit(unit: str, address: str, timeout_seconds: float) -> dict[str, Any]
     import zmq
     from transfer_queue.utils.zmq_utils import ZMQMessage, ZMQRequestType
 
-    from tq_gc.stores.transferqueue.internals import METRICS_IDENTITY_PREFIX
+    from tq_gc.stores.transferqueue.client_internals import METRICS_IDENTITY_PREFIX
 
     context: zmq.Context[Any] = zmq.Context.instance()
     socket = context.socket(zmq.DEALER)
