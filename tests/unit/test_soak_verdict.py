@@ -54,7 +54,14 @@ def test_a_soak_that_compared_no_journalled_listing_fails() -> None:
 
 def test_the_sweepers_check_records_are_summed_and_a_line_cut_by_a_sigkill_is_skipped(tmp_path: Path) -> None:
     sidecar, cli = tmp_path / "sidecar.jsonl", tmp_path / "cli.jsonl"
-    compared = {"event": "compared", "partition": "p", "differed": 0, "differences": []}
+    compared = {
+        "event": "compared",
+        "partition": "p",
+        "rows": 10,
+        "excused": 2,
+        "differed": 0,
+        "differences": [],
+    }
     differed = {
         **compared,
         "differed": 2,
@@ -69,7 +76,7 @@ def test_the_sweepers_check_records_are_summed_and_a_line_cut_by_a_sigkill_is_sk
     )
     tally = read_journal_checks({"sidecar": sidecar, "cli-b": cli, "cli-c": tmp_path / "never-written"})
     assert (tally.compared, tally.differed, tally.not_compared, tally.full_listings) == (3, 1, 1, 1)
-    assert tally.cut_lines == 1
+    assert (tally.cut_lines, tally.rows_compared, tally.excused) == (1, 30, 6)
     assert tally.compared_by_sweeper == {"sidecar": 3, "cli-b": 0, "cli-c": 0}
     assert tally.differences == [{"sweeper": "sidecar", **differed}]
     assert tally.why_not_compared == {"the journal overflowed": 1}

@@ -22,6 +22,8 @@ class JournalTally:
     not_compared: int = 0
     full_listings: int = 0
     cut_lines: int = 0  # a line a SIGKILLed CLI left unfinished
+    rows_compared: int = 0  # the journalled listings' rows, summed over the comparisons
+    excused: int = 0  # the indexes touched between the two reads, summed (left out of the comparison)
     compared_by_sweeper: dict[str, int] = field(default_factory=dict)
     differences: list[dict[str, Any]] = field(default_factory=list)
     why_not_compared: Counter[str] = field(default_factory=Counter)
@@ -31,6 +33,8 @@ class JournalTally:
         event = record.get("event")
         if event == "compared":
             self.compared += 1
+            self.rows_compared += int(record.get("rows", 0))
+            self.excused += int(record.get("excused", 0))
             self.compared_by_sweeper[sweeper] = self.compared_by_sweeper.get(sweeper, 0) + 1
             if record.get("differed"):
                 self.differed += 1
@@ -53,6 +57,8 @@ class JournalTally:
             "not_compared": self.not_compared,
             "full_listings": self.full_listings,
             "cut_lines": self.cut_lines,
+            "rows_compared": self.rows_compared,
+            "excused": self.excused,
             "compared_by_sweeper": self.compared_by_sweeper,
             "why_not_compared": dict(self.why_not_compared),
             "why_full": dict(self.why_full),
