@@ -333,6 +333,7 @@ class Soak:
             "violations": [v.to_dict() for v in verdict.violations],
             "overdue_orphans": verdict.overdue[:OVERDUE_SHOWN],
             "journal": verdict.journal.to_dict(),
+            "journal_differences": verdict.journal.differences,
             "load_average": os.getloadavg(),
             "errors": verdict.errors,
         }

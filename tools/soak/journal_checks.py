@@ -51,6 +51,7 @@ class JournalTally:
         return f"journal: {self.compared} listings compared, {self.differed} differed"
 
     def to_dict(self) -> dict[str, Any]:
+        """The counts (the differences apart: the soak's details keep them)."""
         return {
             "compared": self.compared,
             "differed": self.differed,
@@ -62,7 +63,6 @@ class JournalTally:
             "compared_by_sweeper": self.compared_by_sweeper,
             "why_not_compared": dict(self.why_not_compared),
             "why_full": dict(self.why_full),
-            "differences": self.differences,
         }
 
 
