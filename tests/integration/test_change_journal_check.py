@@ -4,16 +4,23 @@ difference, what the job changed between the two reads does not."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tools.testbed import tuned_cli
 from tq_gc.config import TransferQueueConfig
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.journal_check import JournalCheck
 from tq_gc.stores.transferqueue.journalled_keys import JournalledKeys, JournalSettings
 from tq_gc.stores.transferqueue.pacing import FixedPacing
+
+from support.logger_state import tq_gc_logger_restored
 
 pytestmark = pytest.mark.ray
 
@@ -99,3 +106,28 @@ def test_rows_the_job_changes_between_the_two_listings_are_excused(
             assert not thread.is_alive()
     assert check.compared + check.not_compared == 5 and check.compared >= 1
     assert check.differed == 0, [r for r in records if r.get("differed")]
+
+
+def test_the_testbed_cli_lists_by_the_journal_and_appends_its_checks_to_the_file(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, tmp_path: Path
+) -> None:
+    """tools/testbed/tuned_cli.py's --journal-checks-to, as the soak's CLI sweeper runs it: a CLI run's
+    one listing is the journal's full base, recorded with the process that made it."""
+    put_rows(tq_partition, ["a", "b"])
+    config = tmp_path / "tq-gc.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "namespace": f"journal-check-{tq_partition}",
+                "state_url": "memory://",
+                "transfer_queue": {"ray_address": ray_cluster.address},
+                "scope": [{"partition": tq_partition, "all_keys": True}],
+            }
+        )
+    )
+    checks = tmp_path / "checks.jsonl"
+    with tq_gc_logger_restored():
+        code = tuned_cli.main(["--journal-checks-to", str(checks), "--", "sweep", "--config", str(config)])
+    assert code == 0
+    [record] = [json.loads(line) for line in checks.read_text().splitlines()]
+    assert (record["event"], record["partition"], record["pid"]) == ("full", tq_partition, os.getpid())
