@@ -21,11 +21,15 @@ for N minutes:
 - three sweepers share one Redis: the sidecar (every second) and two `tq-gc sweep --execute --json`
   loops, one of them SIGKILLed at random moments; Redis is restarted empty at random moments;
 - a checker holds the ground truth of every reference and checks that no referenced row is missing.
+- the sidecar and cli-b list the staging partition by the change journal, in its check mode: each
+  listing that re-read only what changed is followed by a full listing and compared with it, but at the
+  global indexes the journal says were touched since (journal_checks).
 
 Then the chaos stops, sweeps go on for grace + a lease TTL + 3 intervals, and one line says how many
 referenced rows were deleted and how many orphans were left (both must be 0), and the sweeps by outcome.
-Exit 0 only if both are 0 and some sweep deleted rows while references moved; 1 otherwise; 2 if the
-soak itself broke.
+The line also says how many journalled listings were compared and how many differed. Exit 0 only if
+both are 0, some sweep deleted rows while references moved, and journalled listings were compared and
+none differed; 1 otherwise; 2 if the soak itself broke.
 
 It is a tool with a pass/fail verdict, not a test module: `python -m tools.soak` from the repository
 root (what scripts/soak runs), with nothing on PYTHONPATH. Besides tq_gc it imports only the testbed it
@@ -37,7 +41,7 @@ native manifest format) and TQ's own API, so that the collector's internals can 
 Its modules: cli (the command line: parse_args, main), driver (Soak: services, anchors, actors, sweepers,
 chaos, settling, the verdict's facts), settings, verdict; the job (job_tq: its TQ, partitions and route-plan
 tags; manifest_files; actor_controls: switches, timing, pace; publisher; leaker); checker, chaos (Redis
-restarts, checkpoints), refusals (the refused publisher's ACL user), sweepers, truth (the ground truth),
-interrupts (SIGTERM, Ctrl-C); and verl, the
+restarts, checkpoints), refusals (the refused publisher's ACL user), sweepers, journal_checks (the change
+journal's checks summed), truth (the ground truth), interrupts (SIGTERM, Ctrl-C); and verl, the
 verl soak (`python -m tools.soak.verl`, scripts/soak-verl), a tool of its own.
 """

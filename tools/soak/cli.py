@@ -64,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rows_deleted_by_sweeper",
         "reasons",
         "violations_by_last_move",
+        "journal",
         "load_average",
     ):
         log.info("%s: %s", name, verdict.details[name])

@@ -29,6 +29,7 @@ from .chaos import Checkpoints, RedisChaos
 from .checker import Checker
 from .interrupts import terminated_cleanly
 from .job_tq import CANONICAL, ROUTE_PLAN_KEY_PATH, STAGING, JobTq, route_plan_tags
+from .journal_checks import read_journal_checks
 from .leaker import Leaker
 from .manifest_files import write_manifest
 from .publisher import Publisher
@@ -95,7 +96,10 @@ class Soak:
         self.tq = JobTq(transfer_queue)
         self.config_path = self._write_config(head.address)
         # The sidecar's lease is the fixed 60 s; its delete batches the soak's (the CLIs' both, tuned_cli).
-        self.sidecar = start_sidecar(load_config(self.config_path), row_store_factory(self.settings.batch))
+        self.sidecar = start_sidecar(
+            load_config(self.config_path),
+            row_store_factory(self.settings.batch, self._journal_checks_to("sidecar")),
+        )
         stack.callback(self._stop_sidecar)
         log.info("TQ and sidecar up")
 
@@ -120,6 +124,12 @@ class Soak:
         path = self.workdir / "tq-gc.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+    def _journal_checks_to(self, sweeper: str) -> str | None:
+        """Where `sweeper` appends its journal checks, if it lists by the change journal."""
+        if sweeper not in self.settings.journal_sweepers:
+            return None
+        return str(self.workdir / f"journal-checks-{sweeper}.jsonl")
 
     def _stop_sidecar(self) -> None:
         import ray
@@ -217,7 +227,7 @@ class Soak:
             CliSweeperLoop(
                 name,
                 self._seed(),
-                tuned_cli_command(s.batch, s.lease_ttl_s),
+                tuned_cli_command(s.batch, s.lease_ttl_s, self._journal_checks_to(name)),
                 self.workdir,
                 CliLoopSettings(self.config_path, env, s.cli_pause_s, kill_chance, s.kill_after_s),
                 self.tally,
@@ -284,6 +294,11 @@ class Soak:
         overdue = sorted(self.truth.orphans_since(now_s - self.settings.overdue_s) & present)
         orphans = self.truth.orphans_since(float("inf"))
         self.watcher.poll()
+        journal_checks = {
+            sweeper: Path(path)
+            for sweeper in self.settings.journal_sweepers
+            if (path := self._journal_checks_to(sweeper)) is not None
+        }
         verdict = Verdict(
             self.settings,
             self.truth.violations(),
@@ -291,6 +306,7 @@ class Soak:
             len(orphans - present),
             self.tally,
             list(self.switches.errors),
+            read_journal_checks(journal_checks),
         )
         verdict.details = self._details(verdict)
         return verdict
@@ -315,6 +331,8 @@ class Soak:
             "violations_by_last_move": dict(Counter(v.last_move for v in verdict.violations)),
             "violations": [v.to_dict() for v in verdict.violations],
             "overdue_orphans": verdict.overdue[:OVERDUE_SHOWN],
+            "journal": verdict.journal.to_dict(),
+            "journal_differences": verdict.journal.differences,
             "load_average": os.getloadavg(),
             "errors": verdict.errors,
         }

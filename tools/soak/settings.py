@@ -59,6 +59,11 @@ class SoakSettings:
     checkpoint_window_s: float = 3.0
     check_every_s: float = 2.0
     bulk_rows: int = 50000
+    # The sweepers that list by the change journal, in its check mode (tools/soak/journal_checks.py): the
+    # sidecar, the one whose store lives from sweep to sweep (each CLI run attaches afresh, so its one
+    # listing is the journal's full base), and cli-b, SIGKILLed at random: its journal holds are never
+    # given back. cli-a lists in full, the default: its deletes are the job's churn to the journal.
+    journal_sweepers: tuple[str, ...] = ("sidecar", "cli-b")
     bulk_samples: int = 2000
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .journal_checks import JournalTally
 from .settings import SoakSettings
 from .sweepers import SweepTally
 from .truth import Violation
@@ -18,6 +19,7 @@ class Verdict:
     reclaimed: int
     tally: SweepTally
     errors: list[str]
+    journal: JournalTally
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -32,11 +34,14 @@ class Verdict:
     def failures(self) -> list[str]:
         """Why the soak failed, if it did: something referenced lost, something overdue, or no rows
         deleted while references moved (without deletes during the chaos, "nothing lost" would not have
-        been put to the test), or the soak's own errors."""
+        been put to the test), a journalled listing that differed from the full one after it, or none
+        compared (the journal's equivalence not put to the test), or the soak's own errors."""
         checks = [
             (bool(self.lost), "referenced rows deleted"),
             (bool(self.overdue), "orphans overdue"),
             (self.tally.deleted_in_chaos == 0, "no row deleted while the chaos ran"),
+            (self.journal.differed > 0, "journalled listings differed from full ones"),
+            (self.journal.compared == 0, "no journalled listing compared with a full one"),
             (bool(self.errors), "the soak's own errors"),
         ]
         return [reason for failed, reason in checks if failed]
@@ -53,6 +58,6 @@ class Verdict:
             f"soak: {len(self.lost)} referenced rows deleted, {len(self.overdue)} orphans older than "
             f"grace+2 intervals left, sweeps: {main}{extra} (rows deleted={self.tally.rows_deleted()}, "
             f"during chaos={self.tally.deleted_in_chaos}, orphans reclaimed={self.reclaimed}, "
-            f"minutes={self.settings.minutes:g}, seed={self.settings.seed}){errors}"
+            f"minutes={self.settings.minutes:g}, seed={self.settings.seed}); {self.journal.summary()}{errors}"
             + ("" if self.passed else f"; FAIL: {', '.join(self.failures())}")
         )

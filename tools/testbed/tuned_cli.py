@@ -1,18 +1,25 @@
-"""The tq-gc CLI with what tests tune and users cannot: the TransferQueue store's fixed pacing (its batch)
-and the sweep lease's TTL, neither of them a setting. A test that needs small delete batches or a lease
-that lapses in seconds runs its CLI subprocess as
+"""The tq-gc CLI with what tests tune and users cannot: the TransferQueue store's fixed pacing (its batch),
+the sweep lease's TTL and the change journal in its check mode, none of them a setting. A test that needs
+small delete batches or a lease that lapses in seconds runs its CLI subprocess as
 
-    python -m tools.testbed.tuned_cli [--batch N] [--lease-ttl-seconds S] -- sweep --config F --execute
+    python -m tools.testbed.tuned_cli [--batch N] [--lease-ttl-seconds S] [--journal-checks-to F] -- \
+        sweep --config F --execute
 
-which is `tq-gc sweep --config F --execute` (the same entry point, tq_gc.cli.main) over that tuning."""
+which is `tq-gc sweep --config F --execute` (the same entry point, tq_gc.cli.main) over that tuning.
+`--journal-checks-to F`: the store lists swept partitions by the change journal, each listing that
+re-read only what changed compared with a full one taken right after (journal_check.py), every
+comparison appended to F as a JSON line (the soak sums them)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from tq_gc.cli import main as tq_gc_main
 from tq_gc.config import Config
@@ -23,26 +30,49 @@ from tq_gc.wiring import RowStoreFactory, Runtime
 MODULE = "tools.testbed.tuned_cli"
 
 
-def tuned_cli_command(batch: int | None = None, lease_ttl_seconds: float | None = None) -> list[str]:
+def tuned_cli_command(
+    batch: int | None = None, lease_ttl_seconds: float | None = None, journal_checks_to: str | None = None
+) -> list[str]:
     """The argv that starts the CLI with this tuning; the CLI's own arguments follow it."""
     tuning = [] if batch is None else ["--batch", str(batch)]
     tuning += [] if lease_ttl_seconds is None else ["--lease-ttl-seconds", str(lease_ttl_seconds)]
+    tuning += [] if journal_checks_to is None else ["--journal-checks-to", journal_checks_to]
     return [sys.executable, "-m", MODULE, *tuning, "--"]
 
 
-def paced_row_store(batch: int, config: Config, duty_cycle: float) -> RowStore:
+def paced_row_store(
+    batch: int | None, journal_checks_to: str | None, config: Config, duty_cycle: float
+) -> RowStore:
     """The job's TransferQueue, attached at `duty_cycle` with requests and delete batches of `batch` rows at
-    most. A module-level function: a sidecar's Ray worker imports it by name (functools.partial of it)."""
+    most (None: the fixed batch), and with `journal_checks_to` the change journal in its check mode. A
+    module-level function: a sidecar's Ray worker imports it by name (functools.partial of it)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
+    from tq_gc.stores.transferqueue.journal_check import JournalCheck
+    from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
     from tq_gc.stores.transferqueue.pacing import FIXED_PACING
 
-    fixed = replace(FIXED_PACING, batch=batch)
-    return TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=duty_cycle, fixed=fixed)
+    fixed = FIXED_PACING if batch is None else replace(FIXED_PACING, batch=batch)
+    journal = None
+    if journal_checks_to is not None:
+        journal = JournalSettings(check=JournalCheck(partial(append_json_line, journal_checks_to)))
+    return TransferQueueRowStore.attach(
+        config.transfer_queue, duty_cycle=duty_cycle, fixed=fixed, change_journal=journal
+    )
 
 
-def row_store_factory(batch: int | None) -> RowStoreFactory | None:
-    """None (the CLI's own attach) without a batch of the test's own."""
-    return None if batch is None else partial(paced_row_store, batch)
+def append_json_line(path: str, record: dict[str, Any]) -> None:
+    """One check's record, with the process that made it, as a line of `path` (one write: a process
+    SIGKILLed mid-write leaves at most its last line cut)."""
+    line = json.dumps({**record, "pid": os.getpid()}) + "\n"
+    with open(path, "a") as appended:
+        appended.write(line)
+
+
+def row_store_factory(batch: int | None, journal_checks_to: str | None = None) -> RowStoreFactory | None:
+    """None (the CLI's own attach) without a batch or a journal check of the test's own."""
+    if batch is None and journal_checks_to is None:
+        return None
+    return partial(paced_row_store, batch, journal_checks_to)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,11 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--lease-ttl-seconds", type=float, default=LEASE_TTL_SECONDS, help="the sweep lease's TTL (60)"
     )
+    parser.add_argument(
+        "--journal-checks-to",
+        help="the change journal on, each re-read listing checked against a full one, appended to this file",
+    )
     parser.add_argument("cli_args", nargs=argparse.REMAINDER, help="-- then the tq-gc CLI's arguments")
     args = parser.parse_args(argv)
     cli_args = args.cli_args[1:] if args.cli_args[:1] == ["--"] else args.cli_args
     runtime = Runtime(
-        row_store_factory=row_store_factory(args.batch), lease_ttl_seconds=args.lease_ttl_seconds
+        row_store_factory=row_store_factory(args.batch, args.journal_checks_to),
+        lease_ttl_seconds=args.lease_ttl_seconds,
     )
     return tq_gc_main(cli_args, runtime)
 

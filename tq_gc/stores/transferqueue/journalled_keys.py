@@ -28,6 +28,7 @@ from typing import Any
 from tq_gc.errors import StoreUnavailable
 from tq_gc.stores.transferqueue.change_journal import journal_installer, journal_reader, journal_uninstaller
 from tq_gc.stores.transferqueue.controller_function import MISFITS
+from tq_gc.stores.transferqueue.journal_check import JournalCheck
 from tq_gc.stores.transferqueue.requests import OP_JOURNAL, TqRequests
 
 logger = logging.getLogger(__name__)
@@ -41,10 +42,13 @@ FULL_LISTING_EVERY_SECONDS = 3600.0
 
 @dataclass(frozen=True)
 class JournalSettings:
-    """The change journal's bound in the controller, and how old a kept listing may grow."""
+    """The change journal's bound in the controller, and how old a kept listing may grow. `check` (tests
+    and the soak only): each listing that re-read only what changed is followed by a full one, compared
+    (journal_check.py)."""
 
     capacity_indexes: int = JOURNAL_CAPACITY_INDEXES
     full_listing_every_seconds: float = FULL_LISTING_EVERY_SECONDS
+    check: JournalCheck | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.capacity_indexes < 1:
@@ -195,8 +199,31 @@ class JournalledKeys:
             touched = answer["touched"].get(partition, [])
             if self._merged(partition, kept, touched):
                 kept.seq = int(answer["seq"])
-                return dict(kept.keys), dict(kept.sizes)
+                listed = dict(kept.keys), dict(kept.sizes)
+                if self._settings.check is not None:
+                    self._checked(self._settings.check, partition, kept, listed)
+                return listed
         return self._listed_in_full(partition, answer)
+
+    def _checked(
+        self,
+        check: JournalCheck,
+        partition: str,
+        kept: KeptKeys,
+        listed: tuple[dict[str, int], dict[str, int]],
+    ) -> None:
+        """The check mode: a full listing right after, compared with `listed` but at the indexes the
+        journal says were touched since `kept.seq` (read before the re-reads), which may be in or out."""
+        full = self._full(partition)
+        answer = self.journal.changes(kept.epoch, kept.seq, partition)
+        if answer is None or not answer["trusted"] or answer["epoch"] != kept.epoch:
+            check.not_comparable(partition, str((answer or {}).get("why") or "no journal"))
+            return
+        touched = answer["touched"].get(partition, [])
+        if touched is None:
+            check.not_comparable(partition, "the whole partition was touched")
+            return
+        check.compare(partition, listed, full, set(touched))
 
     def _fresh(self, kept: KeptKeys, answer: dict[str, Any], partition: str) -> bool:
         """Whether the kept listing plus what the journal says touched is the partition now."""
@@ -235,7 +262,20 @@ class JournalledKeys:
         based_at = self._clock()
         keys, sizes = self._full(partition)
         self.full_listings += 1
+        if self._settings.check is not None:
+            self._settings.check.listed_in_full(partition, _why_in_full(partition, answer))
         if answer is not None and answer["settled"] and answer["epoch"] is not None:
             kept = KeptKeys(dict(keys), dict(sizes), str(answer["epoch"]), int(answer["seq"]), based_at)
             self._kept[partition] = kept
         return keys, sizes
+
+
+def _why_in_full(partition: str, answer: dict[str, Any] | None) -> str:
+    """Why a listing was a full one, for the check mode's record."""
+    if answer is None:
+        return "no journal"
+    if answer["why"]:
+        return str(answer["why"])
+    if answer["touched"].get(partition, ()) is None:
+        return "the whole partition was touched"
+    return "the kept listing is too old, or the key windows do not fit"
