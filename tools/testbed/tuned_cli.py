@@ -2,7 +2,8 @@
 the sweep lease's TTL and the change journal in its check mode, none of them a setting. A test that needs
 small delete batches or a lease that lapses in seconds runs its CLI subprocess as
 
-    python -m tools.testbed.tuned_cli [--batch N] [--lease-ttl-seconds S] [--journal-checks-to F] -- \
+    python -m tools.testbed.tuned_cli [--batch N] [--lease-ttl-seconds S] [--journal-checks-to F] \
+        [--job-idle-ms M] -- \
         sweep --config F --execute
 
 which is `tq-gc sweep --config F --execute` (the same entry point, tq_gc.cli.main) over that tuning.
@@ -31,17 +32,25 @@ MODULE = "tools.testbed.tuned_cli"
 
 
 def tuned_cli_command(
-    batch: int | None = None, lease_ttl_seconds: float | None = None, journal_checks_to: str | None = None
+    batch: int | None = None,
+    lease_ttl_seconds: float | None = None,
+    journal_checks_to: str | None = None,
+    job_idle_ms: float | None = None,
 ) -> list[str]:
     """The argv that starts the CLI with this tuning; the CLI's own arguments follow it."""
     tuning = [] if batch is None else ["--batch", str(batch)]
+    tuning += [] if job_idle_ms is None else ["--job-idle-ms", str(job_idle_ms)]
     tuning += [] if lease_ttl_seconds is None else ["--lease-ttl-seconds", str(lease_ttl_seconds)]
     tuning += [] if journal_checks_to is None else ["--journal-checks-to", journal_checks_to]
     return [sys.executable, "-m", MODULE, *tuning, "--"]
 
 
 def paced_row_store(
-    batch: int | None, journal_checks_to: str | None, config: Config, duty_cycle: float
+    batch: int | None,
+    journal_checks_to: str | None,
+    job_idle_ms: float | None,
+    config: Config,
+    duty_cycle: float,
 ) -> RowStore:
     """The job's TransferQueue, attached at `duty_cycle` with requests and delete batches of `batch` rows at
     most (None: the fixed batch), and with `journal_checks_to` the change journal in its check mode. A
@@ -52,6 +61,7 @@ def paced_row_store(
     from tq_gc.stores.transferqueue.pacing import FIXED_PACING
 
     fixed = FIXED_PACING if batch is None else replace(FIXED_PACING, batch=batch)
+    fixed = fixed if job_idle_ms is None else replace(fixed, job_idle_ms=job_idle_ms)
     journal = None
     if journal_checks_to is not None:
         journal = JournalSettings(check=JournalCheck(partial(append_json_line, journal_checks_to)))
@@ -68,11 +78,15 @@ def append_json_line(path: str, record: dict[str, Any]) -> None:
         appended.write(line)
 
 
-def row_store_factory(batch: int | None, journal_checks_to: str | None = None) -> RowStoreFactory | None:
-    """None (the CLI's own attach) without a batch or a journal check of the test's own."""
-    if batch is None and journal_checks_to is None:
+def row_store_factory(
+    batch: int | None, journal_checks_to: str | None = None, job_idle_ms: float | None = None
+) -> RowStoreFactory | None:
+    """None (the CLI's own attach) without a batch, a journal check or a job-idle time of the test's own.
+    `job_idle_ms`: how long the job must make no request before the store's pacing steps aside
+    (FixedPacing.job_idle_ms); a test that kills a sweeper mid-delete sets one never reached."""
+    if batch is None and journal_checks_to is None and job_idle_ms is None:
         return None
-    return partial(paced_row_store, batch, journal_checks_to)
+    return partial(paced_row_store, batch, journal_checks_to, job_idle_ms)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,11 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--journal-checks-to",
         help="the change journal on, each re-read listing checked against a full one, appended to this file",
     )
+    parser.add_argument(
+        "--job-idle-ms", type=float, help="how long the job must be idle for the pacing to step aside (250)"
+    )
     parser.add_argument("cli_args", nargs=argparse.REMAINDER, help="-- then the tq-gc CLI's arguments")
     args = parser.parse_args(argv)
     cli_args = args.cli_args[1:] if args.cli_args[:1] == ["--"] else args.cli_args
     runtime = Runtime(
-        row_store_factory=row_store_factory(args.batch, args.journal_checks_to),
+        row_store_factory=row_store_factory(args.batch, args.journal_checks_to, args.job_idle_ms),
         lease_ttl_seconds=args.lease_ttl_seconds,
     )
     return tq_gc_main(cli_args, runtime)
