@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tools.testbed.tuned_cli import JOB_NEVER_IDLE_MS
 from tq_gc.config import parse_config
 from tq_gc.report import Cause, Outcome, SweepReport
 from tq_gc.state.memory import MemoryState
@@ -41,7 +42,7 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
         }
     )
     # As the sidecar holds it: attached on first use, stop() forwarded to the store attached.
-    fixed = FixedPacing(batch=8, job_idle_ms=3_600_000)
+    fixed = FixedPacing(batch=8, job_idle_ms=JOB_NEVER_IDLE_MS)
     store = DeferredRowStore(
         lambda: TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=0.01, fixed=fixed)
     )

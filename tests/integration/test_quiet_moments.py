@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from harness import wait_until
 
+from tools.testbed.tuned_cli import JOB_NEVER_IDLE_MS
 from tq_gc.config import TransferQueueConfig
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.stores.transferqueue.key_windows import KeyWindows
@@ -18,9 +19,6 @@ from tq_gc.stores.transferqueue.pacing import FixedPacing
 from tq_gc.stores.transferqueue.requests import TqRequests
 
 pytestmark = pytest.mark.ray
-
-# A job idle for this long is never reached in a test: the store paces as beside a busy job.
-NEVER_IDLE_MS = 3_600_000.0
 
 
 @pytest.fixture
@@ -86,7 +84,9 @@ def test_a_listing_waits_for_each_quiet_moment_in_the_same_call_as_the_read_it_w
     quiet_seconds = 0.1
     # duty 1: no pauses, so the listing is its waits and its reads
     config = TransferQueueConfig(ray_address=ray_cluster.address)
-    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=NEVER_IDLE_MS)
+    fixed = FixedPacing(
+        quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=JOB_NEVER_IDLE_MS
+    )
     windows = KeyWindows(size=4)
     with TransferQueueRowStore.attach(config, duty_cycle=1, key_windows=windows, fixed=fixed) as store:
         store.take_request_stats()
@@ -116,7 +116,9 @@ def test_the_store_says_how_long_it_waited_for_quiet_moments_and_paused_for_its_
     put_rows(tq_partition, [f"k{i}" for i in range(10)])
     quiet_seconds = 0.1
     config = TransferQueueConfig(ray_address=ray_cluster.address)
-    fixed = FixedPacing(quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=NEVER_IDLE_MS)
+    fixed = FixedPacing(
+        quiet_ms=quiet_seconds * 1000, quiet_wait_max_ms=10_000, job_idle_ms=JOB_NEVER_IDLE_MS
+    )
     windows = KeyWindows(size=4)
     with TransferQueueRowStore.attach(config, duty_cycle=0.5, key_windows=windows, fixed=fixed) as store:
         store.take_request_stats()
@@ -187,7 +189,7 @@ def test_clears_fit_in_a_quiet_moment_while_requests_wait_for_one(
     and clear that fit in what is left of one), else request_batch."""
     config = TransferQueueConfig(ray_address=ray_cluster.address)
     keys = [f"k{i}" for i in range(2 * rows + 1)]
-    fixed = FixedPacing(batch=2000, quiet_ms=quiet_ms, job_idle_ms=NEVER_IDLE_MS)
+    fixed = FixedPacing(batch=2000, quiet_ms=quiet_ms, job_idle_ms=JOB_NEVER_IDLE_MS)
     with TransferQueueRowStore.attach(config, fixed=fixed) as store:
         sizes = [len(batch) for batch in store.delete_batches(tq_partition, keys)]
     assert sizes == [rows, rows, 1]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tools.testbed.tuned_cli import JOB_NEVER_IDLE_MS
 from tq_gc.config import TransferQueueConfig
 from tq_gc.errors import ConfigError, Interrupted, StoreUnavailable
 from tq_gc.rows import Identity, tags_digest
@@ -760,7 +761,7 @@ def test_interrupt_stops_a_paced_listing_before_its_next_request_and_deletes_sti
     # Windows of 2-8 indexes and a pause of 99x each request: this listing would take minutes (the job
     # never idle: an idle job's controller gets no pauses).
     config = TransferQueueConfig(ray_address=ray_cluster.address)
-    fixed = FixedPacing(batch=8, job_idle_ms=3_600_000)
+    fixed = FixedPacing(batch=8, job_idle_ms=JOB_NEVER_IDLE_MS)
     with TransferQueueRowStore.attach(config, duty_cycle=0.01, fixed=fixed) as store:
         outcome: list[BaseException | dict[str, Any]] = []
 

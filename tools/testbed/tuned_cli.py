@@ -29,6 +29,9 @@ from tq_gc.sweep.lease import LEASE_TTL_SECONDS
 from tq_gc.wiring import RowStoreFactory, Runtime
 
 MODULE = "tools.testbed.tuned_cli"
+# A job-idle time (FixedPacing.job_idle_ms) no test reaches: its store paces as beside a busy job, for tests
+# that catch a sweep mid-listing or mid-delete (an idle job's requests go at once, with no pauses).
+JOB_NEVER_IDLE_MS = 3_600_000.0
 
 
 def tuned_cli_command(

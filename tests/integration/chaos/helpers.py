@@ -23,12 +23,10 @@ import yaml
 from harness import CliResult
 
 from tools.testbed.cli import TQ_GC, cli_env
-from tools.testbed.tuned_cli import row_store_factory, tuned_cli_command
+from tools.testbed.tuned_cli import JOB_NEVER_IDLE_MS, row_store_factory, tuned_cli_command
 from tq_gc.wiring import Runtime
 
 CLI_TIMEOUT_S = 90.0
-# A job-idle time no chaos test reaches (FixedPacing.job_idle_ms): its sweepers pace as beside a busy job.
-JOB_IDLE_NEVER_MS = 3_600_000.0
 POLL_S = 0.02  # chaos polls TQ while a sweep deletes: finer than the default
 
 RecordTiming = Callable[[str, float], None]
@@ -155,7 +153,7 @@ class Job:
     manifested: set[str]
     state_url: str
     # What the test tunes and users cannot (tools/testbed/tuned_cli.py): the store's delete batch and the
-    # sweep lease's TTL. And its pacing never steps aside for an idle job (JOB_IDLE_NEVER_MS): a sweeper is
+    # sweep lease's TTL. And its pacing never steps aside for an idle job (JOB_NEVER_IDLE_MS): a sweeper is
     # killed mid-delete, and an idle job's deletes go at once, too fast to catch on a busy machine.
     batch: int
     lease_ttl_s: float
@@ -165,11 +163,11 @@ class Job:
     @property
     def cli(self) -> list[str]:
         """The command of this job's CLI subprocesses: `tq-gc` over the job's tuning."""
-        return tuned_cli_command(self.batch, self.lease_ttl_s, job_idle_ms=JOB_IDLE_NEVER_MS)
+        return tuned_cli_command(self.batch, self.lease_ttl_s, job_idle_ms=JOB_NEVER_IDLE_MS)
 
     def runtime(self) -> Runtime:
         """The job's tuning, for the CLI run in this process."""
-        factory = row_store_factory(self.batch, job_idle_ms=JOB_IDLE_NEVER_MS)
+        factory = row_store_factory(self.batch, job_idle_ms=JOB_NEVER_IDLE_MS)
         return Runtime(row_store_factory=factory, lease_ttl_seconds=self.lease_ttl_s)
 
     @property

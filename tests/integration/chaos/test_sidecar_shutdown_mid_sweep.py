@@ -19,11 +19,11 @@ import ray
 import yaml
 from harness import SWEEP_TAIL_WITHIN_S, keys_in, wait_until
 
-from tools.testbed.tuned_cli import row_store_factory
+from tools.testbed.tuned_cli import JOB_NEVER_IDLE_MS, row_store_factory
 from tq_gc.sidecar.client import start_sidecar, stop_sidecar
 
 from .conftest import DELETE_BATCH, KILL_AFTER, MAX_DELETES_PER_SECOND, ORPHANS, MakeJob
-from .helpers import JOB_IDLE_NEVER_MS, Job
+from .helpers import Job
 from .properties import (
     assert_audit_names_every_removed_row,
     assert_referenced_intact,
@@ -72,7 +72,7 @@ def test_sidecar_shutdown_mid_delete_stops_between_batches(
     config = sidecar_config(job)
     handle = start_sidecar(
         config,
-        row_store_factory=row_store_factory(job.batch, job_idle_ms=JOB_IDLE_NEVER_MS),
+        row_store_factory=row_store_factory(job.batch, job_idle_ms=JOB_NEVER_IDLE_MS),
         duty_cycle=job.duty_cycle,
         name=f"tq-gc-chaos-{uuid.uuid4().hex[:8]}",  # a name of its own in the tests' shared cluster
     )

@@ -186,9 +186,8 @@ class QuietMoments:
             self._wait.does_not_fit(self.WHAT, waited)
             self.last = NO_WAIT
             return 0.0
-        if waited is None:
-            self.last = NO_WAIT
-        seconds = 0.0 if waited is None else self._answered(waited).waited_seconds
+        self.last = NO_WAIT if waited is None else self._answered(waited)
+        seconds = self.last.waited_seconds
         self._log.waited(WAIT_QUIET, seconds)
         return seconds
 
