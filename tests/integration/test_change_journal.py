@@ -204,3 +204,24 @@ def test_a_tq_version_not_read_gets_no_journal_and_full_listings_said_once(
         assert on_controller(lambda c: JOURNAL_ATTRIBUTE in c.__dict__) is False
     refusals = [r for r in caplog.records if "no change journal" in r.getMessage()]
     assert len(refusals) == 1 and "was not read" in refusals[0].getMessage()
+
+
+def test_a_journal_that_cannot_record_never_fails_the_jobs_request_and_is_distrusted(
+    ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, full_store: TransferQueueRowStore
+) -> None:
+    """The journal lives in the job's controller: whatever goes wrong in it, the job's put and clear
+    still succeed, and the journal is never trusted again (full listings from then on)."""
+    put_rows(tq_partition, ["a", "b"])
+    with attach(ray_cluster.address) as store:
+        store.list_keys(tq_partition)
+        attribute = JOURNAL_ATTRIBUTE
+
+        def break_the_journal(c: Any) -> None:  # entries that cannot be appended to, nor cleared
+            c.__dict__[attribute]["entries"] = ()
+
+        on_controller(break_the_journal)
+        put_rows(tq_partition, ["c", "d"])
+        tq.kv_clear(["a"], tq_partition)
+        assert full_listing(store, tq_partition) == full_listing(full_store, tq_partition)
+        assert set(store.list_keys(tq_partition)) == {"b", "c", "d"}
+        assert journalled(store).full_listings == 3

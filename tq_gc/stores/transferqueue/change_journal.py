@@ -155,7 +155,16 @@ def _new_state(layout: int, capacity_indexes: int) -> Callable[[], dict[str, Any
 def _recorder() -> Callable[[dict[str, Any]], Callable[[Any], None]]:
     def recorder(state: dict[str, Any]) -> Callable[[Any], None]:
         def record(touched: Any) -> None:
-            """Append under the lock: {partition: indexes or None}, or None (nobody can trust the past)."""
+            """Append under the lock: {partition: indexes or None}, or None (nobody can trust the past).
+            Never raises: it runs in the job's request, which a journal that cannot record must not fail;
+            every reader distrusts it instead (full listings, until a checkpoint load starts it afresh)."""
+            try:
+                append(touched)
+            except Exception:
+                state["trusted_from"] = float("inf")
+                state["untrusted_why"] = "the journal could not record a call"
+
+        def append(touched: Any) -> None:
             with state["lock"]:
                 state["seq"] += 1
                 seq, entries = state["seq"], state["entries"]
