@@ -16,6 +16,11 @@ runs for the same window, and its iteration latencies are kept:
                       the window starts 5 s before its first scheduled sweep
   tq-gc-back-to-back  the same with schedule.interval_seconds: 1; the window starts once the sidecar
                       has started up (imported TQ, as it does beside the job's own start-up)
+  tq-gc-warm          (asked for by --configs) the default schedule, the sidecar warmed first by one
+                      sweep outside the window (attached, claimed, every row listed and recorded):
+                      what every later sweep of a sidecar beside the job meets. With --change-journal
+                      the window's sweep lists by the journal its warm-up installed
+  tq-gc-warm-back-to-back  the same, back to back
 
 Before each tq-gc configuration the orphans' first sightings are written a grace period back, so its
 sweeps delete them (the worst case: every sweep marks and deletes); between configurations the partition
@@ -60,7 +65,8 @@ from common import (
 from gc_log import pauses_beside, start_gc_log, stop_gc_log
 from p99_breakdown import p99_breakdown, start_request_spans, stop_request_spans
 
-CONFIGS = ("no-tq-gc", "naive-clear", "tq-gc-default", "tq-gc-back-to-back")
+DEFAULT_CONFIGS = ("no-tq-gc", "naive-clear", "tq-gc-default", "tq-gc-back-to-back")
+CONFIGS = (*DEFAULT_CONFIGS, "tq-gc-warm", "tq-gc-warm-back-to-back")
 BASELINE = CONFIGS[0]
 NAMESPACE = "live"
 LOOP_PERIOD_S = 0.05
@@ -311,7 +317,11 @@ class Bench:
     def _with_sidecar(self, config: str) -> dict[str, Any]:
         from tq_gc.sidecar.client import start_sidecar, stop_sidecar
 
-        self._mark_orphans_past_grace()
+        warm = config.startswith("tq-gc-warm")
+        if warm:
+            self._forget_first_seen()  # an earlier configuration's records: the warm-up deletes nothing
+        else:
+            self._mark_orphans_past_grace()
         schedule = {"interval_seconds": BACK_TO_BACK_INTERVAL_S} if config.endswith("back-to-back") else {}
         sidecar_config = config_for(
             self.data,
@@ -330,15 +340,18 @@ class Bench:
             ray_get(handle.__ray_call__.remote(_renice, self.args.sweeper_nice))
         try:
             self._wait_for_start_up(handle)
+            warm_up = self._warm_up(handle) if warm else {}
             self._wait_for_first_sweep(handle)
             self._start_gc_logs({"sidecar": handle})
             ray_get(handle.__ray_call__.remote(start_request_spans))
-            loop, reports = self._loop_beside(handle, config)
+            loop, reports = self._loop_beside(handle, config, warm_up.get("warm_up_run_id"))
             requests = ray_get(handle.__ray_call__.remote(stop_request_spans))
             gc_pauses = self._gc_pauses({"sidecar": handle}, loop)
             sweeps = {**self._sweeps(reports), **self._let_sweep_finish(handle)}
             every_sweep = {
-                r["run_id"]: r for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
+                r["run_id"]: r
+                for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
+                if r["run_id"] != warm_up.get("warm_up_run_id")
             }
             phases = {
                 "slowest_1pct_by_phase": slowest_by_phase(loop, list(every_sweep.values())),
@@ -354,7 +367,8 @@ class Bench:
                 "duty_cycle": self._duty_cycle(),
                 "fixed_pacing": {"batch": self._fixed().batch, "quiet_ms": self._fixed().quiet_ms},
             }
-            return summary(config, self.data.rows, loop, {**sweeps, **phases, **gc_pauses, **settings})
+            extra = {**sweeps, **phases, **gc_pauses, **settings, **warm_up}
+            return summary(config, self.data.rows, loop, extra)
         finally:
             stop_sidecar(handle)
 
@@ -385,15 +399,42 @@ class Bench:
         records = {
             key: FirstSeen(back_ms, Identity(tags_digest(tags_for(key)))) for key in self.data.orphans()
         }
-        lease = self.state.acquire_lease("bench", 60_000)
-        deadline = time.monotonic() + LEASE_WAIT_S
-        while lease is None and time.monotonic() < deadline:  # a sidecar stopped mid-sweep: its TTL
-            time.sleep(1.0)
-            lease = self.state.acquire_lease("bench", 60_000)
-        assert lease is not None, "a sidecar still holds the lease"
+        lease = self._lease()
         self.state.forget_partition(lease, PARTITION)
         self.state.save_first_seen(lease, PARTITION, records, [], observed_ms=now_ms)
         self.state.release_lease(lease)
+
+    def _warm_up(self, handle: Any) -> dict[str, Any]:
+        """One sweep outside the window, its schedule paused meanwhile: it attaches, claims, lists every
+        row and records the orphans' first sightings (deleting none: they are new to it). Then the
+        orphans are marked past grace as for the other configurations, and the schedule resumes (the
+        next sweep one interval later)."""
+        import ray
+
+        ray.get(handle.pause.remote())
+        report = ray.get(handle.sweep_now.remote())
+        assert report["outcome"] == "completed" and report["counts"]["deleted"] == 0, report
+        self._mark_orphans_past_grace()
+        ray.get(handle.resume.remote())
+        return {
+            "warm_up_run_id": report["run_id"],
+            "warm_up_phases_ms": {k: round(v) for k, v in report["phases_ms"].items()},
+        }
+
+    def _forget_first_seen(self) -> None:
+        lease = self._lease()
+        self.state.forget_partition(lease, PARTITION)
+        self.state.release_lease(lease)
+
+    def _lease(self) -> Any:
+        """The state's lease, once a sidecar stopped mid-sweep has let it go (its TTL)."""
+        lease = self.state.acquire_lease("bench", 60_000)
+        deadline = time.monotonic() + LEASE_WAIT_S
+        while lease is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            lease = self.state.acquire_lease("bench", 60_000)
+        assert lease is not None, "a sidecar still holds the lease"
+        return lease
 
     @staticmethod
     def _wait_for_start_up(handle: Any) -> None:
@@ -440,9 +481,11 @@ class Bench:
             }
         }
 
-    def _loop_beside(self, handle: Any, config: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _loop_beside(
+        self, handle: Any, config: str, warm_up_run_id: str | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The job's loop, and the report of every sweep that ended during it (the sidecar keeps only its
-        last 10: it is asked every few seconds)."""
+        last 10: it is asked every few seconds), the warm-up's not among them."""
         import ray
 
         running = self.job.run.remote(self.args.window_seconds, f"trickle-{config}")
@@ -450,7 +493,8 @@ class Bench:
         while True:
             done, _ = ray.wait([running], timeout=REPORTS_POLL_S)
             for report in ray.get(handle.status.remote())["last_reports"]:
-                reports[report["run_id"]] = report
+                if report["run_id"] != warm_up_run_id:
+                    reports[report["run_id"]] = report
             if done:
                 return ray.get(running), sorted(reports.values(), key=lambda r: r["started_at"], reverse=True)
 
@@ -563,7 +607,7 @@ def main() -> None:
         "--configs",
         nargs="+",
         choices=CONFIGS,
-        default=list(CONFIGS),
+        default=list(DEFAULT_CONFIGS),
         help="in this order; a configuration may run more than once (the baseline first and last gives "
         "the run's noise floor, baseline_spread)",
     )
