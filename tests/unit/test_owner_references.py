@@ -18,7 +18,7 @@ from tq_gc.config import Owner, OwnerReference, ScopeEntry, load_config, parse_c
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
-from tq_gc.report import Outcome
+from tq_gc.report import Outcome, WarningKind
 from tq_gc.rows import RowId, Tags, rows_of
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
@@ -208,14 +208,13 @@ def test_a_match_leaving_a_template_group_unset_fails_the_source() -> None:
         read([reference], store)
 
 
-def test_a_partition_the_store_lacks_fails_the_source() -> None:
-    """A typo or a rename must not read as "no owner exists" (every trajectory an orphan)."""
+def test_a_partition_the_store_lacks_names_nothing() -> None:
+    """Rows and owners share the rule's partition: one the store lacks holds no row to keep or to delete,
+    so the rule names nothing (a typo is said by the sweep's warning and by `tq-gc check`)."""
     store = store_with({"traj": {"u1_0_0": trajectory()}, "trian": {"u1": prompt()}})
-    with pytest.raises(
-        ReferenceSourceError, match=r"partition 'train' \(the owner rule of its scope entry\) does not exist"
-    ) as caught:
-        read([VERL], store)
-    assert caught.value.source == "owners"
+    source = OwnersSource([VERL], store)
+    assert rows_of(source.read()) == set() and source.counts == {VERL.source_id: 0}
+    assert [(s.partition, s.rows, s.matched, s.owned) for s in source.describe()] == [(TRAIN, 0, 0, 0)]
 
 
 def test_a_store_failure_fails_the_source() -> None:
@@ -321,12 +320,23 @@ def test_prompt_rows_are_never_in_scope_even_without_trajectories() -> None:
     assert verl.rows.keys(TRAIN) == {"u1", "u2", "u3"}
 
 
-def test_a_missing_owner_partition_aborts_the_sweep_with_nothing_deleted() -> None:
+def test_a_missing_owner_partition_is_swept_as_empty_with_a_warning() -> None:
+    """verl's val before its first validation: train is swept as always (owned rows kept, a cleared
+    group's reclaimed after grace), and each sweep warns that val does not exist yet."""
     verl = Verl()
-    verl.group(TRAIN, "u1")  # val not written yet
+    kept = verl.group(TRAIN, "u1")
+    cleared = verl.group(TRAIN, "u2")
+    verl.rows.delete(TRAIN, ["u2"])  # val not written yet
     report = verl.sweep()
-    assert (report.outcome, report.cause) == (Outcome.ABORTED, "source_failed")
-    assert "partition 'val'" in (report.reason or "")
+    assert report.outcome is Outcome.COMPLETED, report.reason
+    [warning] = report.warnings
+    assert warning.kind is WarningKind.SCOPE_PARTITION_MISSING and "'val'" in warning.message
+    assert "did you mean" not in warning.message
+    verl.observe_past_grace()
+    report = verl.sweep()
+    assert report.outcome is Outcome.COMPLETED, report.reason
+    assert {row.key for row in report.deleted_sample} == set(cleared)
+    assert verl.rows.keys(TRAIN) == {"u1", *kept} and VAL not in verl.rows.partitions()
 
 
 def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -341,9 +351,11 @@ def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.Ca
         code = main(["check", "--config", str(config), "--json"], Runtime(verl.state, verl.rows))
         return code, {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
 
-    code, checks = check()  # the job has not written val yet
-    assert code == 2 and not checks["owner reference val"]["ok"]
-    assert "partition 'val'" in checks["owner reference val"]["detail"]
+    code, checks = check()  # the job has not written val yet: no row to keep or delete there
+    assert code == 2 and checks["owner reference val"]["ok"] and checks["scope partition val"]["ok"]
+    assert checks["owner reference val"]["detail"] == (
+        "val not created yet: names nothing until the job writes it (its rows would be there too)"
+    )
     assert not checks["verl in-flight protection"]["ok"]
     assert "NOT fail-safe" in checks["verl in-flight protection"]["detail"]
     verl.rows.put(VAL, "v1", prompt())

@@ -71,10 +71,11 @@ class Observer:
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
 
     def _warn_of_missing_partitions(self, run: SweepRun, existing: set[str]) -> None:
-        """A scope partition the row store does not have is swept as empty: a misspelled one would read as
-        "nothing to collect" forever. Warn, unless the stack creates it later (created_by_stack)."""
+        """A scope partition the row store does not have is swept as empty (its owner rule too: it names
+        nothing), whether the job has not written it yet or it is misspelled: a misspelled one would read
+        as "nothing to collect" forever, so each sweep warns."""
         for entry in self.config.scope:
-            if entry.partition not in existing and not entry.created_by_stack:
+            if entry.partition not in existing:
                 warn(
                     run.report,
                     WarningKind.SCOPE_PARTITION_MISSING,
