@@ -361,6 +361,17 @@ def test_a_partition_the_job_has_not_written_yet_passes_check_and_is_warned_of(c
     assert "did you mean" not in warning["message"]
 
 
+@pytest.mark.parametrize("command", ["check", "sweep"])
+def test_the_removed_created_by_stack_is_a_config_error_saying_what_replaces_it(
+    cli: CliRunner, command: str
+) -> None:
+    cli.write_config(scope=[{"partition": "val", "all_keys": True, "created_by_stack": True}])
+    code, out, err = cli.run(command)
+    assert code == EXIT_USAGE and out == ""
+    assert "scope.0.created_by_stack" in err and "swept as empty" in err and "delete the key" in err, err
+    assert cli.rows.calls == []
+
+
 def test_before_the_jobs_first_write_check_passes_its_scope_lines(cli: CliRunner) -> None:
     """No partition at all: nothing is a typo of anything yet, so every scope line passes, and says that a
     name that never appears is never swept (the sweep's warning keeps saying it)."""

@@ -113,21 +113,21 @@ def test_an_owner_needs_the_scope_entrys_key_pattern(way: dict[str, Any]) -> Non
 
 
 def test_an_owner_reference_is_its_scope_entrys_owner_rule() -> None:
-    """One per scope entry with an owner, in scope order; the entry's partition, key pattern and
-    created_by_stack are the rule's, and its source id is the one owner_references had."""
+    """One per scope entry with an owner, in scope order; the entry's partition and key pattern are the
+    rule's, and its source id is the one owner_references had."""
     pattern = {"key_pattern": VERL_PATTERN}
     config = parse_config(
         {
             "scope": [
                 {"partition": "staging", "all_keys": True},
-                {"partition": VAL, **pattern, "created_by_stack": True, "owner": {"key": "{uid}"}},
+                {"partition": VAL, **pattern, "owner": {"key": "{uid}"}},
                 {"partition": TRAIN, **pattern, "owner": {"key": "{uid}", "has_tag": "is_prompt"}},
             ]
         }
     )
     val, train = config.owner_references
-    assert (val.partition, val.created_by_stack, val.owner.has_tag) == (VAL, True, None)
-    assert (train.partition, train.created_by_stack, train.owner.has_tag) == (TRAIN, False, "is_prompt")
+    assert (val.partition, val.key_pattern, val.owner.has_tag) == (VAL, VERL_PATTERN, None)
+    assert (train.partition, train.key_pattern, train.owner.has_tag) == (TRAIN, VERL_PATTERN, "is_prompt")
     assert train.source_id == f"owner_references:{TRAIN}:{VERL_PATTERN}"
     assert (train.when_empty, train.owner.key) == ("accept", "{uid}")
     assert parse_owner(key="{{p}}/{uid}").owner.key == "{{p}}/{uid}"

@@ -83,8 +83,8 @@ class Observer:
                 )
 
     def _list(self) -> tuple[Listing, set[str]]:
-        """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
-        partition it lacks fails its source; an in-scope one is simply empty).
+        """Every scope, tag and owner partition's rows, and the partitions the store has (a tag partition
+        it lacks fails its source; a scope one, owner rule or not, is simply empty).
 
         A reference source's partition is listed with its rows' tags, so that a reference moving
         between two of its rows is seen; a partition that is only swept, by its keys alone (a row that
