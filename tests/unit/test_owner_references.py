@@ -217,6 +217,23 @@ def test_a_partition_the_store_lacks_names_nothing() -> None:
     assert [(s.partition, s.rows, s.matched, s.owned) for s in source.describe()] == [(TRAIN, 0, 0, 0)]
 
 
+def test_a_partition_written_after_the_store_named_its_partitions_is_read_from_the_listing() -> None:
+    """A sweep asks which partitions exist before it lists them: one the job writes in between (verl's
+    val at its first validation) is in the listing, and its owner rows keep their rows."""
+    val_rule = OwnerReference(partition=VAL, key_pattern=VERL_PATTERN, owner=Owner(key="{uid}"))
+    store = store_with({TRAIN: {"u1": prompt(), "u1_0_0": trajectory()}})
+    listed = {
+        TRAIN: store.list_rows(TRAIN),
+        VAL: {"v1": prompt(), "v1_0_0": trajectory(), "v2_0_0": trajectory()},
+    }
+    source = OwnersSource([VERL, val_rule], store)
+    assert rows_of(source.read(listed, existing=[TRAIN])) == owned("u1_0_0") | owned("v1_0_0", partition=VAL)
+    assert [(s.partition, s.rows, s.owned) for s in source.describe(listed, [TRAIN])] == [
+        (TRAIN, 2, 1),
+        (VAL, 3, 1),
+    ]
+
+
 def test_a_store_failure_fails_the_source() -> None:
     class Broken(MemoryRowStore):
         def list_rows(self, partition: str) -> dict[str, Tags]:

@@ -21,7 +21,9 @@ sweep.observe.Observer.read). Fails closed: a match that leaves a group of the t
 source. A rule that owns nothing is believed: its owners come from the same listing as its rows
 (config.sources.OwnerReference.when_empty). So is a rule whose partition the row store does not have (verl's
 `val` before its first validation, or a typo): its rows would be there too, and there is none to keep or to
-delete; the sweep warns of the partition (scope_partition_missing), as of any scope partition it lacks.
+delete; the sweep warns of the partition (scope_partition_missing), as of any scope partition it lacks. A
+partition the job writes between the store naming its partitions and the sweep listing them is read from
+the listing: its owner rows keep their rows.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class OwnersSource:
         known = self._listed.existing(existing)
         for rule in self._rules:
             reference = rule.reference
-            if reference.partition not in known:
+            if reference.partition not in known and not (listed or {}).get(reference.partition):
                 yield rule, _ABSENT  # rows and owners share it: no row to keep or to delete
                 continue
             rows = self._listed.rows(reference.partition, listed)
