@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -235,16 +236,28 @@ def warn(report: SweepReport, kind: WarningKind, message: str) -> None:
 
 # Partitions a missing partition's message names: enough to spot the one meant.
 PARTITIONS_NAMED = 10
+# How alike a missing partition's name and an existing one's must be to read as a typo of it
+# (difflib's ratio, its own default): `rollout_stagin` (0.97) and `staging` (0.64) of `rollout_staging`
+# are, verl's `val` of `train` (0.25) is not.
+TYPO_SIMILARITY = 0.6
+
+
+def meant_partition(partition: str, existing: Collection[str]) -> str | None:
+    """The existing partition a missing scope partition's name is most likely a typo of, if one is close."""
+    close = difflib.get_close_matches(partition, sorted(existing), n=1, cutoff=TYPO_SIMILARITY)
+    return close[0] if close else None
 
 
 def missing_partition(partition: str, existing: Collection[str]) -> str:
-    """What to say of a scope partition the row store does not have (a warning, a failed check)."""
+    """What to say of a scope partition the row store does not have (a sweep's warning, `tq-gc check`)."""
     named = sorted(existing)
     shown = ", ".join(named[:PARTITIONS_NAMED]) + (", ..." if len(named) > PARTITIONS_NAMED else "")
+    meant = meant_partition(partition, existing)
     return (
-        f"scope partition {partition!r} does not exist in the row store (it has: {shown or 'none'}): a "
-        "misspelled partition is never swept. If the job creates it later (verl's val), set "
-        "created_by_stack: true on its scope entry"
+        f"scope partition {partition!r} does not exist in the row store (it has: {shown or 'none'}), "
+        "swept as empty: either not written yet by the job (verl's val before its first validation: "
+        "nothing to sweep there until it exists) or misspelled, and then never swept"
+        + (f": did you mean {meant!r}?" if meant else "")
     )
 
 

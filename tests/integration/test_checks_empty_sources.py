@@ -192,7 +192,7 @@ def test_a_store_whose_record_of_the_sources_is_new_says_empty_sources_skip_swee
 ) -> None:
     world = World(tmp_path)
     world.state = ScriptedState("job-42", clock_ms=world.clock)  # no baseline: new, or restarted empty
-    world.rows.put(STAGING, "held/c1")  # the scope partition exists (check fails one that does not)
+    world.rows.put(STAGING, "held/c1")  # the scope partition exists (check names one that does not)
     runtime = Runtime(world.state, world.rows)
     config = json.loads(world.config.model_dump_json())
     code, checks = run_check(tmp_path, capsys, world.rows, runtime, **config)

@@ -173,7 +173,7 @@ def test_a_controller_of_another_transferqueue_is_refused_before_any_request(
 def test_check_names_the_controllers_tq_and_which_controller_functions_fit(
     ray_cluster: Any, tq: Any, tq_partition: str, put_rows: Any, redis_url: str, tmp_path: Path
 ) -> None:
-    put_rows(tq_partition, ["k"])  # the scope partition exists: check fails one that does not
+    put_rows(tq_partition, ["k"])  # the scope partition exists (check fails one close to another's)
     config = write_config(tmp_path, ray_cluster.address, redis_url, tq_partition)
     env = {**cli_env(), "COLUMNS": "1000"}  # check's table on one line a row
     checked = subprocess.run(

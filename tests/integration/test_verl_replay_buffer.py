@@ -26,7 +26,7 @@ from tq_gc.config import Config, TransferQueueConfig, parse_config
 from tq_gc.integrations.verl import TqGcTrainerMixin, wrap_registered_trainers
 from tq_gc.publish.client import GcClient
 from tq_gc.publish.registry import AdmissionRegistry
-from tq_gc.report import Outcome, SweepReport
+from tq_gc.report import Outcome, SweepReport, WarningKind
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.transferqueue import TransferQueueRowStore
 from tq_gc.sweep import Collector
@@ -115,6 +115,15 @@ def gc_trainer(sidecar: Sidecar, tq: Any, train: str, val: str, tmp_path: Path) 
 
 def keys(tq: Any, partition: str) -> set[str]:
     return set(tq.kv_list(partition).get(partition, {}))
+
+
+def missing_partitions(report: SweepReport) -> list[str]:
+    """The scope partitions a sweep warned do not exist (each warning quotes its partition first)."""
+    return [
+        warning.message.split("'")[1]
+        for warning in report.warnings
+        if warning.kind is WarningKind.SCOPE_PARTITION_MISSING
+    ]
 
 
 def completed(reports: list[SweepReport]) -> bool:
@@ -287,8 +296,9 @@ def test_a_resume_from_before_the_first_validation_sweeps_and_reclaims_with_no_v
     tq: Any, tq_partition: str, val_partition: str, sidecar: Sidecar, tmp_path: Path
 ) -> None:
     """trainer.val_before_train=False: the checkpoint of step 1 is taken before any validation, so the
-    TQ it restores has no `val`. The shipped config marks `val` created_by_stack: sweeps complete and the
-    restored batch is reclaimed before the resumed run first validates."""
+    TQ it restores has no `val`. A scope partition the row store lacks is swept as empty, owner rule or not:
+    sweeps complete, each warning that `val` does not exist, and the restored batch is reclaimed before the
+    resumed run first validates; once it has, the warning stops."""
     trainer = gc_trainer(sidecar, tq, tq_partition, val_partition, tmp_path)  # no validate() first
     saved: list[Path] = []
     batch = trainer.step(lambda trainer, _batch: saved.append(trainer._save_checkpoint()))
@@ -302,7 +312,9 @@ def test_a_resume_from_before_the_first_validation_sweeps_and_reclaims_with_no_v
     assert leaked <= keys(tq, tq_partition) and val_partition not in tq.kv_list()
     reports = resumed.sweep_for(GRACE_S + 2 * INTERVAL_S)
     assert completed(reports), [report.reason for report in reports]
+    assert all(missing_partitions(report) == [val_partition] for report in reports)
     assert resumed.deleted == leaked
     trainer.validate()  # the resumed run's first validation creates `val`: sweeps go on completing
-    assert completed(resumed.sweep_for(2 * INTERVAL_S))
+    reports = resumed.sweep_for(2 * INTERVAL_S)
+    assert completed(reports) and not any(missing_partitions(report) for report in reports)
     trainer.on_train_end()

@@ -325,23 +325,63 @@ def test_a_misspelled_scope_partition_fails_check_and_warns_in_each_sweep(cli: C
     code, doc = cli.run_json("check")
     assert code == EXIT_USAGE
     [failed] = [c for c in doc["checks"] if not c["ok"]]
+    assert failed["name"] == "scope partition rollout_stagin"
     assert "'rollout_stagin' does not exist" in failed["detail"] and STAGING in failed["detail"]
+    assert f"did you mean {STAGING!r}?" in failed["detail"]
     for _ in range(2):
         code, doc = cli.run_json("sweep")
         assert code == EXIT_OK
         [warning] = doc["warnings"]
         assert warning["kind"] == "scope_partition_missing" and "'rollout_stagin'" in warning["message"]
+        assert f"did you mean {STAGING!r}?" in warning["message"]
+    assert cli.rows.keys(STAGING) == {"r1/c1"}
 
 
-def test_a_partition_the_stack_creates_later_stays_quiet(cli: CliRunner) -> None:
+def test_a_partition_the_job_has_not_written_yet_passes_check_and_is_warned_of(cli: CliRunner) -> None:
+    """verl's val before its first validation: no name close to it exists, so it reads as not written
+    yet, not as a typo. `check` passes, saying it is swept once the job writes it; a sweep warns."""
     cli.rows.put(STAGING, "r1/c1")
-    scope = [{"partition": STAGING, "all_keys": True}, {"partition": "val", "all_keys": True}]
-    cli.write_config(scope=[scope[0], {**scope[1], "created_by_stack": True}])
+    cli.write_config(scope=[{"partition": STAGING, "all_keys": True}, {"partition": "val", "all_keys": True}])
     code, doc = cli.run_json("check")
     assert code == EXIT_OK, doc
-    assert any("val: not created yet" in c["detail"] for c in doc["checks"])
-    _, doc = cli.run_json("sweep")
-    assert doc["warnings"] == []
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert "val: not created yet" in checks["row store"]["detail"]
+    line = checks["scope partition val"]
+    assert (
+        line["ok"]
+        and "not created yet" in line["detail"]
+        and "swept once the job writes it" in line["detail"]
+    )
+    assert "did you mean" not in line["detail"] and "created_by_stack" not in json.dumps(doc)
+    assert f"scope partition {STAGING}" not in checks  # an existing one is only counted, in the row store's
+    code, doc = cli.run_json("sweep")
+    assert code == EXIT_OK
+    [warning] = doc["warnings"]
+    assert warning["kind"] == "scope_partition_missing" and "'val'" in warning["message"]
+    assert "did you mean" not in warning["message"]
+
+
+@pytest.mark.parametrize("command", ["check", "sweep"])
+def test_the_removed_created_by_stack_is_a_config_error_saying_what_replaces_it(
+    cli: CliRunner, command: str
+) -> None:
+    cli.write_config(scope=[{"partition": "val", "all_keys": True, "created_by_stack": True}])
+    code, out, err = cli.run(command)
+    assert code == EXIT_USAGE and out == ""
+    assert "scope.0.created_by_stack" in err and "swept as empty" in err and "delete the key" in err, err
+    assert cli.rows.calls == []
+
+
+def test_before_the_jobs_first_write_check_passes_its_scope_lines(cli: CliRunner) -> None:
+    """No partition at all: nothing is a typo of anything yet, so every scope line passes, and says that a
+    name that never appears is never swept (the sweep's warning keeps saying it)."""
+    cli.write_config(scope=[{"partition": STAGING, "all_keys": True}, {"partition": "val", "all_keys": True}])
+    code, doc = cli.run_json("check")
+    scope_lines = [c for c in doc["checks"] if c["name"].startswith("scope partition ")]
+    assert [c["name"] for c in scope_lines] == [f"scope partition {STAGING}", "scope partition val"]
+    for line in scope_lines:
+        assert line["ok"] and "a name that never appears is never swept" in line["detail"], line
+    assert code == EXIT_OK, doc
 
 
 # sweeps further apart than the grace (a CronJob's schedule tq-gc does not know) ---------------------

@@ -18,7 +18,7 @@ from tq_gc.config import Owner, OwnerReference, ScopeEntry, load_config, parse_c
 from tq_gc.errors import ConfigError, ReferenceSourceError
 from tq_gc.plan import PlanPolicy
 from tq_gc.references.owners import OwnersSource
-from tq_gc.report import Outcome
+from tq_gc.report import Outcome, WarningKind
 from tq_gc.rows import RowId, Tags, rows_of
 from tq_gc.state.memory import MemoryState
 from tq_gc.stores.memory import MemoryRowStore
@@ -113,21 +113,21 @@ def test_an_owner_needs_the_scope_entrys_key_pattern(way: dict[str, Any]) -> Non
 
 
 def test_an_owner_reference_is_its_scope_entrys_owner_rule() -> None:
-    """One per scope entry with an owner, in scope order; the entry's partition, key pattern and
-    created_by_stack are the rule's, and its source id is the one owner_references had."""
+    """One per scope entry with an owner, in scope order; the entry's partition and key pattern are the
+    rule's, and its source id is the one owner_references had."""
     pattern = {"key_pattern": VERL_PATTERN}
     config = parse_config(
         {
             "scope": [
                 {"partition": "staging", "all_keys": True},
-                {"partition": VAL, **pattern, "created_by_stack": True, "owner": {"key": "{uid}"}},
+                {"partition": VAL, **pattern, "owner": {"key": "{uid}"}},
                 {"partition": TRAIN, **pattern, "owner": {"key": "{uid}", "has_tag": "is_prompt"}},
             ]
         }
     )
     val, train = config.owner_references
-    assert (val.partition, val.created_by_stack, val.owner.has_tag) == (VAL, True, None)
-    assert (train.partition, train.created_by_stack, train.owner.has_tag) == (TRAIN, False, "is_prompt")
+    assert (val.partition, val.key_pattern, val.owner.has_tag) == (VAL, VERL_PATTERN, None)
+    assert (train.partition, train.key_pattern, train.owner.has_tag) == (TRAIN, VERL_PATTERN, "is_prompt")
     assert train.source_id == f"owner_references:{TRAIN}:{VERL_PATTERN}"
     assert (train.when_empty, train.owner.key) == ("accept", "{uid}")
     assert parse_owner(key="{{p}}/{uid}").owner.key == "{{p}}/{uid}"
@@ -208,14 +208,30 @@ def test_a_match_leaving_a_template_group_unset_fails_the_source() -> None:
         read([reference], store)
 
 
-def test_a_partition_the_store_lacks_fails_the_source() -> None:
-    """A typo or a rename must not read as "no owner exists" (every trajectory an orphan)."""
+def test_a_partition_the_store_lacks_names_nothing() -> None:
+    """Rows and owners share the rule's partition: one the store lacks holds no row to keep or to delete,
+    so the rule names nothing (a typo is said by the sweep's warning and by `tq-gc check`)."""
     store = store_with({"traj": {"u1_0_0": trajectory()}, "trian": {"u1": prompt()}})
-    with pytest.raises(
-        ReferenceSourceError, match=r"partition 'train' \(the owner rule of its scope entry\) does not exist"
-    ) as caught:
-        read([VERL], store)
-    assert caught.value.source == "owners"
+    source = OwnersSource([VERL], store)
+    assert rows_of(source.read()) == set() and source.counts == {VERL.source_id: 0}
+    assert [(s.partition, s.rows, s.matched, s.owned) for s in source.describe()] == [(TRAIN, 0, 0, 0)]
+
+
+def test_a_partition_written_after_the_store_named_its_partitions_is_read_from_the_listing() -> None:
+    """A sweep asks which partitions exist before it lists them: one the job writes in between (verl's
+    val at its first validation) is in the listing, and its owner rows keep their rows."""
+    val_rule = OwnerReference(partition=VAL, key_pattern=VERL_PATTERN, owner=Owner(key="{uid}"))
+    store = store_with({TRAIN: {"u1": prompt(), "u1_0_0": trajectory()}})
+    listed = {
+        TRAIN: store.list_rows(TRAIN),
+        VAL: {"v1": prompt(), "v1_0_0": trajectory(), "v2_0_0": trajectory()},
+    }
+    source = OwnersSource([VERL, val_rule], store)
+    assert rows_of(source.read(listed, existing=[TRAIN])) == owned("u1_0_0") | owned("v1_0_0", partition=VAL)
+    assert [(s.partition, s.rows, s.owned) for s in source.describe(listed, [TRAIN])] == [
+        (TRAIN, 2, 1),
+        (VAL, 3, 1),
+    ]
 
 
 def test_a_store_failure_fails_the_source() -> None:
@@ -321,12 +337,23 @@ def test_prompt_rows_are_never_in_scope_even_without_trajectories() -> None:
     assert verl.rows.keys(TRAIN) == {"u1", "u2", "u3"}
 
 
-def test_a_missing_owner_partition_aborts_the_sweep_with_nothing_deleted() -> None:
+def test_a_missing_owner_partition_is_swept_as_empty_with_a_warning() -> None:
+    """verl's val before its first validation: train is swept as always (owned rows kept, a cleared
+    group's reclaimed after grace), and each sweep warns that val does not exist yet."""
     verl = Verl()
-    verl.group(TRAIN, "u1")  # val not written yet
+    kept = verl.group(TRAIN, "u1")
+    cleared = verl.group(TRAIN, "u2")
+    verl.rows.delete(TRAIN, ["u2"])  # val not written yet
     report = verl.sweep()
-    assert (report.outcome, report.cause) == (Outcome.ABORTED, "source_failed")
-    assert "partition 'val'" in (report.reason or "")
+    assert report.outcome is Outcome.COMPLETED, report.reason
+    [warning] = report.warnings
+    assert warning.kind is WarningKind.SCOPE_PARTITION_MISSING and "'val'" in warning.message
+    assert "did you mean" not in warning.message
+    verl.observe_past_grace()
+    report = verl.sweep()
+    assert report.outcome is Outcome.COMPLETED, report.reason
+    assert {row.key for row in report.deleted_sample} == set(cleared)
+    assert verl.rows.keys(TRAIN) == {"u1", *kept} and VAL not in verl.rows.partitions()
 
 
 def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -341,9 +368,11 @@ def test_check_reports_rows_matched_and_owners(tmp_path: Path, capsys: pytest.Ca
         code = main(["check", "--config", str(config), "--json"], Runtime(verl.state, verl.rows))
         return code, {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
 
-    code, checks = check()  # the job has not written val yet
-    assert code == 2 and not checks["owner reference val"]["ok"]
-    assert "partition 'val'" in checks["owner reference val"]["detail"]
+    code, checks = check()  # the job has not written val yet: no row to keep or delete there
+    assert code == 2 and checks["owner reference val"]["ok"] and checks["scope partition val"]["ok"]
+    assert checks["owner reference val"]["detail"] == (
+        "val not created yet: names nothing until the job writes it (its rows would be there too)"
+    )
     assert not checks["verl in-flight protection"]["ok"]
     assert "NOT fail-safe" in checks["verl in-flight protection"]["detail"]
     verl.rows.put(VAL, "v1", prompt())

@@ -25,7 +25,7 @@ from tq_gc.references.emptied import baseline_age_ms, collected_yields, emptied_
 from tq_gc.references.manifests import ManifestsSource, reader_of
 from tq_gc.references.owners import OwnersSource
 from tq_gc.references.tags import TagsSource
-from tq_gc.report import missing_partition
+from tq_gc.report import meant_partition, missing_partition
 from tq_gc.rows import KeysByPartition
 from tq_gc.state import RedisState
 from tq_gc.state.base import StateStore
@@ -266,8 +266,11 @@ def _manifest_check(source: ManifestSource) -> CheckResult:
 
 def _probe_owners(reference: OwnerReference, rows: RowStore) -> Callable[[], str]:
     def probe() -> str:
-        if reference.created_by_stack and reference.partition not in rows.partitions():
-            return f"{reference.partition} not created yet (created_by_stack): names nothing until it is"
+        if reference.partition not in rows.partitions():
+            return (
+                f"{reference.partition} not created yet: names nothing until the job writes it (its rows "
+                "would be there too)"
+            )
         [found] = OwnersSource([reference], rows).describe()
         return (
             f"{found.rows} rows in {found.partition}, {found.matched} with an owner key: {found.owned} owner "
@@ -335,7 +338,7 @@ def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
         sizes = ", ".join(
             f"{e.partition}: {len(listing(e.partition))} rows"
             if e.partition in existing
-            else f"{e.partition}: not created yet" + (" (created_by_stack)" if e.created_by_stack else "")
+            else f"{e.partition}: not created yet"
             for e in config.scope
         )
         return sizes or "reachable"
@@ -344,18 +347,26 @@ def _probe_rows(config: Config, rows: RowStore) -> Callable[[], str]:
 
 
 def _scope_partition_checks(config: Config, rows: RowStore) -> list[CheckResult]:
-    """A scope partition the row store lacks fails: a misspelled one is never swept, and would read as
-    "0 rows, ok" forever. One the stack creates later (created_by_stack) is only named."""
+    """A scope partition the row store lacks is swept as empty. It fails the check when its name is close
+    to an existing partition's (a typo would read as "0 rows, ok" forever); otherwise it reads as one the
+    job has not written yet (verl's val before its first validation), and passes, said."""
     existing = set(rows.partitions())
     return [
-        {
-            "name": f"scope partition {entry.partition}",
-            "ok": False,
-            "detail": missing_partition(entry.partition, existing),
-        }
+        _missing_partition_check(entry.partition, existing)
         for entry in config.scope
-        if entry.partition not in existing and not entry.created_by_stack
+        if entry.partition not in existing
     ]
+
+
+def _missing_partition_check(partition: str, existing: set[str]) -> CheckResult:
+    name = f"scope partition {partition}"
+    if meant_partition(partition, existing) is not None:
+        return {"name": name, "ok": False, "detail": missing_partition(partition, existing)}
+    detail = (
+        f"{partition} not created yet: swept once the job writes it, each sweep warning of it meanwhile "
+        "(scope_partition_missing); a name that never appears is never swept"
+    )
+    return {"name": name, "ok": True, "detail": detail}
 
 
 def _count(rows: KeysByPartition, what: str) -> str:

@@ -39,8 +39,6 @@ DESCRIPTIONS: Mapping[str, Mapping[str, str]] = {
         "prefixes": "Keys starting with one of these are in scope ('' and '*' are refused: say all_keys).",
         "all_keys": "Every key of the partition is in scope (a staging partition).",
         "key_pattern": "A regular expression the whole key must match to be in scope.",
-        "created_by_stack": "The stack creates this partition later (verl's val): while absent it is not "
-        "a misspelling (no failed check, no warning), and the entry's owner rule names nothing.",
         "owner": "Rows in scope are referenced while their owner row exists in this partition (verl's "
         "trajectories while their prompt row); needs key_pattern.",
     },

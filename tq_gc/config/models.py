@@ -34,10 +34,6 @@ class ScopeEntry(Frozen):
     # share no prefix with the rows to keep (verl's trajectories `{uid}_{session}_{index}` beside their
     # prompt rows `{uid}`).
     key_pattern: str | None = None
-    # The stack creates this partition on its first write (verl's `val` at its first validation): while
-    # it does not exist, that is the stack's normal state, not a misspelled partition (and the owner rule
-    # names nothing: no row to keep or to delete).
-    created_by_stack: bool = False
     # Rows in scope are referenced while their owner row exists in this partition (verl's trajectories
     # `{uid}_{session}_{index}` while their prompt row `{uid}`): a key template over key_pattern's groups.
     # Only rows in scope matter to it: a row out of scope is never deleted.
@@ -83,7 +79,7 @@ class ScopeEntry(Frozen):
         """The entry's owner rule as the owners source reads it, or None without an owner."""
         if self.owner is None or self.key_pattern is None:
             return None
-        return OwnerReference(self.partition, self.key_pattern, self.owner, self.created_by_stack)
+        return OwnerReference(self.partition, self.key_pattern, self.owner)
 
 
 class TransferQueueConfig(Frozen):

@@ -75,6 +75,9 @@ RETIRED: Mapping[str, str] = {
     "scope[].owner.when_empty": "removed: owner rules always accept being empty, since the owner rows come "
     "from the same partition's listing as the rows they protect, so an empty owner set is the job "
     "releasing them, never a failed read (a listing that fails aborts the sweep)",
+    "scope[].created_by_stack": "removed: a scope partition the job has not written yet is swept as empty, "
+    "owner rule or not, with a warning naming it (scope_partition_missing; `tq-gc check` fails only a name "
+    "close to an existing partition's, a likely typo): delete the key",
     "log_format": "removed: how the process prints its logs is the command line's choice, not the "
     "collector's: `tq-gc --log-format json <command>` (beside --log-level; the sidecar logs as text)",
     "sidecar.execute": "removed: a dry-run sidecar is chosen where it is started, as `tq-gc sweep` chooses "

@@ -162,13 +162,12 @@ class Owner(Frozen):
 class OwnerReference:
     """One scope entry's owner rule as the owners source reads it (Config.owner_references): the rows of
     `partition` matching `key_pattern` are referenced while their owner row, keyed by `owner.key`, exists
-    in that partition. `created_by_stack` is the entry's: while the stack has not created the partition
-    there is no row to keep or to delete, and the rule names nothing."""
+    in that partition. While the row store does not have the partition there is no row to keep or to
+    delete, and the rule names nothing."""
 
     partition: str
     key_pattern: str
     owner: Owner
-    created_by_stack: bool = False
 
     @property
     def source_id(self) -> str:

@@ -17,11 +17,13 @@ pattern does not match is out of scope, never deleted; a row whose owner is abse
 its grace runs as always.
 
 Owners are looked up in the sweep's own listing of the partition (one snapshot, read in the tags' slot: see
-sweep.observe.Observer.read). Fails closed: a partition the row store lacks and a match that leaves a group
-of the template unset fail the source. A rule that owns nothing is believed: its owners come from the same
-listing as its rows (config.sources.OwnerReference.when_empty). The rule of an entry marked
-`created_by_stack` (the stack creates the partition on its first write) names nothing while the partition
-does not exist: there is no row to keep or to delete.
+sweep.observe.Observer.read). Fails closed: a match that leaves a group of the template unset fails the
+source. A rule that owns nothing is believed: its owners come from the same listing as its rows
+(config.sources.OwnerReference.when_empty). So is a rule whose partition the row store does not have (verl's
+`val` before its first validation, or a typo): its rows would be there too, and there is none to keep or to
+delete; the sweep warns of the partition (scope_partition_missing), as of any scope partition it lacks. A
+partition the job writes between the store naming its partitions and the sweep listing them is read from
+the listing: its owner rows keep their rows.
 """
 
 from __future__ import annotations
@@ -102,17 +104,9 @@ class OwnersSource:
         known = self._listed.existing(existing)
         for rule in self._rules:
             reference = rule.reference
-            if reference.partition not in known:
-                if reference.created_by_stack:
-                    yield rule, _NOT_CREATED  # rows and owners share it: no row to keep or delete
-                    continue
-                raise ReferenceSourceError(
-                    Source.OWNERS.value,
-                    f"partition {reference.partition!r} (the owner rule of its scope entry) does not exist "
-                    "in the row store: a typo, a renamed partition, or a job that has not written it yet "
-                    "(mark the entry created_by_stack: true if the stack creates it later). Nothing is "
-                    "deleted until it exists",
-                )
+            if reference.partition not in known and not (listed or {}).get(reference.partition):
+                yield rule, _ABSENT  # rows and owners share it: no row to keep or to delete
+                continue
             rows = self._listed.rows(reference.partition, listed)
             yield rule, rule.find(rows)
 
@@ -124,7 +118,7 @@ class _Found:
     owned: list[str]  # keys whose owner exists
 
 
-_NOT_CREATED = _Found(rows=0, matched=0, owned=[])  # a created_by_stack partition the stack has not written
+_ABSENT = _Found(rows=0, matched=0, owned=[])  # a partition the row store does not have
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,10 +71,11 @@ class Observer:
         return listing, References(admissions=admissions, manifests=manifests, tags=tags, owners=owners)
 
     def _warn_of_missing_partitions(self, run: SweepRun, existing: set[str]) -> None:
-        """A scope partition the row store does not have is swept as empty: a misspelled one would read as
-        "nothing to collect" forever. Warn, unless the stack creates it later (created_by_stack)."""
+        """A scope partition the row store does not have is swept as empty (its owner rule too: it names
+        nothing), whether the job has not written it yet or it is misspelled: a misspelled one would read
+        as "nothing to collect" forever, so each sweep warns."""
         for entry in self.config.scope:
-            if entry.partition not in existing and not entry.created_by_stack:
+            if entry.partition not in existing:
                 warn(
                     run.report,
                     WarningKind.SCOPE_PARTITION_MISSING,
@@ -82,8 +83,8 @@ class Observer:
                 )
 
     def _list(self) -> tuple[Listing, set[str]]:
-        """Every scope, tag and owner partition's rows, and the partitions the store has (a tag or owner
-        partition it lacks fails its source; an in-scope one is simply empty).
+        """Every scope, tag and owner partition's rows, and the partitions the store has (a tag partition
+        it lacks fails its source; a scope one, owner rule or not, is simply empty).
 
         A reference source's partition is listed with its rows' tags, so that a reference moving
         between two of its rows is seen; a partition that is only swept, by its keys alone (a row that
