@@ -120,3 +120,23 @@ def test_how_listed_is_one_of_two_kinds() -> None:
         HowListed.in_full("")
     with pytest.raises(ValueError, match="indexes_reread"):
         HowListed.by_journal(indexes_reread=-1)
+
+
+def test_a_transfer_queue_listing_stopped_before_its_end_is_not_said_to_have_listed() -> None:
+    """The sidecar's shutdown stops a listing at its next request (Interrupted): the sweep's report must
+    not say the partition was listed. Its first step is the store's interruptible pause, before any
+    request to TQ: nothing of TQ is reached here."""
+    from tq_gc.errors import Interrupted
+    from tq_gc.stores.transferqueue.listing import PartitionListing
+    from tq_gc.stores.transferqueue.pacing import Pacer
+
+    def stopped(_seconds: float) -> None:
+        raise Interrupted("asked to stop")
+
+    def pacer() -> Pacer:
+        return Pacer.starting_small(2000, 0.005, 0.25)
+
+    listing = PartitionListing(None, None, None, lambda: None, pacer, stopped)  # type: ignore[arg-type]
+    with pytest.raises(Interrupted):
+        listing.keys(PARTITION, 0.0)
+    assert listing.take_listings() == {}

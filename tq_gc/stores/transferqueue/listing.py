@@ -159,9 +159,10 @@ class PartitionListing:
         first-seen record stays (a tags source's listing always asks again).
         With the change journal (use_journal), the last full listing and the indexes touched since."""
         if self.journalled is None:
-            self._how[partition] = HowListed.in_full(JOURNAL_OFF)
-            return self._keys(partition, reuse_seconds)
-        keys, self._sizes[partition], self._how[partition] = self.journalled.keys(partition)
+            keys, how = self._keys(partition, reuse_seconds), HowListed.in_full(JOURNAL_OFF)
+        else:
+            keys, self._sizes[partition], how = self.journalled.keys(partition)
+        self._how[partition] = how  # a listing that raised is not said to have listed
         return keys
 
     def _keys(self, partition: str, reuse_seconds: float) -> dict[str, int]:
