@@ -9,7 +9,7 @@ import pytest
 
 from tq_gc.errors import ConfigError
 from tq_gc.sidecar.options import StartOptions
-from tq_gc.wiring import DEFAULT_DUTY_CYCLE, StoreOptions
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, Runtime, StoreOptions
 
 
 @pytest.mark.parametrize("duty_cycle", [0.0, -0.5, 1.5, math.nan, math.inf])
@@ -40,5 +40,4 @@ def test_the_options_that_differ_are_named_with_both_values() -> None:
 
 def test_the_change_journal_is_off_unless_asked() -> None:
     assert StartOptions().change_journal is False
-    assert StartOptions().store == StoreOptions(duty_cycle=DEFAULT_DUTY_CYCLE, change_journal=False)
-    assert StartOptions(duty_cycle=0.5, change_journal=True).store == StoreOptions(0.5, change_journal=True)
+    assert Runtime().store_options == StoreOptions(duty_cycle=DEFAULT_DUTY_CYCLE, change_journal=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tq_gc.errors import ConfigError
-from tq_gc.wiring import DEFAULT_DUTY_CYCLE, StoreOptions, duty_cycle_problem
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, duty_cycle_problem
 
 MAX_PORT = 65535
 
@@ -32,11 +32,6 @@ class StartOptions:
             raise ConfigError(
                 f"metrics_port: {self.metrics_port} is not a port (0 to {MAX_PORT}; 0: any free)"
             )
-
-    @property
-    def store(self) -> StoreOptions:
-        """How its sweeps use the job's row store."""
-        return StoreOptions(self.duty_cycle, self.change_journal)
 
     def differing(self, other: StartOptions) -> list[str]:
         """The options `other` chose otherwise, each as `name=this (other: that)`."""
