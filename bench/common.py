@@ -207,10 +207,14 @@ def fixed_pacing(batch: int | None = None, quiet_ms: float | None = None) -> Any
     return replace(FIXED_PACING, **{name: value for name, value in given.items() if value is not None})
 
 
-def paced_row_store(fixed: Any, config: Any, duty_cycle: float) -> Any:
+def paced_row_store(fixed: Any, config: Any, options: Any) -> Any:
     """A row store factory for the sidecar (functools.partial(paced_row_store, fixed)): the job's TQ,
-    attached with `fixed` pacing at the sidecar's duty cycle. Module-level, so Ray's workers import it by
-    name."""
+    attached with `fixed` pacing at the sidecar's duty cycle, with the change journal if it was started
+    with it (tq_gc.wiring.StoreOptions). Module-level, so Ray's workers import it by name."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
+    from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
 
-    return TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=duty_cycle, fixed=fixed)
+    journal = JournalSettings() if options.change_journal else None
+    return TransferQueueRowStore.attach(
+        config.transfer_queue, duty_cycle=options.duty_cycle, fixed=fixed, change_journal=journal
+    )

@@ -22,6 +22,10 @@ runs for the same window, and its iteration latencies are kept:
                       the window's sweep lists by the journal its warm-up installed
   tq-gc-warm-back-to-back  the same, back to back
 
+With --change-journal, both tq-gc configurations start their sidecar with the change journal
+(start_sidecar's change_journal): each sweep after its first re-reads only the rows changed since the last
+one; each configuration's line counts its sweeps' listings by how (`listings`: journal, full).
+
 Before each tq-gc configuration the orphans' first sightings are written a grace period back, so its
 sweeps delete them (the worst case: every sweep marks and deletes); between configurations the partition
 is refilled to N rows. One JSON line per configuration, then one of ratios to no-tq-gc, each with the
@@ -334,6 +338,7 @@ class Bench:
             sidecar_config,
             self._row_store_factory(),
             duty_cycle=self._duty_cycle(),
+            change_journal=self.args.change_journal,
             name=f"tq-gc-bench-{config}",  # one sidecar per configuration run, each of its own
         )
         if self.args.sweeper_nice:
@@ -347,7 +352,7 @@ class Bench:
             loop, reports = self._loop_beside(handle, config, warm_up.get("warm_up_run_id"))
             requests = ray_get(handle.__ray_call__.remote(stop_request_spans))
             gc_pauses = self._gc_pauses({"sidecar": handle}, loop)
-            sweeps = {**self._sweeps(reports), **self._let_sweep_finish(handle)}
+            sweeps = {**self.sweeps(reports), **self._let_sweep_finish(handle)}
             every_sweep = {
                 r["run_id"]: r
                 for r in [*reports, *ray_get(handle.status.remote())["last_reports"]]
@@ -365,6 +370,7 @@ class Bench:
             settings = {
                 "sweeper_nice": self.args.sweeper_nice,
                 "duty_cycle": self._duty_cycle(),
+                "change_journal": self.args.change_journal,
                 "fixed_pacing": {"batch": self._fixed().batch, "quiet_ms": self._fixed().quiet_ms},
             }
             extra = {**sweeps, **phases, **gc_pauses, **settings, **warm_up}
@@ -499,7 +505,10 @@ class Bench:
                 return ray.get(running), sorted(reports.values(), key=lambda r: r["started_at"], reverse=True)
 
     @staticmethod
-    def _sweeps(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    def sweeps(reports: list[dict[str, Any]]) -> dict[str, Any]:
+        """What the sweeps of a window did: how many, their deletes and outcomes, their longest request,
+        the last one's phases, and how their partitions were listed (by the change journal, in full)."""
+        listed_by = Counter(how["by"] for r in reports for how in (r.get("listings") or {}).values())
         return {
             "sweeps": len(reports),
             "deleted": sum(r["counts"]["deleted"] for r in reports),
@@ -510,6 +519,7 @@ class Bench:
                 default=None,
             ),
             "phases_ms_last": {k: round(v) for k, v in (reports[0]["phases_ms"] if reports else {}).items()},
+            "listings": dict(sorted(listed_by.items())),
         }
 
     def _loop(self, window_s: float, config: str) -> dict[str, Any]:
@@ -595,7 +605,7 @@ def run(args: argparse.Namespace, each: Callable[[dict[str, Any]], None]) -> lis
     return results
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -634,8 +644,18 @@ def main() -> None:
         default=LOOP_JITTER_MS,
         help="each period of the job's loop is 50 ms +- this (0: exact periods, as runs before 2026-12-01)",
     )
+    parser.add_argument(
+        "--change-journal",
+        action="store_true",
+        help="start the tq-gc sidecars with the change journal (start_sidecar's change_journal, `tq-gc serve "
+        "--change-journal`): each sweep after a sidecar's first re-reads only the rows changed since",
+    )
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file (for plot_live)")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     run(args, lambda line: emit(line, args.out))
 
 

@@ -26,6 +26,7 @@ from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway, st
 from prometheus_client.registry import Collector
 
 from tq_gc.decisions import KEEPS
+from tq_gc.listings import ListedBy
 from tq_gc.liveness import Liveness
 from tq_gc.metrics_footprint import KEPT_AFTER_FAILURE, FootprintMetrics
 from tq_gc.redaction import redact_text, redact_url
@@ -81,6 +82,7 @@ class _Collectors:
     sweep_errors: Counter
     tq_request_seconds: Histogram
     tq_pacing_seconds: Counter
+    partition_listings: Counter
     sweep_warnings: Counter
 
 
@@ -139,6 +141,13 @@ def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
             ["kind"],
             registry=registry,
         ),
+        partition_listings=Counter(
+            name("partition_listings"),
+            "Partitions the row store listed, by how: journal (the listing kept from the last sweep, the "
+            "rows the change journal says changed re-read) or full (the report's listings say why).",
+            ["how"],
+            registry=registry,
+        ),
         sweep_warnings=Counter(
             name("sweep_warnings"),
             "Warnings of sweeps, by kind: a scope partition missing, sweeps further apart than the grace, "
@@ -156,6 +165,8 @@ def _register(registry: CollectorRegistry, store: StoreSeries) -> _Collectors:
         collectors.tq_request_seconds.labels(op=op)
     for kind in store.pacing_waits:
         collectors.tq_pacing_seconds.labels(kind=kind)
+    for by in ListedBy:
+        collectors.partition_listings.labels(how=by.value)
     for kind in WarningKind:
         collectors.sweep_warnings.labels(kind=kind.value)
     registry.register(_ControllerFunctionMisfits(store))
@@ -235,6 +246,8 @@ class SweepMetrics:
                 by_op.observe(seconds)
         for kind, waited_ms in report.pacing_ms.items():
             c.tq_pacing_seconds.labels(kind=kind).inc(waited_ms / 1000)
+        for how in report.listings.values():
+            c.partition_listings.labels(how=how.by.value).inc()
         for reason, rows in kept_by_reason(report).items():
             c.rows_kept.labels(reason=reason).inc(rows)
         for warning in report.warnings:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from tq_gc.audit import DeletedRow
 from tq_gc.decisions import KEEP_BY_SOURCE, Decision
 from tq_gc.footprint import Bytes, StorageFill
+from tq_gc.listings import HowListed
 from tq_gc.referenced import Source
 
 # The field of the counts that holds each keep reason but a source's (Counts.referenced, by source).
@@ -155,6 +156,13 @@ class SweepReport:
     # TQ's quiet_wait and duty_pause): the sweep's time that held nothing up.
     pacing_ms: dict[str, float] = field(default_factory=dict)
 
+    # How the row store listed each partition (RowStore.take_listings: by the change journal, or in full
+    # and why), {partition: how}; {} for a store that does not say.
+    listings: dict[str, HowListed] = field(default_factory=dict)
+
+    def record_listings(self, listed: Mapping[str, HowListed]) -> None:
+        self.listings = dict(sorted(listed.items()))
+
     def record_pacing(self, seconds_by_wait: Mapping[str, float]) -> None:
         self.pacing_ms = {wait: seconds * 1000 for wait, seconds in seconds_by_wait.items()}
 
@@ -190,6 +198,7 @@ class SweepReport:
             "bytes": self.bytes.to_dict(),
             "storage": None if self.storage is None else self.storage.to_dict(),
             "pacing_ms": {wait: round(ms, 3) for wait, ms in self.pacing_ms.items()},
+            "listings": {partition: how.to_dict() for partition, how in self.listings.items()},
         }
 
     @classmethod
@@ -213,6 +222,7 @@ class SweepReport:
             bytes=Bytes.from_dict(data.get("bytes")),
             storage=StorageFill.from_dict(data.get("storage")),
             pacing_ms={str(k): float(v) for k, v in (data.get("pacing_ms") or {}).items()},
+            listings={str(p): HowListed.from_dict(how) for p, how in (data.get("listings") or {}).items()},
         )
 
 

@@ -23,8 +23,20 @@ from tq_gc.stores.transferqueue.pacing import duty_cycle_problem
 from tq_gc.sweep import Collector
 from tq_gc.sweep.lease import LEASE_TTL_SECONDS
 
-# (config, duty cycle) -> the row store a sweep attaches to, pressing on it at most that share of the time.
-RowStoreFactory = Callable[[Config, float], RowStore]
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How this process uses the job's row store, chosen where it starts (never in the config):
+    `duty_cycle`, the most of the wall time its requests may take; `change_journal`, a swept partition
+    listed by the change journal in the job's TransferQueue controller (a sidecar's choice, off by
+    default: docs/performance.md)."""
+
+    duty_cycle: float = DEFAULT_DUTY_CYCLE
+    change_journal: bool = False
+
+
+# (config, options) -> the row store a sweep attaches to, used as the options say.
+RowStoreFactory = Callable[[Config, StoreOptions], RowStore]
 
 
 @dataclass
@@ -39,15 +51,22 @@ class Runtime:
     # How hard this process presses on the job's row store: chosen where it starts (`tq-gc --duty-cycle`,
     # start_sidecar's duty_cycle), not in the config.
     duty_cycle: float = DEFAULT_DUTY_CYCLE
+    # Whether its row store lists swept partitions by the change journal: a sidecar's start option
+    # (`tq-gc serve --change-journal`, start_sidecar's change_journal); a one-shot CLI sweep never does.
+    change_journal: bool = False
     # The sidecar this process starts or reads: its fixed name, unless a test runs one of its own.
     sidecar_name: str = SIDECAR_NAME
 
     def attach(self, config: Config) -> RowStore:
-        """The row store handed in, else the job's TransferQueue (or what the factory builds), paced by
-        this process's duty cycle."""
+        """The row store handed in, else the job's TransferQueue (or what the factory builds), used as
+        this process's store options say."""
         if self.row_store is not None:
             return self.row_store
-        return (self.row_store_factory or attach_transfer_queue)(config, self.duty_cycle)
+        return (self.row_store_factory or attach_transfer_queue)(config, self.store_options)
+
+    @property
+    def store_options(self) -> StoreOptions:
+        return StoreOptions(self.duty_cycle, self.change_journal)
 
     @contextmanager
     def stores(
@@ -93,4 +112,11 @@ def store_series() -> StoreSeries:
     return STORE_SERIES
 
 
-__all__ = ["DEFAULT_DUTY_CYCLE", "RowStoreFactory", "Runtime", "duty_cycle_problem", "store_series"]
+__all__ = [
+    "DEFAULT_DUTY_CYCLE",
+    "RowStoreFactory",
+    "Runtime",
+    "StoreOptions",
+    "duty_cycle_problem",
+    "store_series",
+]

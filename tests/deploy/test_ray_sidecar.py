@@ -99,11 +99,14 @@ def test_start_sidecar_example_starts_the_sidecar_then_runs_training(
     code = module.main([str(RAY / "gc.yaml"), *training])
     assert code == 7, "the training command's exit status is the job's"
     assert [config.namespace for config in started] == [load_config(RAY / "gc.yaml", env={}).namespace]
-    assert options == [{"metrics_port": None, "duty_cycle": 0.25}]  # no metrics endpoint, the default duty
+    # no metrics endpoint, the default duty, no change journal
+    assert options == [{"metrics_port": None, "duty_cycle": 0.25, "change_journal": False}]
 
     port = _entrypoint_option("--metrics-port")
     assert module.main([str(RAY / "gc.yaml"), "--metrics-port", port, "--duty-cycle", "0.5", *training]) == 7
-    assert options[-1] == {"metrics_port": int(port), "duty_cycle": 0.5}
+    assert options[-1] == {"metrics_port": int(port), "duty_cycle": 0.5, "change_journal": False}
+    assert module.main([str(RAY / "gc.yaml"), "--change-journal", *training]) == 7
+    assert options[-1] == {"metrics_port": None, "duty_cycle": 0.25, "change_journal": True}
     for wrong in ([str(RAY / "gc.yaml"), "python", "train.py"], [str(RAY / "gc.yaml"), "--"]):
         with pytest.raises(SystemExit, match="usage"):
             module.main(wrong)

@@ -20,7 +20,7 @@ STAGING = "rollout_staging"
 REPORT_KEYS = {
     "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
     "counts", "phases_ms", "deleted_sample", "longest_tq_request", "row_store_identity",
-    "bytes", "storage", "warnings", "pacing_ms",
+    "bytes", "storage", "warnings", "pacing_ms", "listings",
 }  # fmt: skip
 COUNT_KEYS = {
     "listed",

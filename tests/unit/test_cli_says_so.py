@@ -14,7 +14,7 @@ from tq_gc.cli import EXIT_OK, EXIT_USAGE, demo, main, serve
 from tq_gc.config import Config
 from tq_gc.sidecar.options import StartOptions
 from tq_gc.stores import RowStore
-from tq_gc.wiring import DEFAULT_DUTY_CYCLE, Runtime
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, Runtime, StoreOptions
 
 from support.cli_runner import STAGING, CliRunner
 
@@ -122,6 +122,7 @@ def test_serve_refuses_a_schedule_that_cannot_reclaim(cli: CliRunner) -> None:
         (("--dry-run",), StartOptions(dry_run=True)),
         (("--metrics-port", "9464"), StartOptions(metrics_port=9464)),
         (("--metrics-port", "0"), StartOptions(metrics_port=0)),
+        (("--change-journal",), StartOptions(change_journal=True)),
     ],
 )
 def test_serve_starts_the_sidecar_as_its_command_line_says(
@@ -135,7 +136,13 @@ def test_serve_starts_the_sidecar_as_its_command_line_says(
     assert code == EXIT_OK, err
     assert started == [options]
     _, help_text, _ = cli.run_argv("serve", "--help")
-    assert "--dry-run" in help_text and "--metrics-port" in help_text
+    assert "--dry-run" in help_text and "--metrics-port" in help_text and "--change-journal" in help_text
+
+
+def test_a_one_shot_sweep_takes_no_change_journal(cli: CliRunner) -> None:
+    """The journal's gain is the listing kept from the last sweep of the same process: none for one sweep."""
+    code, out, err = cli.run("sweep", "--change-journal")
+    assert code == EXIT_USAGE and out == "" and "--change-journal" in err
 
 
 @pytest.mark.parametrize("port", ["-1", "65536", "http"])
@@ -159,17 +166,17 @@ def test_a_duty_cycle_outside_zero_to_one_is_a_usage_error(cli: CliRunner, duty:
 def test_the_duty_cycle_reaches_the_row_store_the_sweep_attaches(
     cli: CliRunner, argv: tuple[str, ...], duty: float
 ) -> None:
-    attached: list[float] = []
+    attached: list[StoreOptions] = []
 
-    def attach(_config: Config, duty_cycle: float) -> RowStore:
-        attached.append(duty_cycle)
+    def attach(_config: Config, options: StoreOptions) -> RowStore:
+        attached.append(options)
         return cli.rows
 
     cli.capsys.readouterr()
     runtime = Runtime(cli.state, row_store_factory=attach)
     code = main([*argv, "sweep", "--config", str(cli.config_path)], runtime)
     assert code == EXIT_OK, cli.capsys.readouterr().err
-    assert attached == [duty]
+    assert attached == [StoreOptions(duty_cycle=duty, change_journal=False)]
 
 
 def test_serve_and_demo_take_the_duty_cycle_too(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:

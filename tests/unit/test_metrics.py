@@ -139,6 +139,7 @@ def test_every_metric_has_the_prefix_and_help_text() -> None:
         "tqgc_sweep_warnings",
         "tqgc_tq_request_seconds",
         "tqgc_tq_pacing_seconds",
+        "tqgc_partition_listings",
         "tqgc_tq_controller_function_misfits",
         *FOOTPRINT_FAMILIES,
         "tqgc_sweep_share",

@@ -21,6 +21,7 @@ CORE = {
     "tq_gc.first_seen",
     "tq_gc.footprint",
     "tq_gc.row_sizes",
+    "tq_gc.listings",
 }
 AUDIT = {"tq_gc.audit"}  # the audit's rows and identity columns, pure data the report and records use
 

@@ -9,6 +9,7 @@ import pytest
 
 from tq_gc.errors import ConfigError
 from tq_gc.sidecar.options import StartOptions
+from tq_gc.wiring import DEFAULT_DUTY_CYCLE, Runtime, StoreOptions
 
 
 @pytest.mark.parametrize("duty_cycle", [0.0, -0.5, 1.5, math.nan, math.inf])
@@ -24,10 +25,19 @@ def test_a_metrics_port_that_is_no_port_is_refused(port: int) -> None:
 
 
 def test_the_options_that_differ_are_named_with_both_values() -> None:
-    running = StartOptions(dry_run=True, duty_cycle=0.5, metrics_port=0)
-    assert running.differing(StartOptions(dry_run=True, duty_cycle=0.5, metrics_port=0)) == []
+    running = StartOptions(dry_run=True, duty_cycle=0.5, metrics_port=0, change_journal=True)
+    assert (
+        running.differing(StartOptions(dry_run=True, duty_cycle=0.5, metrics_port=0, change_journal=True))
+        == []
+    )
     assert running.differing(StartOptions()) == [
         "dry_run=True (this start: False)",
         "duty_cycle=0.5 (this start: 0.25)",
         "metrics_port=0 (this start: None)",
+        "change_journal=True (this start: False)",
     ]
+
+
+def test_the_change_journal_is_off_unless_asked() -> None:
+    assert StartOptions().change_journal is False
+    assert Runtime().store_options == StoreOptions(duty_cycle=DEFAULT_DUTY_CYCLE, change_journal=False)

@@ -307,7 +307,7 @@ def test_report_rows_identify_the_run(world: World) -> None:
     assert set(doc) == {
         "run_id", "namespace", "dry_run", "outcome", "reason", "cause", "started_at", "finished_at",
         "counts", "phases_ms", "deleted_sample", "longest_tq_request", "row_store_identity",
-        "bytes", "storage", "warnings", "pacing_ms",
+        "bytes", "storage", "warnings", "pacing_ms", "listings",
     }  # fmt: skip
 
 

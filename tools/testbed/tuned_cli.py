@@ -26,7 +26,7 @@ from tq_gc.cli import main as tq_gc_main
 from tq_gc.config import Config
 from tq_gc.stores import RowStore
 from tq_gc.sweep.lease import LEASE_TTL_SECONDS
-from tq_gc.wiring import RowStoreFactory, Runtime
+from tq_gc.wiring import RowStoreFactory, Runtime, StoreOptions
 
 MODULE = "tools.testbed.tuned_cli"
 # A job-idle time (FixedPacing.job_idle_ms) no test reaches: its store paces as beside a busy job, for tests
@@ -53,11 +53,12 @@ def paced_row_store(
     journal_checks_to: str | None,
     job_idle_ms: float | None,
     config: Config,
-    duty_cycle: float,
+    options: StoreOptions,
 ) -> RowStore:
-    """The job's TransferQueue, attached at `duty_cycle` with requests and delete batches of `batch` rows at
-    most (None: the fixed batch), and with `journal_checks_to` the change journal in its check mode. A
-    module-level function: a sidecar's Ray worker imports it by name (functools.partial of it)."""
+    """The job's TransferQueue, attached as `options` say (the duty cycle, the change journal) with
+    requests and delete batches of `batch` rows at most (None: the fixed batch), and with
+    `journal_checks_to` the change journal in its check mode. A module-level function: a sidecar's Ray
+    worker imports it by name (functools.partial of it)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
     from tq_gc.stores.transferqueue.journal_check import JournalCheck
     from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
@@ -65,11 +66,11 @@ def paced_row_store(
 
     fixed = FIXED_PACING if batch is None else replace(FIXED_PACING, batch=batch)
     fixed = fixed if job_idle_ms is None else replace(fixed, job_idle_ms=job_idle_ms)
-    journal = None
+    journal = JournalSettings() if options.change_journal else None
     if journal_checks_to is not None:
         journal = JournalSettings(check=JournalCheck(partial(append_json_line, journal_checks_to)))
     return TransferQueueRowStore.attach(
-        config.transfer_queue, duty_cycle=duty_cycle, fixed=fixed, change_journal=journal
+        config.transfer_queue, duty_cycle=options.duty_cycle, fixed=fixed, change_journal=journal
     )
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tq_gc.cli.footprint_view import footprint_lines, footprint_summary
 from tq_gc.decisions import WHY_KEPT
+from tq_gc.listings import HowListed
 from tq_gc.report import Counts
 from tq_gc.sweep.run import PhaseListener
 from tq_gc.sweep.run import Progress as DeleteProgress
@@ -155,6 +156,8 @@ def sweep_report(doc: dict[str, Any]) -> None:
     pacing = doc.get("pacing_ms") or {}
     if pacing:  # the phases' time its row store spent waiting, holding nothing up
         console.print("pacing: " + ", ".join(f"{wait} {ms:.0f} ms" for wait, ms in pacing.items()))
+    for partition, how in (doc.get("listings") or {}).items():  # the store's choice: by its journal, or full
+        console.print(f"listed: {partition} {HowListed.from_dict(how)}", markup=False, highlight=False)
     for line in footprint_lines(footprint_summary([doc])):
         console.print(line)
 

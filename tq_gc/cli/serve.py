@@ -1,7 +1,7 @@
 """`tq-gc serve`: the sidecar from a shell. It starts the sidecar actor in the job's Ray cluster (or finds
 the one running with this config and these options), streams its log lines, and keeps it until SIGTERM
-or SIGINT. How it sweeps beside its config is chosen here: --dry-run, --metrics-port, and the global
---duty-cycle (tq_gc/sidecar/options.py)."""
+or SIGINT. How it sweeps beside its config is chosen here: --dry-run, --metrics-port, --change-journal,
+and the global --duty-cycle (tq_gc/sidecar/options.py)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,21 @@ HEALTH_CHECK_SECONDS = 5.0
     help="Serve Prometheus metrics (tqgc_*) on this port of the node the sidecar runs on (0: any free "
     "port). Without it: no metrics endpoint.",
 )
+@click.option(
+    "--change-journal",
+    is_flag=True,
+    help="List each swept partition by a change journal installed in the job's TransferQueue controller: "
+    "a sweep re-reads only the rows changed since the sidecar's last one (a full listing when the journal "
+    "cannot be trusted, and hourly). Removed when the sidecar stops. Off by default.",
+)
 @click.pass_context
-def serve(ctx: click.Context, config_path: str | None, dry_run: bool, metrics_port: int | None) -> None:
+def serve(
+    ctx: click.Context,
+    config_path: str | None,
+    dry_run: bool,
+    metrics_port: int | None,
+    change_journal: bool,
+) -> None:
     """Start the sidecar actor in the job's Ray cluster, and keep it until SIGTERM or SIGINT. Its sweeps
     delete (the sidecar is how tq-gc runs in production) unless --dry-run."""
     config = load(ctx, config_path)
@@ -47,7 +60,12 @@ def serve(ctx: click.Context, config_path: str | None, dry_run: bool, metrics_po
     if problem is not None:
         raise ConfigError(problem)
     runtime: Runtime = ctx.obj
-    options = StartOptions(dry_run=dry_run, duty_cycle=runtime.duty_cycle, metrics_port=metrics_port)
+    options = StartOptions(
+        dry_run=dry_run,
+        duty_cycle=runtime.duty_cycle,
+        metrics_port=metrics_port,
+        change_journal=change_journal,
+    )
     serve_forever(config, options, runtime.sidecar_name)
 
 
@@ -66,6 +84,7 @@ def serve_forever(config: Config, options: StartOptions, name: str) -> None:
         dry_run=options.dry_run,
         duty_cycle=options.duty_cycle,
         metrics_port=options.metrics_port,
+        change_journal=options.change_journal,
         name=name,
     )
     started_here = True

@@ -113,7 +113,11 @@ class SidecarActor:
         # The TQ is attached at the first sweep, not here: the job may create it after the sidecar.
         if row_store_factory is attach_transfer_queue:
             import_transfer_queue_soon()
-        runtime = Runtime(row_store_factory=row_store_factory, duty_cycle=self._options.duty_cycle)
+        runtime = Runtime(
+            row_store_factory=row_store_factory,
+            duty_cycle=self._options.duty_cycle,
+            change_journal=self._options.change_journal,
+        )
         holder = sidecar_holder(self._name, default_holder())
         # The TQ's claim is held from the first executing sweep that reaches the TQ until the row store
         # closes at shutdown, after the sweep stopped (or this process's death, which Ray ends it with).
@@ -273,6 +277,7 @@ class SidecarActor:
             "state_url": self._config.redacted()["state_url"],
             "execute": not self._dry_run,
             "duty_cycle": self._options.duty_cycle,
+            "change_journal": self._options.change_journal,
             "schedule": self._describe_schedule(),
             "running": not self._closed,
             "paused": next_run is None,

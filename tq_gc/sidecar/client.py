@@ -46,6 +46,7 @@ def start_sidecar(
     dry_run: bool = False,
     duty_cycle: float = DEFAULT_DUTY_CYCLE,
     metrics_port: int | None = None,
+    change_journal: bool = False,
     name: str = SIDECAR_NAME,
 ) -> Any:
     """Start the sidecar actor in this Ray cluster, or return the one already running (the sidecar's
@@ -65,11 +66,15 @@ def start_sidecar(
     Chosen here, not in the config (`tq-gc serve`'s options): `dry_run=True`, every sweep of the sidecar
     is a dry run, to watch what it would reclaim (reports, metrics) before letting it; `duty_cycle`, the
     most of the wall time its requests to the job's TransferQueue may take (0 < d <= 1); `metrics_port`,
-    where it serves Prometheus metrics (0: any free port; None: off). `name`: tests only, which run many
-    sidecars in one cluster.
+    where it serves Prometheus metrics (0: any free port; None: off); `change_journal=True`, its sweeps
+    list a swept partition by a change journal installed in the job's TransferQueue controller,
+    re-reading only the rows changed since its last sweep (off by default; removed when the sidecar
+    stops: docs/performance.md). `name`: tests only, which run many sidecars in one cluster.
     """
     config = as_config(config)
-    options = StartOptions(dry_run=dry_run, duty_cycle=duty_cycle, metrics_port=metrics_port)
+    options = StartOptions(
+        dry_run=dry_run, duty_cycle=duty_cycle, metrics_port=metrics_port, change_journal=change_journal
+    )
     if not ray.is_initialized():
         join_ray(config.transfer_queue.ray_address)
     handle: Any = (  # Ray's stubs do not type actor method calls (handle.method.remote)
@@ -129,7 +134,7 @@ def _check_same_config(handle: Any, config: Config, name: str) -> None:
 
 def _check_same_options(handle: Any, options: StartOptions, name: str) -> None:
     """Refuse a running sidecar of this name started otherwise (dry run or deleting, its duty cycle, its
-    metrics port)."""
+    metrics port, its change journal)."""
     running: StartOptions = ray.get(handle.started_how.remote(), timeout=CALL_TIMEOUT_SECONDS)
     differing = running.differing(options)
     if not differing:

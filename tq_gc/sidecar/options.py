@@ -16,11 +16,13 @@ MAX_PORT = 65535
 class StartOptions:
     """`dry_run`: every sweep of the sidecar is a dry run. `duty_cycle`: the most of the wall time its
     requests to the job's TransferQueue may take. `metrics_port`: where it serves Prometheus metrics (0:
-    any free port; None: off)."""
+    any free port; None: off). `change_journal`: its sweeps list a swept partition by the change journal
+    in the job's controller, re-reading only the rows changed since its last sweep (off by default)."""
 
     dry_run: bool = False
     duty_cycle: float = DEFAULT_DUTY_CYCLE
     metrics_port: int | None = None
+    change_journal: bool = False
 
     def __post_init__(self) -> None:
         problem = duty_cycle_problem(self.duty_cycle)

@@ -13,16 +13,22 @@ from tq_gc.stores.memory import MemoryRowStore
 
 if TYPE_CHECKING:
     from tq_gc.config import Config
+    from tq_gc.wiring import StoreOptions
 
 log = logging.getLogger(__name__)
 
 
-def attach_transfer_queue(config: Config, duty_cycle: float) -> RowStore:
-    """Attach to the running job's TransferQueue, pressing on its controller at most `duty_cycle` of the
-    time (imported lazily: Ray and torch are slow to import)."""
+def attach_transfer_queue(config: Config, options: StoreOptions) -> RowStore:
+    """Attach to the running job's TransferQueue, pressing on its controller at most the options' duty
+    cycle of the time, listing swept partitions by the change journal if they say so (imported lazily:
+    Ray and torch are slow to import)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
+    from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
 
-    return TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=duty_cycle)
+    journal = JournalSettings() if options.change_journal else None
+    return TransferQueueRowStore.attach(
+        config.transfer_queue, duty_cycle=options.duty_cycle, change_journal=journal
+    )
 
 
 _IMPORT_THREAD_NAME = "tq-gc-import"

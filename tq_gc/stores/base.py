@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tq_gc.footprint import Leftovers, StorageFill
+from tq_gc.listings import HowListed
 from tq_gc.rows import Identity, Tags
 
 if TYPE_CHECKING:
@@ -116,6 +117,11 @@ class RowStore(ABC):
     def take_pacing_stats(self) -> dict[str, float]:
         """{what it waited for: seconds} between its requests since the last call, and start afresh: the
         store's own pacing (the job's quiet moments, a duty cycle). Default: none."""
+        return {}
+
+    def take_listings(self) -> dict[str, HowListed]:
+        """{partition: how it was listed} since the last call (by a change journal, or in full and why),
+        and start afresh: the store's own choice of listing. Default: none said."""
         return {}
 
     def claim(self, holder: str, where: str) -> StoreClaim | None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from tq_gc.errors import RowStoreNotFound, StoreUnavailable
 from tq_gc.footprint import Leftovers, StorageFill
+from tq_gc.listings import HowListed
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, as_row_store
 from tq_gc.stores.claims import StoreClaim
@@ -142,6 +143,13 @@ class DeferredRowStore(RowStore):
         with self._lock:
             store = self._store
         return {} if store is None else store.take_pacing_stats()
+
+    def take_listings(self) -> dict[str, HowListed]:
+        """How the attached store listed each partition since the last call, then afresh; none before it
+        attached."""
+        with self._lock:
+            store = self._store
+        return {} if store is None else store.take_listings()
 
     def close(self) -> None:
         """Close the store we attached, if any (its own close(): never the TQ itself)."""

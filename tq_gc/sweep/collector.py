@@ -118,6 +118,7 @@ class Collector:
         report.started_at = utc_now_iso()
         self._take_request_stats()  # requests made before this sweep are not its own, nor waits
         self.row_store.take_pacing_stats()
+        self.row_store.take_listings()
         renewal = self.lease.renewed_in_background(run)
         try:
             self._stop_if_asked()
@@ -153,6 +154,7 @@ class Collector:
             report.finished_at = utc_now_iso()
             report.record_tq_requests(self._take_request_stats())
             report.record_pacing(self.row_store.take_pacing_stats())
+            report.record_listings(self.row_store.take_listings())
             self._finish(run)
 
     def _take_request_stats(self) -> dict[str, list[float]]:

@@ -21,6 +21,7 @@ from tq_gc.rows import Identity, Tags
 from tq_gc.sidecar.client import sidecar_registry
 from tq_gc.stores import RowStore, attach_transfer_queue
 from tq_gc.stores.claims import StoreClaim
+from tq_gc.wiring import StoreOptions
 
 T = TypeVar("T")
 
@@ -125,18 +126,18 @@ class FailingListing(Wrapped):
             raise RuntimeError("injected listing failure")
 
 
-def slow_tq_store(config: Config, duty_cycle: float, delay_s: float, events: str) -> RowStore:
-    return SlowListing(attach_transfer_queue(config, duty_cycle), delay_s, Path(events))
+def slow_tq_store(config: Config, options: StoreOptions, delay_s: float, events: str) -> RowStore:
+    return SlowListing(attach_transfer_queue(config, options), delay_s, Path(events))
 
 
-def failing_tq_store(config: Config, duty_cycle: float, fail_while: str, failures: str) -> RowStore:
-    return FailingListing(attach_transfer_queue(config, duty_cycle), Path(fail_while), Path(failures))
+def failing_tq_store(config: Config, options: StoreOptions, fail_while: str, failures: str) -> RowStore:
+    return FailingListing(attach_transfer_queue(config, options), Path(fail_while), Path(failures))
 
 
-def duty_noting_tq_store(config: Config, duty_cycle: float, noted: str) -> RowStore:
+def duty_noting_tq_store(config: Config, options: StoreOptions, noted: str) -> RowStore:
     """The job's TQ, attached at the duty cycle the sidecar hands its factory, which is noted in `noted`."""
-    Path(noted).write_text(repr(duty_cycle))
-    return attach_transfer_queue(config, duty_cycle)
+    Path(noted).write_text(repr(options.duty_cycle))
+    return attach_transfer_queue(config, options)
 
 
 def max_concurrency(events: Path) -> tuple[int, int]:

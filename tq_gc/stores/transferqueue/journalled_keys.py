@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tq_gc.errors import StoreUnavailable
+from tq_gc.listings import HowListed
 from tq_gc.stores.transferqueue.change_journal import journal_installer, journal_reader, journal_uninstaller
 from tq_gc.stores.transferqueue.controller_function import MISFITS
 from tq_gc.stores.transferqueue.journal_check import JournalCheck
@@ -38,6 +39,15 @@ logger = logging.getLogger(__name__)
 JOURNAL_CAPACITY_INDEXES = 100_000
 # A full listing at least this often, whatever the journal says: a base never older than this.
 FULL_LISTING_EVERY_SECONDS = 3600.0
+
+# Why a listing was a full one, as the report's listings say it (besides the journal's own answer: an
+# overflow, a load_checkpoint, a call from before the install still running).
+JOURNAL_OFF = "the change journal is off"
+WITH_TAGS = "a reference source's partition, listed with its tags: always in full"
+FIRST_LISTING = "no listing kept from an earlier sweep: this one is the journal's base"
+ANOTHER_JOURNAL = "the journal in the controller is another one (installed again, or a new controller)"
+WHOLE_PARTITION = "the whole partition was created or cleared"
+WINDOWS_MISFIT = "the key windows do not fit the controller"
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,8 @@ class KeptKeys:
 ReadWindow = Callable[[str, list[int]], "tuple[list[str | None], list[int] | None] | None"]
 # partition -> ({key: global index}, {key: bytes}) by a full listing
 FullListing = Callable[[str], "tuple[dict[str, int], Mapping[str, int]]"]
+# ({key: global index}, {key: bytes}, how they were listed)
+Listed = tuple[dict[str, int], Mapping[str, int], HowListed]
 
 
 class ChangeJournal:
@@ -188,22 +200,26 @@ class JournalledKeys:
         self._kept: dict[str, KeptKeys] = {}
         self.full_listings = 0  # how many listings were full ones (tests, benches)
 
-    def keys(self, partition: str) -> tuple[dict[str, int], Mapping[str, int]]:
-        """({key: global index}, {key: bytes}) of the partition, as a full listing would list them."""
+    def keys(self, partition: str) -> Listed:
+        """({key: global index}, {key: bytes}) of the partition, as a full listing would list them, and
+        how: by the journal (the indexes re-read), or in full and why."""
         kept = self._kept.get(partition)
         if kept is None:
             answer = self.journal.changes(None, None, partition)
         else:
             answer = self.journal.changes(kept.epoch, kept.seq, partition)
-        if kept is not None and answer is not None and self._fresh(kept, answer, partition):
+        why = self._why_in_full(kept, answer, partition)
+        if why is None:
+            assert kept is not None and answer is not None  # what _why_in_full found
             touched = answer["touched"].get(partition, [])
             if self._merged(partition, kept, touched):
                 kept.seq = int(answer["seq"])
                 listed = dict(kept.keys), dict(kept.sizes)
                 if self._settings.check is not None:
                     self._checked(self._settings.check, partition, kept, listed)
-                return listed
-        return self._listed_in_full(partition, answer)
+                return *listed, HowListed.by_journal(len(touched))
+            why = WINDOWS_MISFIT
+        return self._listed_in_full(partition, answer, why)
 
     def _checked(
         self,
@@ -225,14 +241,29 @@ class JournalledKeys:
             return
         check.compare(partition, listed, full, set(touched))
 
-    def _fresh(self, kept: KeptKeys, answer: dict[str, Any], partition: str) -> bool:
-        """Whether the kept listing plus what the journal says touched is the partition now."""
-        return (
-            bool(answer["trusted"])
-            and answer["epoch"] == kept.epoch
-            and answer["touched"].get(partition, ()) is not None
-            and self._clock() - kept.based_at < self._settings.full_listing_every_seconds
-        )
+    def _why_in_full(
+        self, kept: KeptKeys | None, answer: dict[str, Any] | None, partition: str
+    ) -> str | None:
+        """Why the kept listing plus what the journal says touched is not the partition now (so a full
+        listing), or None: it is."""
+        if answer is None:
+            return f"no change journal ({self.journal.refused or 'not installed'})"
+        if not answer["settled"]:
+            return str(answer["why"])
+        if kept is None:
+            return FIRST_LISTING
+        if answer["epoch"] != kept.epoch:
+            return ANOTHER_JOURNAL
+        if not answer["trusted"]:
+            return str(answer["why"] or FIRST_LISTING)
+        if answer["touched"].get(partition, ()) is None:
+            return WHOLE_PARTITION
+        age_seconds, every_seconds = self._clock() - kept.based_at, self._settings.full_listing_every_seconds
+        if age_seconds >= every_seconds:
+            return (
+                f"a full listing at least every {every_seconds:g} s (the kept one is {age_seconds:.0f} s old)"
+            )
+        return None
 
     def _merged(self, partition: str, kept: KeptKeys, touched: list[int]) -> bool:
         """Re-read the touched indexes into `kept`; False (kept dropped) if the key windows do not fit."""
@@ -252,10 +283,9 @@ class JournalledKeys:
             kept.add(window, *read)
         return True
 
-    def _listed_in_full(
-        self, partition: str, answer: dict[str, Any] | None
-    ) -> tuple[dict[str, int], Mapping[str, int]]:
-        """A full listing; the new base at the answer's seq (read before it) where the journal allows."""
+    def _listed_in_full(self, partition: str, answer: dict[str, Any] | None, why: str) -> Listed:
+        """A full listing (`why`); the new base at the answer's seq (read before it) where the journal
+        allows."""
         self._kept.pop(partition, None)
         if answer is not None and not answer["settled"]:  # read again: it may have settled by now
             answer = self.journal.changes(None, None, partition)
@@ -263,19 +293,8 @@ class JournalledKeys:
         keys, sizes = self._full(partition)
         self.full_listings += 1
         if self._settings.check is not None:
-            self._settings.check.listed_in_full(partition, _why_in_full(partition, answer))
+            self._settings.check.listed_in_full(partition, why)
         if answer is not None and answer["settled"] and answer["epoch"] is not None:
             kept = KeptKeys(dict(keys), dict(sizes), str(answer["epoch"]), int(answer["seq"]), based_at)
             self._kept[partition] = kept
-        return keys, sizes
-
-
-def _why_in_full(partition: str, answer: dict[str, Any] | None) -> str:
-    """Why a listing was a full one, for the check mode's record."""
-    if answer is None:
-        return "no journal"
-    if answer["why"]:
-        return str(answer["why"])
-    if answer["touched"].get(partition, ()) is None:
-        return "the whole partition was touched"
-    return "the kept listing is too old, or the key windows do not fit"
+        return keys, sizes, HowListed.in_full(why)

@@ -9,11 +9,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 
+from tq_gc.listings import HowListed
 from tq_gc.row_sizes import RowSizes
 from tq_gc.rows import Tags
 from tq_gc.stores.transferqueue.clearing import retrieve_meta
 from tq_gc.stores.transferqueue.index_range import IndexRanges
-from tq_gc.stores.transferqueue.journalled_keys import ChangeJournal, JournalledKeys, JournalSettings
+from tq_gc.stores.transferqueue.journalled_keys import (
+    JOURNAL_OFF,
+    WITH_TAGS,
+    ChangeJournal,
+    JournalledKeys,
+    JournalSettings,
+)
 from tq_gc.stores.transferqueue.key_windows import ControllerKeys
 from tq_gc.stores.transferqueue.pacing import Pacer
 from tq_gc.stores.transferqueue.requests import OP_KEYS, OP_META, TqRequests
@@ -45,6 +52,12 @@ class PartitionListing:
         # The partitions whose tag listings read sizes too (None: all of them)
         self.sized: frozenset[str] | None = None
         self.journalled: JournalledKeys | None = None  # keys() by the change journal (use_journal)
+        self._how: dict[str, HowListed] = {}  # how each partition was listed since take_listings()
+
+    def take_listings(self) -> dict[str, HowListed]:
+        """{partition: how it was listed} since the last call (the last listing of each), and afresh."""
+        taken, self._how = self._how, {}
+        return taken
 
     def use_journal(self, journal: ChangeJournal, settings: JournalSettings) -> None:
         """List keys() by the change journal from now on (journalled_keys.py): the last full listing
@@ -111,6 +124,7 @@ class PartitionListing:
             tags_seconds = self._add_tags(partition, first_pass.not_in(owners), rows, None)
             self._sleep(pacer.after(max(keys_seconds, tags_seconds)))
         self._sizes[partition] = {key: size for key, size in sizes.items() if key in rows}
+        self._how[partition] = HowListed.in_full(WITH_TAGS)
         return rows
 
     def _add_sizes(self, partition: str, owners: dict[int, str], sizes: dict[str, int]) -> None:
@@ -145,8 +159,10 @@ class PartitionListing:
         first-seen record stays (a tags source's listing always asks again).
         With the change journal (use_journal), the last full listing and the indexes touched since."""
         if self.journalled is None:
-            return self._keys(partition, reuse_seconds)
-        keys, self._sizes[partition] = self.journalled.keys(partition)
+            keys, how = self._keys(partition, reuse_seconds), HowListed.in_full(JOURNAL_OFF)
+        else:
+            keys, self._sizes[partition], how = self.journalled.keys(partition)
+        self._how[partition] = how  # a listing that raised is not said to have listed
         return keys
 
     def _keys(self, partition: str, reuse_seconds: float) -> dict[str, int]:

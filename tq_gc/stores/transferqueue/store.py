@@ -17,6 +17,7 @@ from typing import Any
 from tq_gc.config import TransferQueueConfig, redact_url
 from tq_gc.errors import Interrupted, StoreUnavailable, TransferQueueNotFound
 from tq_gc.footprint import Leftovers, StorageFill
+from tq_gc.listings import HowListed
 from tq_gc.ray_cluster import join_ray
 from tq_gc.rows import Identity, Tags
 from tq_gc.stores.base import RowStore, keys_with_indexes
@@ -28,11 +29,7 @@ from tq_gc.stores.transferqueue.attach import (
     refuse_another_tq,
 )
 from tq_gc.stores.transferqueue.claim import TqClaim
-from tq_gc.stores.transferqueue.clearing import (
-    clear_batch_if_unchanged,
-    clear_keys,
-    snapshot,
-)
+from tq_gc.stores.transferqueue.clearing import clear_batch_if_unchanged, clear_keys, snapshot
 from tq_gc.stores.transferqueue.controller_fit import ControllerFit, fit_since, skip_misfits
 from tq_gc.stores.transferqueue.controller_function import ControllerFunction
 from tq_gc.stores.transferqueue.delete_batches import DeleteBatches
@@ -86,14 +83,12 @@ class TransferQueueRowStore(RowStore):
         change_journal: JournalSettings | None = None,
     ) -> None:
         """Wrap an attached `transfer_queue.TransferQueueClient`; the store closes it in `close()`.
-
-        With the controller's actor handle, `list_rows` reads in short paced windows; without it, in one
-        `kv_list`. With it and `quiet`, each request waits for a quiet moment of the controller. With
-        `controller_fit` (what the probe at attach found), a function run on the controller that does
-        not fit it is never tried: TQ's own call from the start. `instance` (controller_instance() at
-        attach) tells ensure_attached() whether the job's controller is still that one. With `change_journal`
-        (off by default), list_keys re-reads only what changed since its last full listing
-        (journalled_keys.py)."""
+        With the controller's actor handle, `list_rows` reads in short paced windows (else one `kv_list`)
+        and, with `quiet`, each request waits for a quiet moment of the controller. With `controller_fit`
+        (the probe's at attach), a function run on the controller that does not fit it is never tried.
+        `instance` (controller_instance() at attach) tells ensure_attached() whether the job's controller
+        is still that one. With `change_journal` (off by default), list_keys re-reads only what changed
+        since its last full listing (journalled_keys.py)."""
         self._client = client
         self._controller = controller
         self._instance = instance
@@ -245,11 +240,10 @@ class TransferQueueRowStore(RowStore):
 
     def delete_if_unchanged(self, partition: str, expected: Mapping[str, Identity]) -> set[str]:
         """In batches of the pacer's window (request_batch/4 to request_batch rows, starting at the top:
-        each batch costs round trips of its own), each a re-check and a clear back to back, then the
-        duty cycle's pause. Each of the two holds the job's requests for
-        as long as it takes: a pair slower than two targets halves the next batch. (With a nested field
-        TQ rescans every row's shape on each clear, O(partition) whatever the batch: the batches then
-        stay at the floor, and the pauses grow with the clears.)"""
+        each batch costs round trips of its own), each a re-check and a clear back to back, then the duty
+        cycle's pause. Each of the two holds the job's requests for as long as it takes: a pair slower
+        than two targets halves the next batch. (With a nested field TQ rescans every row's shape on each
+        clear, O(partition) whatever the batch: the batches stay at the floor, the pauses grow.)"""
         deleted: set[str] = set()
         pacer = self._pacer()
         pacer.window = pacer.max_window  # the first pair tells at once if that is too much
@@ -341,6 +335,9 @@ class TransferQueueRowStore(RowStore):
         """{WAIT_QUIET, WAIT_DUTY: seconds} the store waited between its requests since the last call
         (for quiet moments; in the duty cycle's pauses), and start afresh."""
         return self._requests.log.take_waits()
+
+    def take_listings(self) -> dict[str, HowListed]:
+        return self._listing.take_listings()  # by the change journal, or in full and why
 
     # ---- lifecycle ----
 
