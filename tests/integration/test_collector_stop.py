@@ -4,7 +4,6 @@ sweep ends at the listing's next request, aborted with cause `stopped`, and dele
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -22,6 +21,17 @@ pytestmark = pytest.mark.ray
 
 ROWS = 300
 JOIN_TIMEOUT_S = 15.0
+LISTING_DEADLINE_S = 120.0  # attach and the first requests, on a starved machine
+
+
+class ListingSeen(TransferQueueRowStore):
+    """The TQ store, saying when a sweep starts listing the swept partition."""
+
+    listing = threading.Event()
+
+    def list_keys(self, partition: str) -> dict[str, int]:
+        self.listing.set()
+        return super().list_keys(partition)
 
 
 def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
@@ -44,14 +54,15 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
     # As the sidecar holds it: attached on first use, stop() forwarded to the store attached.
     fixed = FixedPacing(batch=8, job_idle_ms=JOB_NEVER_IDLE_MS)
     store = DeferredRowStore(
-        lambda: TransferQueueRowStore.attach(config.transfer_queue, duty_cycle=0.01, fixed=fixed)
+        lambda: ListingSeen.attach(config.transfer_queue, duty_cycle=0.01, fixed=fixed)
     )
     try:
         collector = Collector(config, MemoryState("stop-test"), store, holder="test")
         reports: list[SweepReport] = []
         sweeper = threading.Thread(target=lambda: reports.append(collector.sweep(dry_run=False)))
+        ListingSeen.listing.clear()
         sweeper.start()
-        time.sleep(1.0)  # well into the listing's windows
+        assert ListingSeen.listing.wait(LISTING_DEADLINE_S), "the sweep never started listing"
         collector.stop()
         sweeper.join(timeout=JOIN_TIMEOUT_S)
 
