@@ -7,8 +7,7 @@
 This module is the actor; tq_gc/sidecar/client.py starts, finds and stops it.
 
 Inside the actor an APScheduler 3 BackgroundScheduler runs one job, the sweep, on `schedule`
-(interval or cron), on a thread at the lowest CPU priority (sweep_priority.py); `sweep_now()` runs one on
-demand, on the calling thread. A lock keeps the two apart:
+(interval or cron); `sweep_now()` runs one on demand. A lock keeps the two apart:
 never two sweeps at once in one sidecar (across sweepers, the state store's lease does that). A sweep
 that raises is logged and counted (`tqgc_sweep_errors_total`), and the schedule goes on.
 
@@ -57,7 +56,6 @@ from tq_gc.report import Cause, SweepReport
 from tq_gc.sidecar.names import SIDECAR_NAME, SIDECAR_RAY_NAMESPACE
 from tq_gc.sidecar.options import DEFAULT_START, StartOptions
 from tq_gc.sidecar.pressure import FIXED_PRESSURE_TIMING, PressureTiming, PressureWatch
-from tq_gc.sidecar.sweep_priority import lower_this_threads_priority
 from tq_gc.state.base import AdmissionRows
 from tq_gc.state.keys import RUNS_KEPT
 from tq_gc.stores import attach_transfer_queue, import_transfer_queue_soon, transfer_queue_importing
@@ -197,7 +195,6 @@ class SidecarActor:
             return self._sweep(self._dry_run if dry_run is None else dry_run).to_dict()
 
     def _scheduled_sweep(self) -> None:
-        lower_this_threads_priority()  # the job's processes first where a core is contended
         # A tick while sweep_now() runs is dropped, not queued: that sweep covers it.
         if not self._sweep_lock.acquire(blocking=False):
             log.info("scheduled sweep skipped: another sweep of this sidecar is running")

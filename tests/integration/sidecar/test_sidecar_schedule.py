@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,35 +98,3 @@ def test_the_sidecar_attaches_at_the_duty_cycle_it_was_started_with(
     expected = DEFAULT_DUTY_CYCLE if duty_cycle is None else duty_cycle
     assert float(noted.read_text()) == expected
     assert call(handle, "status")["duty_cycle"] == expected
-
-
-def threads_niceness() -> Callable[[Any], dict[str, int]]:
-    """A function (nested: Ray ships it by value) that reads, in the sidecar's process, the niceness of
-    the thread that runs its scheduled sweeps (APScheduler's pool) and of the thread serving the call."""
-
-    def read(actor: Any) -> dict[str, int]:
-        import os
-        import threading
-
-        pool = [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")]
-        assert len(pool) == 1 and pool[0].native_id is not None, [t.name for t in threading.enumerate()]
-        return {
-            "scheduled sweeps": os.getpriority(os.PRIO_PROCESS, pool[0].native_id),
-            "calls": os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
-        }
-
-    return read
-
-
-def test_scheduled_sweeps_run_at_the_lowest_cpu_priority_and_calls_keep_theirs(
-    make_config: MakeConfig, sidecar: StartSidecar, tq: Any, tq_partition: str, put_rows: Any
-) -> None:
-    put_rows(tq_partition, ["orphan/1"])
-    handle = sidecar(make_config())
-    wait_until("a scheduled sweep has run", lambda: reports(handle))
-
-    import ray
-
-    niceness = ray.get(handle.__ray_call__.remote(threads_niceness()), timeout=60)
-    assert niceness["scheduled sweeps"] == 19
-    assert niceness["calls"] < 19  # Ray's own for its workers (15), kept for admissions and status
