@@ -209,12 +209,8 @@ def fixed_pacing(batch: int | None = None, quiet_ms: float | None = None) -> Any
 
 def paced_row_store(fixed: Any, config: Any, options: Any) -> Any:
     """A row store factory for the sidecar (functools.partial(paced_row_store, fixed)): the job's TQ,
-    attached with `fixed` pacing at the sidecar's duty cycle, with the change journal if it was started
-    with it (tq_gc.wiring.StoreOptions). Module-level, so Ray's workers import it by name."""
-    from tq_gc.stores.transferqueue import TransferQueueRowStore
-    from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
+    attached as the sidecar's own attach does (tq_gc.wiring.StoreOptions: its duty cycle, its change
+    journal) with `fixed` pacing. Module-level, so Ray's workers import it by name."""
+    from tq_gc.stores import attach_transfer_queue
 
-    journal = JournalSettings() if options.change_journal else None
-    return TransferQueueRowStore.attach(
-        config.transfer_queue, duty_cycle=options.duty_cycle, fixed=fixed, change_journal=journal
-    )
+    return attach_transfer_queue(config, options, fixed=fixed)

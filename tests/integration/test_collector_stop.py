@@ -53,9 +53,7 @@ def test_stop_ends_a_sweep_in_its_listing_and_deletes_nothing(
     )
     # As the sidecar holds it: attached on first use, stop() forwarded to the store attached.
     fixed = FixedPacing(batch=8, job_idle_ms=JOB_NEVER_IDLE_MS)
-    store = DeferredRowStore(
-        lambda: ListingSeen.attach(config.transfer_queue, duty_cycle=0.01, fixed=fixed)
-    )
+    store = DeferredRowStore(lambda: ListingSeen.attach(config.transfer_queue, duty_cycle=0.01, fixed=fixed))
     try:
         collector = Collector(config, MemoryState("stop-test"), store, holder="test")
         reports: list[SweepReport] = []

@@ -59,19 +59,17 @@ def paced_row_store(
     requests and delete batches of `batch` rows at most (None: the fixed batch), and with
     `journal_checks_to` the change journal in its check mode. A module-level function: a sidecar's Ray
     worker imports it by name (functools.partial of it)."""
-    from tq_gc.stores.transferqueue import TransferQueueRowStore
+    from tq_gc.stores import attach_transfer_queue
     from tq_gc.stores.transferqueue.journal_check import JournalCheck
     from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
     from tq_gc.stores.transferqueue.pacing import FIXED_PACING
 
     fixed = FIXED_PACING if batch is None else replace(FIXED_PACING, batch=batch)
     fixed = fixed if job_idle_ms is None else replace(fixed, job_idle_ms=job_idle_ms)
-    journal = JournalSettings() if options.change_journal else None
+    journal = None
     if journal_checks_to is not None:
         journal = JournalSettings(check=JournalCheck(partial(append_json_line, journal_checks_to)))
-    return TransferQueueRowStore.attach(
-        config.transfer_queue, duty_cycle=options.duty_cycle, fixed=fixed, change_journal=journal
-    )
+    return attach_transfer_queue(config, options, fixed=fixed, journal=journal)
 
 
 def append_json_line(path: str, record: dict[str, Any]) -> None:

@@ -13,21 +13,34 @@ from tq_gc.stores.memory import MemoryRowStore
 
 if TYPE_CHECKING:
     from tq_gc.config import Config
+    from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
+    from tq_gc.stores.transferqueue.pacing import FixedPacing
     from tq_gc.wiring import StoreOptions
 
 log = logging.getLogger(__name__)
 
 
-def attach_transfer_queue(config: Config, options: StoreOptions) -> RowStore:
+def attach_transfer_queue(
+    config: Config,
+    options: StoreOptions,
+    fixed: FixedPacing | None = None,
+    journal: JournalSettings | None = None,
+) -> RowStore:
     """Attach to the running job's TransferQueue, pressing on its controller at most the options' duty
     cycle of the time, listing swept partitions by the change journal if they say so (imported lazily:
-    Ray and torch are slow to import)."""
+    Ray and torch are slow to import). `fixed` and `journal`: a test's or bench's own pacing and journal
+    settings (`journal` turns the journal on whatever the options say)."""
     from tq_gc.stores.transferqueue import TransferQueueRowStore
     from tq_gc.stores.transferqueue.journalled_keys import JournalSettings
+    from tq_gc.stores.transferqueue.pacing import FIXED_PACING
 
-    journal = JournalSettings() if options.change_journal else None
+    if journal is None and options.change_journal:
+        journal = JournalSettings()
     return TransferQueueRowStore.attach(
-        config.transfer_queue, duty_cycle=options.duty_cycle, change_journal=journal
+        config.transfer_queue,
+        duty_cycle=options.duty_cycle,
+        fixed=fixed or FIXED_PACING,
+        change_journal=journal,
     )
 
 
